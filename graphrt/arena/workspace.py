@@ -1,0 +1,169 @@
+"""The workspace arena: scratch memory for plans without allocation on the execute path."""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+
+from ..errors import ArenaExhausted, ContractError
+from ..streams import is_capturing
+
+ALIGNMENT = 256
+
+
+def _align_up(n: int, a: int = ALIGNMENT) -> int:
+    return (n + a - 1) // a * a
+
+
+@dataclass
+class _Region:
+    start: int
+    end: int
+    stream: object
+    hold: "ArenaHold | None"
+    released: bool = False
+
+
+@dataclass
+class ArenaHold:
+    """Regions taken while a hold is active; they outlive scopes until ``release()``.
+
+    A captured CUDA graph keeps its workspace this way, so replays see stable addresses.
+    """
+
+    arena: "WorkspaceArena"
+    regions: list = field(default_factory=list)
+    released: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.end - r.start for r in self.regions)
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.arena._release(self.regions)
+            self.regions = []
+
+
+class WorkspaceArena:
+    """One buffer allocated up front; ``take`` returns aligned uint8 views of it.
+
+    Regions are released last in, first out when their ``scope()`` closes. A region reused on a
+    different stream than its last user first makes the new stream wait for the old one.
+    Exhaustion raises :class:`ArenaExhausted`; the arena never allocates anything else.
+
+    >>> arena = WorkspaceArena(1 << 20, torch.device("cpu"))
+    >>> with arena.scope():
+    ...     ws = arena.take(1000)
+    ...     ws.numel(), ws.data_ptr() % 256
+    (1000, 0)
+    >>> arena.stats()["in_use"]
+    0
+    """
+
+    def __init__(self, nbytes: int, device: torch.device | str):
+        if int(nbytes) < 0:
+            raise ContractError(f"nbytes: expected a size >= 0, got {nbytes}")
+        self.device = torch.device(device)
+        self.capacity = int(nbytes)
+        # one spare alignment unit lets every region start on a 256-byte boundary
+        self._buffer = torch.empty(self.capacity + ALIGNMENT, dtype=torch.uint8, device=self.device)
+        self._base = _align_up(self._buffer.data_ptr()) - self._buffer.data_ptr()
+        self._lock = threading.RLock()
+        self._regions: list[_Region] = []
+        self._top = 0
+        self._last_use: list[tuple[int, int, object]] = []
+        self._holds: list[ArenaHold] = []
+        self._high_water = 0
+        self._takes = 0
+
+    # -- taking and releasing ------------------------------------------------------------------
+    def take(self, nbytes: int, stream=None) -> torch.Tensor:
+        """An aligned (256-byte) uint8 region of ``nbytes`` bytes, valid until its scope closes."""
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise ContractError(f"nbytes: expected a size >= 0, got {nbytes}")
+        with self._lock:
+            start = _align_up(self._top)
+            end = start + nbytes
+            if end > self.capacity:
+                raise ArenaExhausted(
+                    f"workspace arena on {self.device}: request of {nbytes} bytes does not fit "
+                    f"(capacity {self.capacity}, in use {self._top}, high water {self._high_water}); "
+                    f"make a Runtime with a larger arena_bytes")
+            self._wait_for_other_streams(start, end, stream)
+            hold = self._holds[-1] if self._holds else None
+            region = _Region(start, end, stream, hold)
+            self._regions.append(region)
+            if hold is not None:
+                hold.regions.append(region)
+            self._top = end
+            self._high_water = max(self._high_water, end)
+            self._takes += 1
+        return self._buffer[self._base + start:self._base + end]
+
+    def _wait_for_other_streams(self, start: int, end: int, stream) -> None:
+        if stream is None or self.device.type != "cuda":
+            return
+        keep = []
+        for (lo, hi, prior) in self._last_use:
+            if lo < end and start < hi:
+                if prior is not None and prior != stream and not is_capturing(self.device):
+                    # an event recorded now covers all the earlier user's work on its stream
+                    event = torch.cuda.Event()
+                    event.record(prior)
+                    stream.wait_event(event)
+            else:
+                keep.append((lo, hi, prior))
+        self._last_use = keep
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator["WorkspaceArena"]:
+        """Regions taken inside are released when the block ends (unless a hold keeps them)."""
+        with self._lock:
+            mark = len(self._regions)
+        try:
+            yield self
+        finally:
+            with self._lock:
+                mine = [r for r in self._regions[mark:] if r.hold is None]
+                self._release(mine)
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[ArenaHold]:
+        """Regions taken inside belong to the returned hold and outlive their scopes."""
+        h = ArenaHold(self)
+        with self._lock:
+            self._holds.append(h)
+        try:
+            yield h
+        finally:
+            with self._lock:
+                self._holds.remove(h)
+
+    def _release(self, regions: list[_Region]) -> None:
+        with self._lock:
+            for r in regions:
+                if not r.released:
+                    r.released = True
+                    self._last_use.append((r.start, r.end, r.stream))
+            while self._regions and self._regions[-1].released:
+                self._regions.pop()
+            self._top = self._regions[-1].end if self._regions else 0
+
+    # -- reporting -----------------------------------------------------------------------------
+    def stats(self) -> dict:
+        with self._lock:
+            return {"device": str(self.device), "capacity": self.capacity, "in_use": self._top,
+                    "high_water": self._high_water, "takes": self._takes,
+                    "live_regions": sum(not r.released for r in self._regions),
+                    "held_bytes": sum(h.nbytes for h in self._holds)}
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (f"WorkspaceArena({s['device']}, capacity={s['capacity']}, in_use={s['in_use']}, "
+                f"high_water={s['high_water']})")

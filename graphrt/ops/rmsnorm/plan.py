@@ -1,0 +1,250 @@
+"""Plans for RMSNorm train forward and backward."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...contract import DYNAMIC, Contract, TensorSpec
+from ...errors import ContractError, UnsupportedError
+from ...plan import Plan, select_backend
+from ...streams import on_stream
+from ...validate import (device_capability, require_disjoint, require_same_device,
+                         require_tensor, rows_operand, sm_count, tensor_spec_layout,
+                         vector_operand, workspace_operand)
+from .reference import rmsnorm_backward_reference, rmsnorm_forward_reference
+
+ACT_DTYPES = (torch.bfloat16,)
+WEIGHT_DTYPES = (torch.bfloat16, torch.float32)
+MIN_HIDDEN, MAX_HIDDEN = 8, 32768
+PROGRAMS_PER_SM = 2
+
+
+def _row_spec(name: str, t: torch.Tensor | None) -> TensorSpec:
+    if t is None:
+        return TensorSpec.absent(name)
+    require_tensor(name, t)
+    hidden = t.shape[-1] if t.dim() else 0
+    return TensorSpec(name, t.dtype, (DYNAMIC, hidden), tensor_spec_layout(name, t))
+
+
+def _weight_spec(w: torch.Tensor) -> TensorSpec:
+    require_tensor("w", w)
+    return TensorSpec("w", w.dtype, tuple(w.shape), "contiguous" if w.is_contiguous() else "strided")
+
+
+def _device_facts(x: torch.Tensor, backend: str | None):
+    device = x.device
+    return device, select_backend(device, backend), device_capability(device)
+
+
+def _check_row_spec(spec: TensorSpec, hidden: int) -> None:
+    if not spec.present:
+        return
+    if spec.dtype not in ACT_DTYPES:
+        raise ContractError(f"{spec.name}: expected dtype bfloat16, got {str(spec.dtype)[6:]}")
+    if spec.layout.startswith("unsupported"):
+        raise ContractError(spec.layout.split(": ", 1)[1])
+    if spec.shape[1] != hidden:
+        raise ContractError(f"{spec.name}: expected last dim {hidden} (like x), got {spec.shape[1]}")
+
+
+def _check_hidden_and_weight(contract: Contract) -> int:
+    x = contract.spec("x")
+    hidden = x.shape[1]
+    if hidden % 8 or not MIN_HIDDEN <= hidden <= MAX_HIDDEN:
+        raise ContractError(f"x: hidden size H must be a multiple of 8 in [{MIN_HIDDEN}, "
+                            f"{MAX_HIDDEN}], got {hidden}")
+    w = contract.spec("w")
+    if w.dtype not in WEIGHT_DTYPES:
+        raise ContractError(f"w: expected dtype bfloat16 or float32, got {str(w.dtype)[6:]}")
+    if w.shape != (hidden,) or w.layout != "contiguous":
+        raise ContractError(f"w: expected a contiguous [{hidden}] tensor, got shape {w.shape} "
+                            f"({w.layout})")
+    return hidden
+
+
+def _n_programs(device: torch.device) -> int:
+    """Programs of the backward grid, each owning one row of dw partials."""
+    return sm_count(device) * PROGRAMS_PER_SM if device.type == "cuda" else 4
+
+
+class RmsNormForward(Plan):
+    """RMSNorm train forward: y = h * rstd * w, rstd = 1/sqrt(mean(h^2) + eps), h = x (+ residual).
+
+    >>> plan = RmsNormForward(x, w, eps=1e-6)                        # doctest: +SKIP
+    >>> plan.compile()                                               # doctest: +SKIP
+    >>> plan.execute(x, w, y=y, rstd=rstd)                           # doctest: +SKIP
+    """
+
+    op = "rmsnorm_forward"
+
+    def __init__(self, x, w, *, eps: float = 1e-6, residual=None, y=None, rstd=None, h_new=None,
+                 backend: str | None = None):
+        super().__init__(self.contract_for(x, w, eps=eps, residual=residual, backend=backend))
+
+    @classmethod
+    def contract_for(cls, x, w, *, eps: float = 1e-6, residual=None, y=None, rstd=None,
+                     h_new=None, backend: str | None = None) -> Contract:
+        x = require_tensor("x", x)
+        device, backend, cap = _device_facts(x, backend)
+        specs = (_row_spec("x", x), _weight_spec(w), _row_spec("residual", residual))
+        return Contract(cls.op, backend, device.type, cap, specs,
+                        {"eps": float(eps), "residual": residual is not None})
+
+    @property
+    def output_names(self):
+        return ("y", "rstd", "h_new") if self.contract.flag("residual") else ("y", "rstd")
+
+    def _check_support(self) -> None:
+        hidden = _check_hidden_and_weight(self.contract)
+        for name in ("x", "residual"):
+            _check_row_spec(self.contract.spec(name), hidden)
+        eps = self.contract.flag("eps")
+        if not (math.isfinite(eps) and eps > 0):
+            raise ContractError(f"eps: expected a positive finite float, got {eps}")
+        self.hidden = hidden
+
+    def _compile(self) -> None:
+        if self.backend == "triton":
+            from .kernels import forward_config
+            self.config = forward_config(self.hidden)
+
+    def allocate_outputs(self, x, w, *, residual=None, y=None, rstd=None, h_new=None, **_):
+        out = {}
+        if y is None:
+            out["y"] = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        if rstd is None:
+            out["rstd"] = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+        if residual is not None and h_new is None:
+            out["h_new"] = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        return out
+
+    def execute(self, x, w, *, residual=None, y=None, rstd=None, h_new=None, workspace=None,
+                stream=None, **_) -> None:
+        self._require_compiled()
+        c, hidden = self.contract, self.hidden
+        device = require_tensor("x", x).device
+        rows = x.numel() // hidden
+        sx = rows_operand("x", x, ACT_DTYPES, hidden, rows, device)
+        vector_operand("w", w, (c.spec("w").dtype,), hidden, device)
+        if (residual is not None) != c.flag("residual"):
+            raise ContractError(f"residual: this plan was built {'with' if c.flag('residual') else 'without'} "
+                                f"a residual")
+        sr = sh = 0
+        if residual is not None:
+            sr = rows_operand("residual", residual, ACT_DTYPES, hidden, rows, device)
+            if h_new is None:
+                raise ContractError("h_new: expected an output tensor with a residual, got None")
+            sh = rows_operand("h_new", h_new, ACT_DTYPES, hidden, rows, device)
+        elif h_new is not None:
+            raise ContractError("h_new: given without a residual")
+        sy = rows_operand("y", y, ACT_DTYPES, hidden, rows, device)
+        vector_operand("rstd", rstd, (torch.float32,), rows, device)
+        require_disjoint({"y": y, "rstd": rstd, "h_new": h_new},
+                         {"x": x, "w": w, "residual": residual})
+        if self.backend == "reference":
+            ref_y, ref_rstd, ref_h = rmsnorm_forward_reference(x, w, c.flag("eps"), residual)
+            y.copy_(ref_y)
+            rstd.copy_(ref_rstd.reshape(rstd.shape))
+            if h_new is not None:
+                h_new.copy_(ref_h)
+            return
+        from .kernels import launch_forward
+        with on_stream(stream):
+            launch_forward(self.config, x, residual, w, y, rstd, h_new, rows,
+                           (sx, sr, sy, sh), c.flag("eps"))
+
+
+class RmsNormBackward(Plan):
+    """RMSNorm train backward: dx (BF16, + g_residual) and dw = sum over rows of g * x * rstd.
+
+    dw is reduced in a fixed order without atomics (bitwise reproducible); its FP32 partials live
+    in the workspace (``workspace_bytes()``).
+
+    >>> plan = RmsNormBackward(g, x, w, rstd).compile()              # doctest: +SKIP
+    >>> ws = graphrt.runtime().arena.take(plan.workspace_bytes())    # doctest: +SKIP
+    >>> plan.execute(g, x, w, rstd, dx=dx, dw=dw, workspace=ws)      # doctest: +SKIP
+    """
+
+    op = "rmsnorm_backward"
+    output_names = ("dx", "dw")
+
+    def __init__(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None,
+                 backend: str | None = None):
+        super().__init__(self.contract_for(g, x, w, rstd, g_residual=g_residual, dw=dw,
+                                           backend=backend))
+
+    @classmethod
+    def contract_for(cls, g, x, w, rstd, *, g_residual=None, dx=None, dw=None,
+                     backend: str | None = None) -> Contract:
+        x = require_tensor("x", x)
+        device, backend, cap = _device_facts(x, backend)
+        dw_dtype = torch.float32 if dw is None else require_tensor("dw", dw).dtype
+        specs = (_row_spec("g", g), _row_spec("x", x), _weight_spec(w),
+                 _row_spec("g_residual", g_residual))
+        # the dw partials are summed over a fixed number of programs: part of the plan
+        programs = _n_programs(device) if backend == "triton" else 0
+        return Contract(cls.op, backend, device.type, cap, specs,
+                        {"g_residual": g_residual is not None, "dw_dtype": dw_dtype,
+                         "programs": programs})
+
+    def _check_support(self) -> None:
+        c = self.contract
+        hidden = _check_hidden_and_weight(c)
+        for name in ("g", "x", "g_residual"):
+            _check_row_spec(c.spec(name), hidden)
+        dw_dtype = c.flag("dw_dtype")
+        if dw_dtype not in (torch.float32, c.spec("w").dtype):
+            raise ContractError(f"dw: expected dtype float32 or w's dtype, got {str(dw_dtype)[6:]}")
+        self.hidden = hidden
+
+    def _compile(self) -> None:
+        self.n_programs = self.contract.flag("programs")
+        if self.backend == "triton":
+            from .kernels import backward_config
+            self.config = backward_config(self.hidden)
+
+    def workspace_bytes(self) -> int:
+        return self.n_programs * self.hidden * 4 if self.backend == "triton" else 0
+
+    def allocate_outputs(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None, **_):
+        out = {}
+        if dx is None:
+            out["dx"] = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        if dw is None:
+            out["dw"] = torch.empty(x.shape[-1], dtype=torch.float32, device=x.device)
+        return out
+
+    def execute(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None, workspace=None,
+                stream=None, **_) -> None:
+        self._require_compiled()
+        c, hidden = self.contract, self.hidden
+        device = require_tensor("x", x).device
+        rows = x.numel() // hidden
+        sx = rows_operand("x", x, ACT_DTYPES, hidden, rows, device)
+        sg = rows_operand("g", g, ACT_DTYPES, hidden, rows, device)
+        vector_operand("w", w, (c.spec("w").dtype,), hidden, device)
+        vector_operand("rstd", rstd, (torch.float32,), rows, device)
+        if (g_residual is not None) != c.flag("g_residual"):
+            raise ContractError(f"g_residual: this plan was built "
+                                f"{'with' if c.flag('g_residual') else 'without'} g_residual")
+        sgr = 0
+        if g_residual is not None:
+            sgr = rows_operand("g_residual", g_residual, ACT_DTYPES, hidden, rows, device)
+        sdx = rows_operand("dx", dx, ACT_DTYPES, hidden, rows, device)
+        vector_operand("dw", dw, (c.flag("dw_dtype"),), hidden, device)
+        workspace = workspace_operand(workspace, self.workspace_bytes(), device)
+        inputs = {"g": g, "x": x, "w": w, "rstd": rstd, "g_residual": g_residual}
+        require_disjoint({"dx": dx, "dw": dw, "workspace": workspace}, inputs)
+        if self.backend == "reference":
+            ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, rstd, g_residual)
+            dx.copy_(ref_dx)
+            dw.copy_(ref_dw)
+            return
+        from .kernels import launch_backward
+        partial = workspace[:self.workspace_bytes()].view(torch.float32)
+        with on_stream(stream):
+            launch_backward(self.config, self.n_programs, g, x, w, rstd, g_residual, dx, dw,
+                            partial, rows, (sg, sx, sgr, sdx))
+

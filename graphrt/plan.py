@@ -1,0 +1,188 @@
+"""Plans and the plan store.
+
+A plan is checked and compiled once per static :class:`~graphrt.contract.Contract`, then executed
+any number of times with no allocation, no host sync and no recompile. Lifecycle::
+
+    plan = RmsNormBackward(g, x, w, rstd)      # built from sample tensors and keywords
+    plan.check_support()                       # ContractError / UnsupportedError, nothing launched
+    plan.compile()                             # kernels built; no tensor work
+    nbytes = plan.workspace_bytes()
+    plan.execute(g, x, w, rstd, dx=dx, dw=dw, workspace=ws)   # enqueue only
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, ClassVar
+
+import torch
+from cachetools import LRUCache
+
+from .contract import Contract
+from .errors import UnsupportedError
+
+BACKENDS = ("reference", "triton")
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def select_backend(device: torch.device, requested: str | None = None) -> str:
+    """The backend for a call: ``requested``, else GRAPHRT_BACKEND, else the device's default."""
+    choice = requested or os.environ.get("GRAPHRT_BACKEND") or None
+    if choice is not None and choice not in BACKENDS:
+        raise UnsupportedError(f"backend: expected one of {BACKENDS}, got {choice!r}")
+    if device.type != "cuda":
+        if choice == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise UnsupportedError(f"backend: 'triton' needs a CUDA device (or TRITON_INTERPRET=1), "
+                                   f"got tensors on {device}")
+        return choice or "reference"
+    if choice is None:
+        return "triton" if triton_available() else "reference"
+    return choice
+
+
+class Plan:
+    """Base of every op's plan. Subclasses set ``op``, ``output_names`` and implement
+    ``contract_for``, ``check_support``, ``_compile``, ``workspace_bytes``, ``execute`` and
+    ``allocate_outputs``."""
+
+    op: ClassVar[str] = "plan"
+    output_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, contract: Contract):
+        """Subclasses take sample tensors and keywords and pass ``contract_for(...)`` here."""
+        self.contract = contract
+        self.backend = contract.backend
+        self._checked = False
+        self._compiled = False
+        self.compile_count = 0
+
+    # -- the key ------------------------------------------------------------------------------
+    @classmethod
+    def contract_for(cls, *args, **kwargs) -> Contract:  # pragma: no cover - abstract
+        """The static key of a call with these arguments; cheap, and never touches tensor data."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_contract(cls, contract: Contract) -> "Plan":
+        """A plan rebuilt from its key alone: every plan derives all its state from the contract."""
+        plan = cls.__new__(cls)
+        Plan.__init__(plan, contract)
+        return plan
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def check_support(self) -> "Plan":
+        self._check_support()
+        self._checked = True
+        return self
+
+    def _check_support(self) -> None:
+        pass
+
+    def compile(self) -> "Plan":
+        if not self._checked:
+            self.check_support()
+        if not self._compiled:
+            self._compile()
+            self._compiled = True
+            self.compile_count += 1
+        return self
+
+    def _compile(self) -> None:
+        pass
+
+    @property
+    def compiled(self) -> bool:
+        return self._compiled
+
+    def _require_compiled(self) -> None:
+        if not self._compiled:
+            raise RuntimeError(f"{type(self).__name__}: call compile() before execute()")
+
+    def workspace_bytes(self) -> int:
+        return 0
+
+    def execute(self, *args, workspace=None, stream=None) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def allocate_outputs(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # pragma: no cover
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {"op": self.op, "backend": self.backend, "contract": repr(self.contract),
+                "workspace_bytes": self.workspace_bytes(), "compiled": self._compiled}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.contract!r})"
+
+
+class _CountingLRU(LRUCache):
+    def __init__(self, maxsize: int):
+        super().__init__(maxsize)
+        self.evictions = 0
+
+    def popitem(self):
+        item = super().popitem()
+        self.evictions += 1
+        return item
+
+
+class PlanStore:
+    """A thread-safe LRU of compiled plans keyed by Contract.
+
+    >>> store = PlanStore(maxsize=64)
+    >>> plan = store.get(RmsNormForward, x, w, eps=1e-6)        # doctest: +SKIP
+    >>> store.stats()                                            # doctest: +SKIP
+    {'size': 1, 'maxsize': 64, 'hits': 0, 'misses': 1, 'compiles': 1, 'evictions': 0}
+    """
+
+    def __init__(self, maxsize: int = 256):
+        if int(maxsize) < 1:
+            raise ValueError(f"maxsize: expected at least 1, got {maxsize}")
+        self._cache = _CountingLRU(int(maxsize))
+        self._lock = threading.RLock()
+        self._hits = 0
+        self._misses = 0
+        self._compiles = 0
+
+    def get(self, plan_cls: type[Plan], *args, **kwargs) -> Plan:
+        """The compiled plan for these arguments' contract; builds and compiles it on a miss."""
+        key = plan_cls.contract_for(*args, **kwargs)
+        with self._lock:
+            plan = self._cache.get(key)
+            if plan is not None:
+                self._hits += 1
+                return plan
+            self._misses += 1
+            plan = plan_cls.from_contract(key)
+            plan.check_support()
+            plan.compile()
+            self._compiles += 1
+            self._cache[key] = plan
+            return plan
+
+    def lookup(self, key: Contract) -> Plan | None:
+        with self._lock:
+            return self._cache.get(key)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"size": len(self._cache), "maxsize": int(self._cache.maxsize),
+                    "hits": self._hits, "misses": self._misses, "compiles": self._compiles,
+                    "evictions": self._cache.evictions}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __contains__(self, key: Contract) -> bool:
+        return key in self._cache

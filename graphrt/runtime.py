@@ -1,0 +1,84 @@
+"""Runtime: one PlanStore, one WorkspaceArena and one StreamTracker per device."""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from .arena import WorkspaceArena
+from .plan import Plan, PlanStore
+from .result import Result
+from .streams import StreamTracker, resolve_stream
+
+DEFAULT_ARENA_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
+DEFAULT_PLAN_CACHE_SIZE = 256
+
+
+def _as_device(device) -> torch.device:
+    if device is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+class Runtime:
+    """Owns the plan store, the workspace arena and the stream tracker of one device.
+
+    >>> rt = graphrt.Runtime("cuda:0", arena_bytes=64 << 20, plan_cache_size=128)  # doctest: +SKIP
+    >>> y, rstd = rt.run(RmsNormForward, (x, w), {"eps": 1e-6})                 # doctest: +SKIP
+    """
+
+    def __init__(self, device=None, arena_bytes: int | None = None,
+                 plan_cache_size: int = DEFAULT_PLAN_CACHE_SIZE):
+        self.device = _as_device(device)
+        if arena_bytes is None:
+            arena_bytes = DEFAULT_ARENA_BYTES.get(self.device.type, 16 << 20)
+        self.plans = PlanStore(plan_cache_size)
+        self.arena = WorkspaceArena(arena_bytes, self.device)
+        self.streams = StreamTracker()
+
+    def plan(self, plan_cls: type[Plan], *args, **kwargs) -> Plan:
+        """The compiled plan for these arguments, from this runtime's store."""
+        return self.plans.get(plan_cls, *args, **kwargs)
+
+    def run(self, plan_cls: type[Plan], args: tuple, kwargs: dict, stream=None) -> Result:
+        """What every functional call does: plan from the store, outputs allocated where not
+        given, scratch from the arena, execute on ``stream``, outputs as a Result."""
+        plan = self.plans.get(plan_cls, *args, **kwargs)
+        launch_stream = resolve_stream(stream, self.device)
+        allocated = plan.allocate_outputs(*args, **kwargs)
+        if allocated and launch_stream is not None:
+            for t in allocated.values():
+                self.streams.keep_alive(t, launch_stream)
+        kwargs = {**kwargs, **allocated}
+        nbytes = plan.workspace_bytes()
+        with self.arena.scope():
+            workspace = self.arena.take(nbytes, launch_stream) if nbytes else None
+            plan.execute(*args, **kwargs, workspace=workspace, stream=launch_stream)
+        return Result(plan.output_names, [kwargs[n] for n in plan.output_names])
+
+    def stats(self) -> dict:
+        return {"device": str(self.device), "plans": self.plans.stats(), "arena": self.arena.stats()}
+
+    def __repr__(self) -> str:
+        return f"Runtime({self.device})"
+
+
+_default_runtimes: dict[torch.device, Runtime] = {}
+_default_lock = threading.Lock()
+
+
+def runtime(device=None) -> Runtime:
+    """The default Runtime of ``device`` (None: the current CUDA device, else the CPU)."""
+    device = _as_device(device)
+    rt = _default_runtimes.get(device)
+    if rt is None:
+        with _default_lock:
+            rt = _default_runtimes.get(device)
+            if rt is None:
+                rt = _default_runtimes[device] = Runtime(device)
+    return rt

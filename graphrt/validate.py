@@ -1,0 +1,196 @@
+"""Argument checks shared by every op. Each raises ContractError naming the argument, what was
+expected and what was given; none of them touches tensor data or launches anything."""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Iterable, Mapping
+
+import torch
+
+from .errors import ContractError
+
+ALIGN_BYTES = 16
+
+
+def _dt(dtype: torch.dtype | None) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def require_tensor(name: str, t: object) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise ContractError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def require_dtype(name: str, t: torch.Tensor, allowed: Iterable[torch.dtype]) -> None:
+    allowed = tuple(allowed)
+    if t.dtype not in allowed:
+        want = " or ".join(_dt(d) for d in allowed)
+        raise ContractError(f"{name}: expected dtype {want}, got {_dt(t.dtype)}")
+
+
+def require_shape(name: str, t: torch.Tensor, shape: tuple) -> None:
+    if tuple(t.shape) != tuple(shape):
+        raise ContractError(f"{name}: expected shape {tuple(shape)}, got {tuple(t.shape)}")
+
+
+def require_contiguous(name: str, t: torch.Tensor) -> None:
+    if not t.is_contiguous():
+        raise ContractError(f"{name}: expected a contiguous tensor, got shape {tuple(t.shape)} "
+                            f"with strides {t.stride()}")
+
+
+def require_aligned(name: str, t: torch.Tensor, align: int = ALIGN_BYTES) -> None:
+    if t.numel() and t.data_ptr() % align:
+        raise ContractError(f"{name}: data pointer must be {align}-byte aligned, "
+                            f"got address {t.data_ptr():#x}")
+
+
+def require_same_device(tensors: Mapping[str, torch.Tensor | None]) -> torch.device:
+    device = None
+    first = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if device is None:
+            device, first = t.device, name
+        elif t.device != device:
+            raise ContractError(f"{name}: expected device {device} (like {first}), got {t.device}")
+    return device
+
+
+def row_layout(name: str, t: torch.Tensor, hidden: int | None = None) -> tuple[int, int]:
+    """Rows of a [..., H] tensor read in place: returns (rows, row_stride in elements).
+
+    The last dim must have unit stride, the leading dims must collapse into one row axis with a
+    single stride, and that stride must be a multiple of 16 bytes.
+    """
+    if t.dim() == 0:
+        raise ContractError(f"{name}: expected a tensor of shape [..., H], got a scalar")
+    h = t.shape[-1]
+    if hidden is not None and h != hidden:
+        raise ContractError(f"{name}: expected last dim {hidden}, got shape {tuple(t.shape)}")
+    if h > 1 and t.stride(-1) != 1:
+        raise ContractError(f"{name}: layout not supported: the last dim must have unit stride, "
+                            f"got strides {t.stride()} for shape {tuple(t.shape)}")
+    rows = 1
+    for d in t.shape[:-1]:
+        rows *= d
+    if t.dim() == 1 or rows <= 1:
+        return rows, h
+    lead = [(s, st) for s, st in zip(t.shape[:-1], t.stride()[:-1]) if s != 1]
+    row_stride = lead[-1][1]
+    expected = row_stride
+    for size, stride in reversed(lead):
+        if stride != expected:
+            raise ContractError(
+                f"{name}: layout not supported: leading dims of shape {tuple(t.shape)} with "
+                f"strides {t.stride()} do not collapse into rows of one stride")
+        expected = stride * size
+    if row_stride < h:
+        raise ContractError(f"{name}: layout not supported: row stride {row_stride} is smaller "
+                            f"than the row length {h} (rows overlap)")
+    if (row_stride * t.element_size()) % ALIGN_BYTES:
+        raise ContractError(f"{name}: layout not supported: row stride {row_stride} elements "
+                            f"({row_stride * t.element_size()} bytes) is not a multiple of "
+                            f"{ALIGN_BYTES} bytes")
+    return rows, row_stride
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    if t.numel() == 0:
+        return 0, 0
+    last = sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
+    start = t.data_ptr()
+    return start, start + (last + 1) * t.element_size()
+
+
+def require_disjoint(outputs: Mapping[str, torch.Tensor | None],
+                     inputs: Mapping[str, torch.Tensor | None]) -> None:
+    """Outputs must not overlap inputs or each other (by address range)."""
+    spans = [(n, t.device, _span(t)) for n, t in inputs.items() if t is not None and t.numel()]
+    for name, t in outputs.items():
+        if t is None or t.numel() == 0:
+            continue
+        lo, hi = _span(t)
+        for other, dev, (olo, ohi) in spans:
+            if dev == t.device and lo < ohi and olo < hi:
+                raise ContractError(f"{name}: output memory overlaps {other}")
+        spans.append((name, t.device, (lo, hi)))
+
+
+@lru_cache(maxsize=None)
+def device_capability(device: torch.device) -> tuple[int, int] | None:
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_capability(device)
+
+
+@lru_cache(maxsize=None)
+def sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def layout_class(t: torch.Tensor) -> str:
+    """Coarse layout of a tensor for plan keys: 'contiguous', 'rows' (padded rows) or 'strided'."""
+    if t.is_contiguous():
+        return "contiguous"
+    if t.dim() >= 1 and t.stride(-1) == 1:
+        return "rows"
+    return "strided"
+
+
+def rows_operand(name: str, t: object, dtypes: Iterable[torch.dtype], hidden: int,
+                 rows: int | None = None, device: torch.device | None = None) -> int:
+    """Run-time check of a [..., hidden] operand read or written in rows; returns its row stride."""
+    t = require_tensor(name, t)
+    require_dtype(name, t, dtypes)
+    if device is not None and t.device != device:
+        raise ContractError(f"{name}: expected device {device}, got {t.device}")
+    n, stride = row_layout(name, t, hidden)
+    if rows is not None and n != rows:
+        raise ContractError(f"{name}: expected {rows} rows of {hidden}, got shape {tuple(t.shape)}")
+    require_aligned(name, t)
+    return stride
+
+
+def vector_operand(name: str, t: object, dtypes: Iterable[torch.dtype], length: int,
+                   device: torch.device | None = None) -> torch.Tensor:
+    """Run-time check of a compact 1-D operand such as a weight or per-row statistic."""
+    t = require_tensor(name, t)
+    require_dtype(name, t, dtypes)
+    if device is not None and t.device != device:
+        raise ContractError(f"{name}: expected device {device}, got {t.device}")
+    if t.numel() != length or not t.is_contiguous():
+        raise ContractError(f"{name}: expected {length} contiguous elements, got shape "
+                            f"{tuple(t.shape)} with strides {t.stride()}")
+    require_aligned(name, t, t.element_size())
+    return t
+
+
+def workspace_operand(workspace: object, nbytes: int, device: torch.device) -> torch.Tensor | None:
+    """Run-time check of caller-provided scratch: at least ``nbytes``, on ``device``, aligned."""
+    if nbytes == 0:
+        return None
+    if workspace is None:
+        raise ContractError(f"workspace: this plan needs {nbytes} bytes of scratch, got None "
+                            f"(the functional call takes it from the runtime's arena)")
+    workspace = require_tensor("workspace", workspace)
+    have = workspace.numel() * workspace.element_size()
+    if have < nbytes:
+        raise ContractError(f"workspace: expected at least {nbytes} bytes, got {have}")
+    if workspace.device != device:
+        raise ContractError(f"workspace: expected device {device}, got {workspace.device}")
+    if not workspace.is_contiguous():
+        raise ContractError("workspace: expected a contiguous buffer")
+    require_aligned("workspace", workspace, 256 if device.type == "cuda" else ALIGN_BYTES)
+    return workspace
+
+
+def tensor_spec_layout(name: str, t: torch.Tensor) -> str:
+    """Layout class of a row operand for a plan key: 'rows', or 'unsupported: <reason>'."""
+    try:
+        row_layout(name, t)
+    except ContractError as err:
+        return f"unsupported: {err}"
+    return "rows"
