@@ -1,0 +1,75 @@
+"""Shared test utilities."""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import pytest
+import torch
+
+INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
+needs_interpreter = pytest.mark.skipif(not INTERPRETER, reason="needs TRITON_INTERPRET=1 (CPU runs)")
+
+
+def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    assert not torch.isnan(out).any(), "output holds NaN (an element was not written?)"
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def poison(*tensors: torch.Tensor) -> None:
+    for t in tensors:
+        if t is not None:
+            t.fill_(float("nan"))
+
+
+def snapshot(*tensors):
+    return [None if t is None else t.detach().clone() for t in tensors]
+
+
+def assert_unchanged(before, tensors) -> None:
+    for b, t in zip(before, tensors):
+        if t is not None:
+            assert torch.equal(b.view(torch.uint8) if b.dtype != torch.uint8 else b,
+                               t.view(torch.uint8) if t.dtype != torch.uint8 else t), \
+                "a rejected call wrote to an output"
+
+
+@contextlib.contextmanager
+def env(**values):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: v for k, v in values.items() if v is not None})
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+ALLOCATORS = ("empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full",
+              "full_like", "empty_strided", "tensor", "randn", "rand")
+
+
+@contextlib.contextmanager
+def no_tensor_allocation():
+    """Patch torch's tensor-allocating functions to raise while the block runs."""
+    saved = {name: getattr(torch, name) for name in ALLOCATORS}
+
+    def forbid(name):
+        def raiser(*a, **k):
+            raise AssertionError(f"torch.{name} called on the execute path")
+        return raiser
+
+    for name in ALLOCATORS:
+        setattr(torch, name, forbid(name))
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)

@@ -1,0 +1,189 @@
+"""Core: contract, result, plan store, arena, streams, runtime (no GPU needed)."""
+import threading
+
+import pytest
+import torch
+
+import graphrt
+from graphrt import ArenaExhausted, Contract, ContractError, PlanStore, Result, TensorSpec
+from graphrt.arena import WorkspaceArena
+from graphrt.plan import Plan, select_backend
+from graphrt.streams import resolve_stream
+from graphrt.validate import require_disjoint, row_layout
+
+from .helpers import env
+
+
+# -- contract -----------------------------------------------------------------------------------
+def test_contract_equality_hash_and_dynamic_dims():
+    spec = TensorSpec("x", torch.bfloat16, (None, 64), "rows")
+    a = Contract("op", "triton", "cuda", (9, 0), (spec,), {"eps": 1e-6, "flag": True})
+    b = Contract("op", "triton", "cuda", (9, 0), (spec,), {"flag": True, "eps": 1e-6})
+    c = Contract("op", "triton", "cuda", (10, 0), (spec,), {"eps": 1e-6, "flag": True})
+    assert a == b and hash(a) == hash(b)
+    assert a != c
+    assert a.dynamic_dims() == {"x": (0,)}
+    assert a.flag("eps") == 1e-6
+    assert "x:bfloat16[None, 64]/rows" in repr(a)
+
+
+# -- result -------------------------------------------------------------------------------------
+def test_result_by_name_index_and_unpacking():
+    r = Result(("dx", "dw"), ("a", "b"))
+    assert r.dx == "a" and r["dw"] == "b" and r[0] == "a"
+    dx, dw = r
+    assert (dx, dw) == ("a", "b")
+    assert r.asdict() == {"dx": "a", "dw": "b"}
+    with pytest.raises(AttributeError):
+        r.nope
+    with pytest.raises(KeyError):
+        r["nope"]
+
+
+# -- plan store ---------------------------------------------------------------------------------
+class _Toy(Plan):
+    op = "toy"
+    output_names = ("y",)
+    built = 0
+
+    @classmethod
+    def contract_for(cls, x, *, scale=1.0):
+        return Contract(cls.op, "reference", x.device.type, None,
+                        (TensorSpec("x", x.dtype, (None,) + tuple(x.shape[1:]), "rows"),),
+                        {"scale": scale})
+
+    def _compile(self):
+        type(self).built += 1
+
+
+def test_plan_store_hits_misses_and_lru_eviction():
+    store = PlanStore(maxsize=2)
+    a = store.get(_Toy, torch.zeros(3, 4), scale=1.0)
+    assert store.get(_Toy, torch.zeros(9, 4), scale=1.0) is a  # row count is not in the key
+    store.get(_Toy, torch.zeros(3, 8), scale=1.0)
+    store.get(_Toy, torch.zeros(3, 4), scale=2.0)                # evicts the oldest (4, 1.0)
+    s = store.stats()
+    assert (s["hits"], s["misses"], s["compiles"], s["evictions"], s["size"]) == (1, 3, 3, 1, 2)
+    assert store.get(_Toy, torch.zeros(3, 4), scale=1.0) is not a
+    store.clear()
+    assert len(store) == 0
+
+
+def test_plan_store_thread_safe():
+    store = PlanStore(maxsize=8)
+    plans = []
+
+    def work():
+        for _ in range(200):
+            plans.append(store.get(_Toy, torch.zeros(2, 16)))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(p) for p in plans}) == 1
+    s = store.stats()
+    assert s["compiles"] == 1 and s["hits"] + s["misses"] == 800
+
+
+def test_plan_lifecycle_requires_compile():
+    plan = _Toy.from_contract(_Toy.contract_for(torch.zeros(1, 2)))
+    with pytest.raises(RuntimeError, match="compile"):
+        plan._require_compiled()
+    plan.compile()
+    plan.compile()
+    assert plan.compiled and plan.compile_count == 1
+
+
+def test_backend_selection():
+    cpu = torch.device("cpu")
+    with env(GRAPHRT_BACKEND=None):
+        assert select_backend(cpu) == "reference"
+    with env(GRAPHRT_BACKEND="bogus"):
+        with pytest.raises(graphrt.UnsupportedError, match="backend"):
+            select_backend(cpu)
+    with env(GRAPHRT_BACKEND="triton", TRITON_INTERPRET=None):
+        with pytest.raises(graphrt.UnsupportedError, match="CUDA"):
+            select_backend(cpu)
+
+
+# -- arena --------------------------------------------------------------------------------------
+def test_arena_alignment_scopes_and_stats():
+    arena = WorkspaceArena(1 << 16, "cpu")
+    with arena.scope():
+        a = arena.take(100)
+        with arena.scope():
+            b = arena.take(1000)
+            assert b.data_ptr() % 256 == 0 and b.numel() == 1000
+            assert b.data_ptr() >= a.data_ptr() + 256
+            inner_top = arena.stats()["in_use"]
+        assert arena.stats()["in_use"] == 100
+        c = arena.take(10)
+        assert c.data_ptr() == b.data_ptr()  # LIFO reuse
+    s = arena.stats()
+    assert s["in_use"] == 0 and s["high_water"] == inner_top and s["takes"] == 3
+    assert a.data_ptr() % 256 == 0
+
+
+def test_arena_exhaustion_names_request_and_high_water():
+    arena = WorkspaceArena(4096, "cpu")
+    with arena.scope():
+        arena.take(3000)
+        with pytest.raises(ArenaExhausted, match=r"request of 2000 bytes.*high water 3000"):
+            arena.take(2000)
+    with arena.scope():  # still usable afterwards
+        assert arena.take(4096).numel() == 4096
+    with pytest.raises(ContractError):
+        arena.take(-1)
+
+
+def test_arena_hold_outlives_scope_and_release_frees():
+    arena = WorkspaceArena(1 << 14, "cpu")
+    with arena.hold() as hold:
+        with arena.scope():
+            kept = arena.take(512)
+            temp_owner = arena.stats()["live_regions"]
+    assert temp_owner == 1 and hold.nbytes == 512
+    with arena.scope():
+        other = arena.take(16)
+        assert other.data_ptr() >= kept.data_ptr() + 512  # held region not reused
+    hold.release()
+    assert arena.stats()["in_use"] == 0
+    with arena.scope():
+        assert arena.take(16).data_ptr() == kept.data_ptr()
+
+
+# -- validation ---------------------------------------------------------------------------------
+def test_row_layout_accepts_padded_rows_and_rejects_others():
+    base = torch.zeros(4, 3, 80, dtype=torch.bfloat16)
+    assert row_layout("x", base) == (12, 80)
+    assert row_layout("x", base[..., :64]) == (12, 80)          # padded rows, 160 bytes
+    with pytest.raises(ContractError, match="x: layout not supported.*unit stride"):
+        row_layout("x", base.transpose(1, 2))
+    with pytest.raises(ContractError, match="multiple of 16 bytes"):
+        row_layout("x", torch.zeros(4, 20, dtype=torch.bfloat16)[:, :12])
+    with pytest.raises(ContractError, match="do not collapse"):
+        row_layout("x", base[:, :2, :])
+    assert row_layout("x", torch.zeros(64, dtype=torch.bfloat16)) == (1, 64)
+
+
+def test_require_disjoint_finds_overlap():
+    buf = torch.zeros(100)
+    require_disjoint({"out": buf[50:]}, {"x": buf[:50]})
+    with pytest.raises(ContractError, match="out: output memory overlaps x"):
+        require_disjoint({"out": buf[40:]}, {"x": buf[:50]})
+
+
+def test_resolve_stream_on_cpu():
+    cpu = torch.device("cpu")
+    assert resolve_stream(None, cpu) is None
+    with pytest.raises(ContractError, match="stream"):
+        resolve_stream(123, cpu)
+
+
+def test_runtime_defaults_and_own_runtime():
+    assert graphrt.runtime("cpu") is graphrt.runtime(torch.device("cpu"))
+    rt = graphrt.Runtime("cpu", arena_bytes=1 << 12, plan_cache_size=3)
+    s = rt.stats()
+    assert s["arena"]["capacity"] == 4096 and s["plans"]["maxsize"] == 3
