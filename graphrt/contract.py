@@ -31,11 +31,17 @@ class TensorSpec(NamedTuple):
 
     @classmethod
     def absent(cls, name: str) -> "TensorSpec":
-        return cls(name, None, (), "absent")
+        spec = _ABSENT.get(name)
+        if spec is None:
+            spec = _ABSENT[name] = cls(name, None, (), "absent")
+        return spec
 
     @property
     def present(self) -> bool:
         return self.dtype is not None
+
+
+_ABSENT: dict[str, TensorSpec] = {}
 
 
 class Contract:
@@ -51,13 +57,14 @@ class Contract:
     __slots__ = ("op", "backend", "device_type", "capability", "tensors", "flags", "_key", "_hash")
 
     def __init__(self, op: str, backend: str, device_type: str, capability: tuple | None,
-                 tensors: tuple[TensorSpec, ...], flags: dict[str, Any] | None = None):
+                 tensors: tuple[TensorSpec, ...], flags: dict[str, Any] | tuple | None = None):
         self.op = op
         self.backend = backend
         self.device_type = device_type
         self.capability = capability
         self.tensors = tuple(tensors)
-        self.flags = tuple(sorted((flags or {}).items()))
+        # a tuple of (name, value) pairs is taken in the order given (plans pass a fixed order)
+        self.flags = flags if type(flags) is tuple else tuple(sorted((flags or {}).items()))
         self._key = (op, backend, device_type, capability, self.tensors, self.flags)
         self._hash = hash(self._key)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import torch
@@ -20,11 +21,13 @@ from cachetools import LRUCache
 
 from .contract import Contract
 from .errors import UnsupportedError
+from .validate import device_capability
 
 BACKENDS = ("reference", "triton")
 
 
-def triton_available() -> bool:
+@lru_cache(maxsize=None)
+def _triton_available() -> bool:
     try:
         import triton  # noqa: F401
     except Exception:
@@ -32,9 +35,24 @@ def triton_available() -> bool:
     return True
 
 
+def triton_available() -> bool:
+    return _triton_available()
+
+
+def _env_backend() -> str | None:
+    # os.environ.get decodes on every call; the raw mapping keeps plan-store hits cheap
+    raw = getattr(os.environ, "_data", None)
+    if raw is None:
+        return os.environ.get("GRAPHRT_BACKEND") or None
+    value = raw.get(b"GRAPHRT_BACKEND") if os.name != "nt" else raw.get("GRAPHRT_BACKEND")
+    if not value:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def select_backend(device: torch.device, requested: str | None = None) -> str:
     """The backend for a call: ``requested``, else GRAPHRT_BACKEND, else the device's default."""
-    choice = requested or os.environ.get("GRAPHRT_BACKEND") or None
+    choice = requested or _env_backend()
     if choice is not None and choice not in BACKENDS:
         raise UnsupportedError(f"backend: expected one of {BACKENDS}, got {choice!r}")
     if device.type != "cuda":
@@ -43,8 +61,22 @@ def select_backend(device: torch.device, requested: str | None = None) -> str:
                                    f"got tensors on {device}")
         return choice or "reference"
     if choice is None:
-        return "triton" if triton_available() else "reference"
+        return "triton" if _triton_available() else "reference"
     return choice
+
+
+_facts_cache: dict = {}
+
+
+def device_facts(device: torch.device, requested: str | None = None):
+    """(device, backend, compute capability) for a call on ``device``; cached per device and
+    backend choice, since plan-store hits must stay within a few microseconds."""
+    key = (device, requested, _env_backend())
+    facts = _facts_cache.get(key)
+    if facts is None:
+        facts = _facts_cache[key] = (device, select_backend(device, requested),
+                                     device_capability(device))
+    return facts
 
 
 class Plan:
@@ -146,7 +178,7 @@ class PlanStore:
         if int(maxsize) < 1:
             raise ValueError(f"maxsize: expected at least 1, got {maxsize}")
         self._cache = _CountingLRU(int(maxsize))
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
         self._compiles = 0
@@ -155,8 +187,11 @@ class PlanStore:
         """The compiled plan for these arguments' contract; builds and compiles it on a miss."""
         key = plan_cls.contract_for(*args, **kwargs)
         with self._lock:
-            plan = self._cache.get(key)
-            if plan is not None:
+            try:
+                plan = self._cache[key]
+            except KeyError:
+                pass
+            else:
                 self._hits += 1
                 return plan
             self._misses += 1

@@ -189,6 +189,8 @@ def workspace_operand(workspace: object, nbytes: int, device: torch.device) -> t
 
 def tensor_spec_layout(name: str, t: torch.Tensor) -> str:
     """Layout class of a row operand for a plan key: 'rows', or 'unsupported: <reason>'."""
+    if t.is_contiguous() and t.dim():
+        return "rows"  # the hot path: plan-store lookups must stay within a few microseconds
     try:
         row_layout(name, t)
     except ContractError as err:

@@ -7,9 +7,9 @@ import torch
 
 from ...contract import DYNAMIC, Contract, TensorSpec
 from ...errors import ContractError, UnsupportedError
-from ...plan import Plan, select_backend
+from ...plan import Plan, device_facts
 from ...streams import on_stream
-from ...validate import (device_capability, require_disjoint, require_same_device,
+from ...validate import (require_disjoint, require_same_device,
                          require_tensor, rows_operand, sm_count, tensor_spec_layout,
                          vector_operand, workspace_operand)
 from .reference import rmsnorm_backward_reference, rmsnorm_forward_reference
@@ -24,18 +24,14 @@ def _row_spec(name: str, t: torch.Tensor | None) -> TensorSpec:
     if t is None:
         return TensorSpec.absent(name)
     require_tensor(name, t)
-    hidden = t.shape[-1] if t.dim() else 0
-    return TensorSpec(name, t.dtype, (DYNAMIC, hidden), tensor_spec_layout(name, t))
+    shape = t.shape
+    return TensorSpec(name, t.dtype, (DYNAMIC, shape[-1] if shape else 0),
+                      tensor_spec_layout(name, t))
 
 
 def _weight_spec(w: torch.Tensor) -> TensorSpec:
     require_tensor("w", w)
     return TensorSpec("w", w.dtype, tuple(w.shape), "contiguous" if w.is_contiguous() else "strided")
-
-
-def _device_facts(x: torch.Tensor, backend: str | None):
-    device = x.device
-    return device, select_backend(device, backend), device_capability(device)
 
 
 def _check_row_spec(spec: TensorSpec, hidden: int) -> None:
@@ -86,11 +82,10 @@ class RmsNormForward(Plan):
     @classmethod
     def contract_for(cls, x, w, *, eps: float = 1e-6, residual=None, y=None, rstd=None,
                      h_new=None, backend: str | None = None) -> Contract:
-        x = require_tensor("x", x)
-        device, backend, cap = _device_facts(x, backend)
+        device, backend, cap = device_facts(require_tensor("x", x).device, backend)
         specs = (_row_spec("x", x), _weight_spec(w), _row_spec("residual", residual))
         return Contract(cls.op, backend, device.type, cap, specs,
-                        {"eps": float(eps), "residual": residual is not None})
+                        (("eps", float(eps)), ("residual", residual is not None)))
 
     @property
     def output_names(self):
@@ -178,16 +173,15 @@ class RmsNormBackward(Plan):
     @classmethod
     def contract_for(cls, g, x, w, rstd, *, g_residual=None, dx=None, dw=None,
                      backend: str | None = None) -> Contract:
-        x = require_tensor("x", x)
-        device, backend, cap = _device_facts(x, backend)
+        device, backend, cap = device_facts(require_tensor("x", x).device, backend)
         dw_dtype = torch.float32 if dw is None else require_tensor("dw", dw).dtype
         specs = (_row_spec("g", g), _row_spec("x", x), _weight_spec(w),
                  _row_spec("g_residual", g_residual))
         # the dw partials are summed over a fixed number of programs: part of the plan
         programs = _n_programs(device) if backend == "triton" else 0
         return Contract(cls.op, backend, device.type, cap, specs,
-                        {"g_residual": g_residual is not None, "dw_dtype": dw_dtype,
-                         "programs": programs})
+                        (("g_residual", g_residual is not None), ("dw_dtype", dw_dtype),
+                         ("programs", programs)))
 
     def _check_support(self) -> None:
         c = self.contract

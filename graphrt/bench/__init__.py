@@ -1,0 +1,1 @@
+"""Benchmark harness: one module per op, shared timing (timing.py) and reporting (report.py)."""

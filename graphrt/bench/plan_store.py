@@ -1,0 +1,32 @@
+"""Host cost of a plan-store hit (CPU; no GPU needed)."""
+from __future__ import annotations
+
+import torch
+
+from ..ops.rmsnorm import RmsNormBackward
+from ..plan import PlanStore
+from . import report
+from .timing import host_time_us
+
+
+def run(progress=print) -> list[dict]:
+    store = PlanStore()
+    x = torch.randn(64, 4096, dtype=torch.bfloat16)
+    g, w, rstd = torch.randn_like(x), torch.randn(4096), torch.rand(64)
+    store.get(RmsNormBackward, g, x, w, rstd)
+    key = RmsNormBackward.contract_for(g, x, w, rstd)
+    rows = [
+        {"what": "store.get(plan_cls, *tensors): key from tensors + lookup",
+         "us": host_time_us(lambda: store.get(RmsNormBackward, g, x, w, rstd))},
+        {"what": "contract_for(*tensors): key only", "us": host_time_us(
+            lambda: RmsNormBackward.contract_for(g, x, w, rstd))},
+        {"what": "store.lookup(key): lookup only", "us": host_time_us(lambda: store.lookup(key))},
+    ]
+    return rows
+
+
+def main(progress=print) -> list[dict]:
+    rows = run(progress)
+    progress(report.format_table(rows, ["what", "us"]))
+    progress(f"saved {report.save('plan_store', rows)}")
+    return rows

@@ -1,0 +1,100 @@
+"""RMSNorm train forward/backward against eager PyTorch, torch.compile and Liger."""
+from __future__ import annotations
+
+import torch
+
+from ..ops.rmsnorm import RmsNormBackward, RmsNormForward
+from . import report
+from .timing import COPY_CEILING_TBPS, device_time_us, n_input_sets, rotating
+
+CASES = [(16384, 2048), (16384, 4096), (16384, 5120), (16384, 7168), (4096, 5120)]
+EPS = 1e-6
+BYTES_PER_ELEMENT = {"forward": 4, "backward": 6}
+
+
+def eager_forward(x, w):
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)
+    return (xf * rstd * w).to(x.dtype), rstd.squeeze(-1)
+
+
+def eager_backward(g, x, w, rstd):
+    xhat = x.float() * rstd.unsqueeze(-1)
+    wg = g.float() * w
+    dx = rstd.unsqueeze(-1) * (wg - xhat * (wg * xhat).mean(-1, keepdim=True))
+    return dx.to(x.dtype), (g.float() * xhat).sum(0)
+
+
+def _liger():
+    try:
+        from liger_kernel.ops.rms_norm import rms_norm_backward, rms_norm_forward
+    except Exception:
+        return None
+
+    def fwd(x, w):
+        return rms_norm_forward(x, w, EPS, 0.0, "llama", None)
+
+    def bwd(g, x, w, rstd, meta):
+        return rms_norm_backward(g, x, w, rstd, 0.0, meta[2], meta[0], meta[1], False, None)
+
+    return fwd, bwd
+
+
+def _graphrt(x, w, rstd):
+    fwd = RmsNormForward(x, w, eps=EPS).compile()
+    bwd = RmsNormBackward(x, x, w, rstd).compile()
+    ws = torch.empty(bwd.workspace_bytes(), dtype=torch.uint8, device=x.device)
+    y, dx, dw = torch.empty_like(x), torch.empty_like(x), torch.empty(w.shape, device=x.device)
+    rstd_out = torch.empty_like(rstd)
+    return (lambda x, w, g, rstd: fwd.execute(x, w, y=y, rstd=rstd_out),
+            lambda x, w, g, rstd: bwd.execute(g, x, w, rstd, dx=dx, dw=dw, workspace=ws))
+
+
+def run(cases=CASES, progress=print) -> list[dict]:
+    device = torch.device("cuda")
+    liger = _liger()
+    compiled_fwd = torch.compile(eager_forward)
+    compiled_bwd = torch.compile(eager_backward)
+    rows = []
+    for T, H in cases:
+        progress(f"rmsnorm T={T} H={H} ...")
+        n_sets = n_input_sets(T * H * 6, device)
+        sets = []
+        w = (1 + 0.1 * torch.randn(H, device=device))
+        for _ in range(n_sets):
+            x = torch.randn(T, H, dtype=torch.bfloat16, device=device)
+            g = torch.randn(T, H, dtype=torch.bfloat16, device=device)
+            sets.append((x, w, g, eager_forward(x, w)[1].contiguous()))
+        ours_fwd, ours_bwd = _graphrt(*sets[0][:2], sets[0][3])
+        impls = {
+            "graphrt": (ours_fwd, ours_bwd),
+            "eager": (lambda x, w, g, r: eager_forward(x, w), lambda x, w, g, r: eager_backward(g, x, w, r)),
+            "torch.compile": (lambda x, w, g, r: compiled_fwd(x, w),
+                              lambda x, w, g, r: compiled_bwd(g, x, w, r)),
+        }
+        if liger is not None:
+            metas = {id(s[0]): liger[0](s[0], s[1]) for s in sets}
+            impls["liger"] = (lambda x, w, g, r: liger[0](x, w),
+                              lambda x, w, g, r: liger[1](g, x, w, metas[id(x)][2],
+                                                          (metas[id(x)][3], metas[id(x)][4], metas[id(x)][5])))
+        for direction, idx in (("forward", 0), ("backward", 1)):
+            times = {name: device_time_us(rotating(fns[idx], sets)) for name, fns in impls.items()}
+            nbytes = T * H * BYTES_PER_ELEMENT[direction]
+            ours = times["graphrt"]
+            for name, t in times.items():
+                tbps = nbytes / (t * 1e-6) / 1e12
+                rows.append({"direction": direction, "T": T, "H": H, "impl": name, "us": t,
+                             "TB/s": tbps, "of_ceiling": tbps / COPY_CEILING_TBPS,
+                             "speedup_vs": t / ours})
+        del sets
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(progress=print) -> list[dict]:
+    rows = run(progress=progress)
+    progress(report.format_table(rows, ["direction", "T", "H", "impl", "us", "TB/s", "of_ceiling",
+                                        "speedup_vs"]))
+    progress("speedup_vs: that implementation's time over graphrt's (above 1: graphrt is faster)")
+    progress(f"saved {report.save('rmsnorm', rows)}")
+    return rows

@@ -1,0 +1,43 @@
+"""Timing helpers: device-event medians over rotating input sets larger than L2."""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Callable, Sequence
+
+import torch
+
+COPY_CEILING_TBPS = 4.25      # measured device-to-device copy on the H200 (shared/BASELINES.md)
+BF16_GEMM_CEILING_TFLOPS = 679.0
+
+
+def n_input_sets(bytes_per_set: int, device: torch.device, at_least: int = 2, at_most: int = 8) -> int:
+    """Enough input sets that cycling through them spans about three times the L2 cache."""
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 60 << 20)
+    need = -(-3 * l2 // max(1, bytes_per_set))
+    return max(at_least, min(at_most, need))
+
+
+def rotating(fn: Callable, input_sets: Sequence[tuple]) -> Callable[[], object]:
+    """A no-argument callable that runs ``fn`` on the next input set each call."""
+    cycle = itertools.cycle(input_sets)
+    return lambda: fn(*next(cycle))
+
+
+def device_time_us(fn: Callable[[], object], warmup_ms: float = 50, rep_ms: float = 200) -> float:
+    """Median device time of ``fn`` in microseconds (triton.testing.do_bench, L2 flushed)."""
+    import triton.testing
+    return 1000.0 * triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+
+
+def host_time_us(fn: Callable[[], object], iters: int = 20000, repeats: int = 5) -> float:
+    """Best-of-``repeats`` mean host time of ``fn`` in microseconds."""
+    for _ in range(min(iters, 1000)):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / iters)
+    return best * 1e6
