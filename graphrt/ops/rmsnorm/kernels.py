@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from ...reduction import sum_partials
+
 MAX_BLOCK_H = 8192
 CHUNK_H = 4096
 
@@ -153,16 +155,6 @@ def _rmsnorm_bwd_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows, rows_per_prog
                 tl.store(partial_row + col, acc + g * xhat, mask=col_mask)
 
 
-@triton.jit
-def _sum_partials_kernel(PARTIAL, OUT, n_parts, HIDDEN: tl.constexpr, BLOCK: tl.constexpr):
-    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < HIDDEN
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for p in range(n_parts):
-        acc += tl.load(PARTIAL + p * HIDDEN + cols, mask=mask, other=0.0)
-    tl.store(OUT + cols, acc.to(OUT.dtype.element_ty), mask=mask)
-
-
 def forward_config(hidden: int) -> RowConfig:
     return row_config(hidden, tile_elems=4096, max_rows=64)
 
@@ -194,10 +186,3 @@ def launch_backward(cfg: RowConfig, n_programs: int, g, x, w, rstd, g_residual, 
         *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h, NUM_CHUNKS=cfg.num_chunks,
         BLOCK_ROWS=cfg.block_rows, HAS_G_RESIDUAL=has_gres, num_warps=cfg.num_warps)
     sum_partials(partial, dw, n_programs)
-
-
-def sum_partials(partial, out, n_parts: int, block: int = 1024) -> None:
-    """out[c] = sum over p of partial[p, c], in order p = 0, 1, ...; partial is [n_parts, C]."""
-    cols = out.numel()
-    _sum_partials_kernel[(triton.cdiv(cols, block),)](partial, out, n_parts, HIDDEN=cols,
-                                                      BLOCK=block, num_warps=4)
