@@ -27,20 +27,20 @@ def main():
         y, dx = torch.empty_like(sets[0][0]), torch.empty_like(sets[0][0])
         dw = torch.empty(H, device=dev)
         res = []
-        for rows, warps in itertools.product((1, 2, 4), (4, 8, 16)):
-            cfg = RowConfig(bh, 1, rows, warps)
+        for rows, warps, per_sm in itertools.product((1, 2, 4), (4, 8, 16), (2, 4, 8)):
+            cfg = RowConfig(bh, 1, rows, warps, per_sm)
             t = device_time_us(rotating(lambda x, g: launch_forward(
-                cfg, x, None, w, y, rstd, None, T, (H, 0, H, 0), 1e-6), sets), 20, 100)
-            res.append((t, f"fwd rows={rows} warps={warps}"))
+                cfg, sms, x, None, w, y, rstd, None, T, (H, 0, H, 0), 1e-6), sets), 10, 50)
+            res.append((t, f"fwd rows={rows} warps={warps} per_sm={per_sm}"))
         best = sorted(res)[:3]
         print(f"T={T} H={H} forward: " + "; ".join(f"{n} {t:.1f}us {T*H*4/t/1e6:.2f}TB/s" for t, n in best))
         res = []
-        for rows, warps, per_sm in itertools.product((1, 2, 4), (4, 8, 16), (1, 2, 4)):
-            cfg = RowConfig(bh, 1, rows, warps)
+        for rows, warps, per_sm in itertools.product((1, 2), (4, 8, 16), (1, 2, 3, 4)):
+            cfg = RowConfig(bh, 1, rows, warps, per_sm)
             P = sms * per_sm
             part = torch.empty(P, H, device=dev)
             t = device_time_us(rotating(lambda x, g: launch_backward(
-                cfg, P, g, x, w, rstd, None, dx, dw, part, T, (H, H, 0, H)), sets), 20, 100)
+                cfg, P, g, x, w, rstd, None, dx, dw, part, T, (H, H, 0, H)), sets), 10, 50)
             res.append((t, f"bwd rows={rows} warps={warps} per_sm={per_sm}"))
         best = sorted(res)[:3]
         print(f"T={T} H={H} backward: " + "; ".join(f"{n} {t:.1f}us {T*H*6/t/1e6:.2f}TB/s" for t, n in best))

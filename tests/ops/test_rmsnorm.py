@@ -183,7 +183,7 @@ def test_one_plan_serves_every_row_count(seed):
 
 # -- Triton kernels under the interpreter ---------------------------------------------------------
 @needs_interpreter
-@pytest.mark.parametrize("shape", [(1, 8), (5, 24), (33, 64), (3, 9000)])
+@pytest.mark.parametrize("shape", [(1, 8), (5, 24), (33, 64), (1000, 64), (3, 9000)])
 @pytest.mark.parametrize("w_dtype", [torch.float32, BF16])
 def test_triton_kernels_interpreted(seed, shape, w_dtype):
     x, w, res = _inputs(shape, w_dtype=w_dtype, residual=True)

@@ -1,13 +1,15 @@
 """Triton kernels for RMSNorm train forward/backward.
 
 Rows are a run-time extent (never specialized), so one compile serves every row count. Rows of up
-to ``MAX_BLOCK_H`` elements live in registers; longer rows are walked in chunks. The backward runs
-a fixed grid of programs that each own a contiguous run of rows and one row of FP32 dw partials in
-the workspace; a second kernel sums the partials over programs in a fixed order (no atomics).
+to ``MAX_BLOCK_H`` elements live in registers, and a fixed grid of persistent programs walks
+contiguous runs of rows, loading the next tile of rows while it computes the current one. Longer
+rows are walked in chunks. In the backward, each program owns one row of FP32 dw partials in the
+workspace; a second kernel sums them over programs in a fixed order (no atomics).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import triton
 import triton.language as tl
@@ -20,27 +22,45 @@ CHUNK_H = 4096
 
 @dataclass(frozen=True)
 class RowConfig:
-    block_h: int
-    num_chunks: int
-    block_rows: int
+    block_h: int          # columns per tile (a power of two)
+    num_chunks: int       # tiles per row (1: the whole row is in registers)
+    block_rows: int       # rows per tile
     num_warps: int
+    programs_per_sm: int  # persistent programs per SM (single-chunk kernels)
 
 
-def row_config(hidden: int, tile_elems: int, max_rows: int) -> RowConfig:
-    """Tile shape for rows of ``hidden`` elements: whole rows in registers when they fit."""
-    if hidden <= MAX_BLOCK_H:
-        block_h = triton.next_power_of_2(hidden)
-        block_rows = max(1, min(max_rows, tile_elems // block_h))
-        num_chunks = 1
-    else:
-        block_h, block_rows, num_chunks = CHUNK_H, 1, triton.cdiv(hidden, CHUNK_H)
-    num_warps = max(1, min(16, block_h * block_rows // 512))
-    return RowConfig(block_h, num_chunks, block_rows, num_warps)
+def _row_config(hidden: int, block_rows: int, num_warps: int, programs_per_sm: int) -> RowConfig:
+    if hidden > MAX_BLOCK_H:
+        return RowConfig(CHUNK_H, triton.cdiv(hidden, CHUNK_H), 1, 8, 0)
+    return RowConfig(triton.next_power_of_2(hidden), 1, block_rows, num_warps, programs_per_sm)
 
 
+def forward_config(hidden: int) -> RowConfig:
+    block_h = triton.next_power_of_2(hidden)
+    rows = max(1, min(64, 2048 // block_h))
+    warps = 4 if block_h * rows <= 4096 else 8
+    return _row_config(hidden, rows, warps, 4)
+
+
+def backward_config(hidden: int) -> RowConfig:
+    block_h = triton.next_power_of_2(hidden)
+    rows = max(1, min(16, 2048 // block_h))
+    warps = 4 if block_h * rows <= 2048 else 8
+    return _row_config(hidden, rows, warps, 2)
+
+
+@lru_cache(maxsize=None)
+def backward_programs(hidden: int, sm_count: int) -> int:
+    """Programs of the backward grid, each owning one row of dw partials: a plan-time fact,
+    since the order of the dw reduction depends on it."""
+    cfg = backward_config(hidden)
+    return sm_count * (cfg.programs_per_sm if cfg.num_chunks == 1 else 2)
+
+
+# -- forward -----------------------------------------------------------------------------------
 @triton.jit
-def _load_row_chunk(X, RES, H_NEW, rows2, col, mask, stride_x, stride_res, stride_h,
-                    HAS_RESIDUAL: tl.constexpr, STORE_H: tl.constexpr):
+def _load_h(X, RES, H_NEW, rows2, col, mask, stride_x, stride_res, stride_h,
+            HAS_RESIDUAL: tl.constexpr, STORE_H: tl.constexpr):
     """x (or x + residual rounded to storage precision) as FP32; stores h_new when asked."""
     x = tl.load(X + rows2 * stride_x + col, mask=mask, other=0.0).to(tl.float32)
     if HAS_RESIDUAL:
@@ -52,127 +72,177 @@ def _load_row_chunk(X, RES, H_NEW, rows2, col, mask, stride_x, stride_res, strid
     return x
 
 
-@triton.jit(do_not_specialize=["n_rows", "stride_x", "stride_res", "stride_y", "stride_h"])
-def _rmsnorm_fwd_kernel(X, RES, W, Y, RSTD, H_NEW, n_rows,
-                        stride_x, stride_res, stride_y, stride_h, eps,
-                        HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr, NUM_CHUNKS: tl.constexpr,
-                        BLOCK_ROWS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_mask = rows < n_rows
-    rows2 = rows[:, None]
+@triton.jit(do_not_specialize=["n_rows", "rows_per_program", "stride_x", "stride_res",
+                               "stride_y", "stride_h"])
+def _rmsnorm_fwd_rows_kernel(X, RES, W, Y, RSTD, H_NEW, n_rows, rows_per_program,
+                             stride_x, stride_res, stride_y, stride_h, eps,
+                             HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
+                             BLOCK_ROWS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    row_begin = tl.program_id(0).to(tl.int64) * rows_per_program
+    row_end = tl.minimum(row_begin + rows_per_program, n_rows)
     cols = tl.arange(0, BLOCK_H)[None, :]
-    if NUM_CHUNKS == 1:
-        col_mask = cols < HIDDEN
+    col_mask = cols < HIDDEN
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    rows = row_begin + tl.arange(0, BLOCK_ROWS)
+    mask = (rows < row_end)[:, None] & col_mask
+    x_next = tl.load(X + rows[:, None] * stride_x + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r_next = tl.load(RES + rows[:, None] * stride_res + cols, mask=mask, other=0.0)
+    for r0 in range(row_begin, row_end, BLOCK_ROWS):
+        rows = r0 + tl.arange(0, BLOCK_ROWS)
+        row_mask = rows < row_end
+        rows2 = rows[:, None]
         mask = row_mask[:, None] & col_mask
-        x = _load_row_chunk(X, RES, H_NEW, rows2, cols, mask, stride_x, stride_res, stride_h,
-                            HAS_RESIDUAL, True)
+        x = x_next.to(tl.float32)
+        if HAS_RESIDUAL:
+            h = (x + r_next.to(tl.float32)).to(H_NEW.dtype.element_ty)
+            x = h.to(tl.float32)
+        # issue the next tile's loads before this tile's arithmetic and stores
+        nxt = rows2 + BLOCK_ROWS
+        nmask = (nxt < row_end) & col_mask
+        x_next = tl.load(X + nxt * stride_x + cols, mask=nmask, other=0.0)
+        if HAS_RESIDUAL:
+            r_next = tl.load(RES + nxt * stride_res + cols, mask=nmask, other=0.0)
+            tl.store(H_NEW + rows2 * stride_h + cols, h, mask=mask)
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / HIDDEN + eps)
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
         tl.store(Y + rows2 * stride_y + cols, (x * rstd[:, None] * w).to(Y.dtype.element_ty),
                  mask=mask)
-    else:
-        sum_sq = tl.zeros([BLOCK_ROWS], dtype=tl.float32)
-        for c in range(NUM_CHUNKS):
-            col = cols + c * BLOCK_H
-            mask = row_mask[:, None] & (col < HIDDEN)
-            x = _load_row_chunk(X, RES, H_NEW, rows2, col, mask, stride_x, stride_res, stride_h,
-                                HAS_RESIDUAL, True)
-            sum_sq += tl.sum(x * x, axis=1)
-        rstd = 1.0 / tl.sqrt(sum_sq / HIDDEN + eps)
-        for c in range(NUM_CHUNKS):
-            col = cols + c * BLOCK_H
-            col_mask = col < HIDDEN
-            mask = row_mask[:, None] & col_mask
-            x = _load_row_chunk(X, RES, H_NEW, rows2, col, mask, stride_x, stride_res, stride_h,
-                                HAS_RESIDUAL, False)
-            w = tl.load(W + col, mask=col_mask, other=0.0).to(tl.float32)
-            tl.store(Y + rows2 * stride_y + col, (x * rstd[:, None] * w).to(Y.dtype.element_ty),
-                     mask=mask)
-    tl.store(RSTD + rows, rstd, mask=row_mask)
+        tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit(do_not_specialize=["stride_x", "stride_res", "stride_y", "stride_h"])
+def _rmsnorm_fwd_chunked_kernel(X, RES, W, Y, RSTD, H_NEW,
+                                stride_x, stride_res, stride_y, stride_h, eps,
+                                HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
+                                NUM_CHUNKS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_H)
+    sum_sq = tl.zeros([BLOCK_H], dtype=tl.float32)
+    for c in range(NUM_CHUNKS):
+        col = cols + c * BLOCK_H
+        x = _load_h(X, RES, H_NEW, row, col, col < HIDDEN, stride_x, stride_res, stride_h,
+                    HAS_RESIDUAL, True)
+        sum_sq += x * x
+    rstd = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / HIDDEN + eps)
+    for c in range(NUM_CHUNKS):
+        col = cols + c * BLOCK_H
+        col_mask = col < HIDDEN
+        x = _load_h(X, RES, H_NEW, row, col, col_mask, stride_x, stride_res, stride_h,
+                    HAS_RESIDUAL, False)
+        w = tl.load(W + col, mask=col_mask, other=0.0).to(tl.float32)
+        tl.store(Y + row * stride_y + col, (x * rstd * w).to(Y.dtype.element_ty), mask=col_mask)
+    tl.store(RSTD + row, rstd)
+
+
+# -- backward ----------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["n_rows", "rows_per_program", "stride_g", "stride_x",
+                               "stride_gres", "stride_dx"])
+def _rmsnorm_bwd_rows_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows, rows_per_program,
+                             stride_g, stride_x, stride_gres, stride_dx,
+                             HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
+                             BLOCK_ROWS: tl.constexpr, HAS_G_RESIDUAL: tl.constexpr):
+    pid = tl.program_id(0)
+    row_begin = pid.to(tl.int64) * rows_per_program
+    row_end = tl.minimum(row_begin + rows_per_program, n_rows)
+    cols = tl.arange(0, BLOCK_H)[None, :]
+    col_mask = cols < HIDDEN
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    rows = row_begin + tl.arange(0, BLOCK_ROWS)
+    mask = (rows < row_end)[:, None] & col_mask
+    g_next = tl.load(G + rows[:, None] * stride_g + cols, mask=mask, other=0.0)
+    x_next = tl.load(X + rows[:, None] * stride_x + cols, mask=mask, other=0.0)
+    rstd_next = tl.load(RSTD + rows, mask=rows < row_end, other=0.0)
+    dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_H], dtype=tl.float32)
+    for r0 in range(row_begin, row_end, BLOCK_ROWS):
+        rows = r0 + tl.arange(0, BLOCK_ROWS)
+        row_mask = rows < row_end
+        rows2 = rows[:, None]
+        mask = row_mask[:, None] & col_mask
+        g = g_next.to(tl.float32)
+        x = x_next.to(tl.float32)
+        rstd = rstd_next
+        # issue the next tile's loads before this tile's arithmetic and stores
+        nxt = rows + BLOCK_ROWS
+        nmask = (nxt < row_end)[:, None] & col_mask
+        g_next = tl.load(G + nxt[:, None] * stride_g + cols, mask=nmask, other=0.0)
+        x_next = tl.load(X + nxt[:, None] * stride_x + cols, mask=nmask, other=0.0)
+        rstd_next = tl.load(RSTD + nxt, mask=nxt < row_end, other=0.0)
+        xhat = x * rstd[:, None]
+        wg = g * w
+        mean_wgx = tl.sum(wg * xhat, axis=1) / HIDDEN
+        dx = rstd[:, None] * (wg - xhat * mean_wgx[:, None])
+        if HAS_G_RESIDUAL:
+            dx += tl.load(G_RES + rows2 * stride_gres + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(DX + rows2 * stride_dx + cols, dx.to(DX.dtype.element_ty), mask=mask)
+        dw_acc += g * xhat
+    partial_row = PARTIAL + pid.to(tl.int64) * HIDDEN
+    tl.store(partial_row + tl.arange(0, BLOCK_H), tl.sum(dw_acc, axis=0),
+             mask=tl.arange(0, BLOCK_H) < HIDDEN)
 
 
 @triton.jit(do_not_specialize=["n_rows", "rows_per_program", "stride_g", "stride_x",
                                "stride_gres", "stride_dx"])
-def _rmsnorm_bwd_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows, rows_per_program,
-                        stride_g, stride_x, stride_gres, stride_dx,
-                        HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr, NUM_CHUNKS: tl.constexpr,
-                        BLOCK_ROWS: tl.constexpr, HAS_G_RESIDUAL: tl.constexpr):
+def _rmsnorm_bwd_chunked_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows, rows_per_program,
+                                stride_g, stride_x, stride_gres, stride_dx,
+                                HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
+                                NUM_CHUNKS: tl.constexpr, HAS_G_RESIDUAL: tl.constexpr):
     pid = tl.program_id(0)
     row_begin = pid.to(tl.int64) * rows_per_program
     row_end = tl.minimum(row_begin + rows_per_program, n_rows)
     cols = tl.arange(0, BLOCK_H)
     partial_row = PARTIAL + pid.to(tl.int64) * HIDDEN
-    if NUM_CHUNKS == 1:
-        col_mask = cols < HIDDEN
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-        dw_acc = tl.zeros([BLOCK_H], dtype=tl.float32)
-        for r0 in range(row_begin, row_end, BLOCK_ROWS):
-            rows = r0 + tl.arange(0, BLOCK_ROWS)
-            row_mask = rows < row_end
-            rows2 = rows[:, None]
-            mask = row_mask[:, None] & col_mask[None, :]
-            g = tl.load(G + rows2 * stride_g + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            x = tl.load(X + rows2 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
-            xhat = x * rstd[:, None]
-            wg = g * w[None, :]
-            mean_wgx = tl.sum(wg * xhat, axis=1) / HIDDEN
-            dx = rstd[:, None] * (wg - xhat * mean_wgx[:, None])
-            if HAS_G_RESIDUAL:
-                dx += tl.load(G_RES + rows2 * stride_gres + cols[None, :], mask=mask,
-                              other=0.0).to(tl.float32)
-            tl.store(DX + rows2 * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-            dw_acc += tl.sum(g * xhat, axis=0)
-        tl.store(partial_row + cols, dw_acc, mask=col_mask)
-    else:
+    for c in range(NUM_CHUNKS):
+        col = cols + c * BLOCK_H
+        tl.store(partial_row + col, tl.zeros([BLOCK_H], dtype=tl.float32), mask=col < HIDDEN)
+    for row in range(row_begin, row_end):
+        rstd = tl.load(RSTD + row)
+        dot = tl.zeros([BLOCK_H], dtype=tl.float32)
         for c in range(NUM_CHUNKS):
             col = cols + c * BLOCK_H
-            tl.store(partial_row + col, tl.zeros([BLOCK_H], dtype=tl.float32), mask=col < HIDDEN)
-        for row in range(row_begin, row_end):
-            rstd = tl.load(RSTD + row)
-            dot = tl.zeros([BLOCK_H], dtype=tl.float32)
-            for c in range(NUM_CHUNKS):
-                col = cols + c * BLOCK_H
-                col_mask = col < HIDDEN
-                g = tl.load(G + row * stride_g + col, mask=col_mask, other=0.0).to(tl.float32)
-                x = tl.load(X + row * stride_x + col, mask=col_mask, other=0.0).to(tl.float32)
-                w = tl.load(W + col, mask=col_mask, other=0.0).to(tl.float32)
-                dot += g * w * x
-            mean_wgx = tl.sum(dot, axis=0) * rstd / HIDDEN
-            for c in range(NUM_CHUNKS):
-                col = cols + c * BLOCK_H
-                col_mask = col < HIDDEN
-                g = tl.load(G + row * stride_g + col, mask=col_mask, other=0.0).to(tl.float32)
-                x = tl.load(X + row * stride_x + col, mask=col_mask, other=0.0).to(tl.float32)
-                w = tl.load(W + col, mask=col_mask, other=0.0).to(tl.float32)
-                xhat = x * rstd
-                dx = rstd * (g * w - xhat * mean_wgx)
-                if HAS_G_RESIDUAL:
-                    dx += tl.load(G_RES + row * stride_gres + col, mask=col_mask,
-                                  other=0.0).to(tl.float32)
-                tl.store(DX + row * stride_dx + col, dx.to(DX.dtype.element_ty), mask=col_mask)
-                acc = tl.load(partial_row + col, mask=col_mask, other=0.0)
-                tl.store(partial_row + col, acc + g * xhat, mask=col_mask)
+            col_mask = col < HIDDEN
+            g = tl.load(G + row * stride_g + col, mask=col_mask, other=0.0).to(tl.float32)
+            x = tl.load(X + row * stride_x + col, mask=col_mask, other=0.0).to(tl.float32)
+            w = tl.load(W + col, mask=col_mask, other=0.0).to(tl.float32)
+            dot += g * w * x
+        mean_wgx = tl.sum(dot, axis=0) * rstd / HIDDEN
+        for c in range(NUM_CHUNKS):
+            col = cols + c * BLOCK_H
+            col_mask = col < HIDDEN
+            g = tl.load(G + row * stride_g + col, mask=col_mask, other=0.0).to(tl.float32)
+            x = tl.load(X + row * stride_x + col, mask=col_mask, other=0.0).to(tl.float32)
+            w = tl.load(W + col, mask=col_mask, other=0.0).to(tl.float32)
+            xhat = x * rstd
+            dx = rstd * (g * w - xhat * mean_wgx)
+            if HAS_G_RESIDUAL:
+                dx += tl.load(G_RES + row * stride_gres + col, mask=col_mask,
+                              other=0.0).to(tl.float32)
+            tl.store(DX + row * stride_dx + col, dx.to(DX.dtype.element_ty), mask=col_mask)
+            # each thread re-reads only the partials it wrote itself (same layout every pass)
+            acc = tl.load(partial_row + col, mask=col_mask, other=0.0)
+            tl.store(partial_row + col, acc + g * xhat, mask=col_mask)
 
 
-def forward_config(hidden: int) -> RowConfig:
-    return row_config(hidden, tile_elems=4096, max_rows=64)
-
-
-def backward_config(hidden: int) -> RowConfig:
-    return row_config(hidden, tile_elems=4096, max_rows=16)
-
-
-def launch_forward(cfg: RowConfig, x, residual, w, y, rstd, h_new, n_rows, strides, eps):
+# -- launchers ---------------------------------------------------------------------------------
+def launch_forward(cfg: RowConfig, sm_count: int, x, residual, w, y, rstd, h_new, n_rows,
+                   strides, eps):
     """strides: row strides (elements) of x, residual, y, h_new."""
     if n_rows == 0:
         return
-    grid = (triton.cdiv(n_rows, cfg.block_rows),)
     has_res = residual is not None
-    _rmsnorm_fwd_kernel[grid](
-        x, residual if has_res else x, w, y, rstd, h_new if has_res else y, n_rows, *strides, eps,
-        HIDDEN=w.shape[0], BLOCK_H=cfg.block_h, NUM_CHUNKS=cfg.num_chunks,
-        BLOCK_ROWS=cfg.block_rows, HAS_RESIDUAL=has_res, num_warps=cfg.num_warps)
+    res, hn = (residual, h_new) if has_res else (x, y)
+    if cfg.num_chunks > 1:
+        _rmsnorm_fwd_chunked_kernel[(n_rows,)](
+            x, res, w, y, rstd, hn, *strides, eps, HIDDEN=w.shape[0], BLOCK_H=cfg.block_h,
+            NUM_CHUNKS=cfg.num_chunks, HAS_RESIDUAL=has_res, num_warps=cfg.num_warps)
+        return
+    tiles = triton.cdiv(n_rows, cfg.block_rows)
+    programs = min(tiles, sm_count * cfg.programs_per_sm)
+    rows_per_program = triton.cdiv(tiles, programs) * cfg.block_rows
+    programs = triton.cdiv(n_rows, rows_per_program)
+    _rmsnorm_fwd_rows_kernel[(programs,)](
+        x, res, w, y, rstd, hn, n_rows, rows_per_program, *strides, eps, HIDDEN=w.shape[0],
+        BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows, HAS_RESIDUAL=has_res,
+        num_warps=cfg.num_warps)
 
 
 def launch_backward(cfg: RowConfig, n_programs: int, g, x, w, rstd, g_residual, dx, dw, partial,
@@ -181,8 +251,14 @@ def launch_backward(cfg: RowConfig, n_programs: int, g, x, w, rstd, g_residual, 
     hidden = w.shape[0]
     has_gres = g_residual is not None
     rows_per_program = triton.cdiv(n_rows, n_programs)
-    _rmsnorm_bwd_kernel[(n_programs,)](
-        g, x, w, rstd, g_residual if has_gres else g, dx, partial, n_rows, rows_per_program,
-        *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h, NUM_CHUNKS=cfg.num_chunks,
-        BLOCK_ROWS=cfg.block_rows, HAS_G_RESIDUAL=has_gres, num_warps=cfg.num_warps)
+    args = (g, x, w, rstd, g_residual if has_gres else g, dx, partial, n_rows, rows_per_program,
+            *strides)
+    if cfg.num_chunks > 1:
+        _rmsnorm_bwd_chunked_kernel[(n_programs,)](
+            *args, HIDDEN=hidden, BLOCK_H=cfg.block_h, NUM_CHUNKS=cfg.num_chunks,
+            HAS_G_RESIDUAL=has_gres, num_warps=cfg.num_warps)
+    else:
+        _rmsnorm_bwd_rows_kernel[(n_programs,)](
+            *args, HIDDEN=hidden, BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows,
+            HAS_G_RESIDUAL=has_gres, num_warps=cfg.num_warps)
     sum_partials(partial, dw, n_programs)

@@ -17,7 +17,6 @@ from .reference import rmsnorm_backward_reference, rmsnorm_forward_reference
 ACT_DTYPES = (torch.bfloat16,)
 WEIGHT_DTYPES = (torch.bfloat16, torch.float32)
 MIN_HIDDEN, MAX_HIDDEN = 8, 32768
-PROGRAMS_PER_SM = 2
 
 
 def _row_spec(name: str, t: torch.Tensor | None) -> TensorSpec:
@@ -60,9 +59,8 @@ def _check_hidden_and_weight(contract: Contract) -> int:
     return hidden
 
 
-def _n_programs(device: torch.device) -> int:
-    """Programs of the backward grid, each owning one row of dw partials."""
-    return sm_count(device) * PROGRAMS_PER_SM if device.type == "cuda" else 4
+def _sm_count(device: torch.device) -> int:
+    return sm_count(device) if device.type == "cuda" else 2  # CPU: the Triton interpreter
 
 
 class RmsNormForward(Plan):
@@ -147,7 +145,7 @@ class RmsNormForward(Plan):
             return
         from .kernels import launch_forward
         with on_stream(stream):
-            launch_forward(self.config, x, residual, w, y, rstd, h_new, rows,
+            launch_forward(self.config, _sm_count(device), x, residual, w, y, rstd, h_new, rows,
                            (sx, sr, sy, sh), c.flag("eps"))
 
 
@@ -178,7 +176,10 @@ class RmsNormBackward(Plan):
         specs = (_row_spec("g", g), _row_spec("x", x), _weight_spec(w),
                  _row_spec("g_residual", g_residual))
         # the dw partials are summed over a fixed number of programs: part of the plan
-        programs = _n_programs(device) if backend == "triton" else 0
+        programs = 0
+        if backend == "triton" and hasattr(x, "shape") and x.dim():
+            from .kernels import backward_programs
+            programs = backward_programs(x.shape[-1], _sm_count(device))
         return Contract(cls.op, backend, device.type, cap, specs,
                         (("g_residual", g_residual is not None), ("dw_dtype", dw_dtype),
                          ("programs", programs)))
