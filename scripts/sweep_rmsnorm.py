@@ -27,7 +27,7 @@ def main():
         y, dx = torch.empty_like(sets[0][0]), torch.empty_like(sets[0][0])
         dw = torch.empty(H, device=dev)
         res = []
-        for rows, warps, per_sm in itertools.product((1, 2, 4), (4, 8, 16), (2, 4, 8)):
+        for rows, warps, per_sm in itertools.product((1, 2, 4), (4, 8, 16), (4, 8, 1000)):
             cfg = RowConfig(bh, 1, rows, warps, per_sm)
             t = device_time_us(rotating(lambda x, g: launch_forward(
                 cfg, sms, x, None, w, y, rstd, None, T, (H, 0, H, 0), 1e-6), sets), 10, 50)

@@ -267,7 +267,8 @@ def _triton_cache_size():
     from graphrt import reduction
     from graphrt.ops.rmsnorm import kernels
     total = 0
-    for k in (kernels._rmsnorm_fwd_kernel, kernels._rmsnorm_bwd_kernel, reduction._sum_partials_kernel):
+    for k in (kernels._rmsnorm_fwd_rows_kernel, kernels._rmsnorm_bwd_rows_kernel,
+              reduction._sum_partials_kernel):
         for cache in k.device_caches.values():
             total += len(cache[0])
     return total

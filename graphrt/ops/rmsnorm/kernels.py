@@ -1,8 +1,8 @@
 """Triton kernels for RMSNorm train forward/backward.
 
 Rows are a run-time extent (never specialized), so one compile serves every row count. Rows of up
-to ``MAX_BLOCK_H`` elements live in registers, and a fixed grid of persistent programs walks
-contiguous runs of rows, loading the next tile of rows while it computes the current one. Longer
+to ``MAX_BLOCK_H`` elements live in registers, and a grid of persistent programs walks tiles of
+rows interleaved over the programs, loading the next tile while it computes the current one. Longer
 rows are walked in chunks. In the backward, each program owns one row of FP32 dw partials in the
 workspace; a second kernel sums them over programs in a fixed order (no atomics).
 """
@@ -72,25 +72,25 @@ def _load_h(X, RES, H_NEW, rows2, col, mask, stride_x, stride_res, stride_h,
     return x
 
 
-@triton.jit(do_not_specialize=["n_rows", "rows_per_program", "stride_x", "stride_res",
-                               "stride_y", "stride_h"])
-def _rmsnorm_fwd_rows_kernel(X, RES, W, Y, RSTD, H_NEW, n_rows, rows_per_program,
+@triton.jit(do_not_specialize=["n_rows", "stride_x", "stride_res", "stride_y", "stride_h"])
+def _rmsnorm_fwd_rows_kernel(X, RES, W, Y, RSTD, H_NEW, n_rows,
                              stride_x, stride_res, stride_y, stride_h, eps,
                              HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
                              BLOCK_ROWS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
-    row_begin = tl.program_id(0).to(tl.int64) * rows_per_program
-    row_end = tl.minimum(row_begin + rows_per_program, n_rows)
+    # tiles are interleaved over programs, so the rows in flight at once are neighbours in memory
+    step = tl.num_programs(0).to(tl.int64) * BLOCK_ROWS
+    first = tl.program_id(0).to(tl.int64) * BLOCK_ROWS
     cols = tl.arange(0, BLOCK_H)[None, :]
     col_mask = cols < HIDDEN
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    rows = row_begin + tl.arange(0, BLOCK_ROWS)
-    mask = (rows < row_end)[:, None] & col_mask
+    rows = first + tl.arange(0, BLOCK_ROWS)
+    mask = (rows < n_rows)[:, None] & col_mask
     x_next = tl.load(X + rows[:, None] * stride_x + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r_next = tl.load(RES + rows[:, None] * stride_res + cols, mask=mask, other=0.0)
-    for r0 in range(row_begin, row_end, BLOCK_ROWS):
+    for r0 in range(first, n_rows, step):
         rows = r0 + tl.arange(0, BLOCK_ROWS)
-        row_mask = rows < row_end
+        row_mask = rows < n_rows
         rows2 = rows[:, None]
         mask = row_mask[:, None] & col_mask
         x = x_next.to(tl.float32)
@@ -98,8 +98,8 @@ def _rmsnorm_fwd_rows_kernel(X, RES, W, Y, RSTD, H_NEW, n_rows, rows_per_program
             h = (x + r_next.to(tl.float32)).to(H_NEW.dtype.element_ty)
             x = h.to(tl.float32)
         # issue the next tile's loads before this tile's arithmetic and stores
-        nxt = rows2 + BLOCK_ROWS
-        nmask = (nxt < row_end) & col_mask
+        nxt = rows2 + step
+        nmask = (nxt < n_rows) & col_mask
         x_next = tl.load(X + nxt * stride_x + cols, mask=nmask, other=0.0)
         if HAS_RESIDUAL:
             r_next = tl.load(RES + nxt * stride_res + cols, mask=nmask, other=0.0)
@@ -135,38 +135,38 @@ def _rmsnorm_fwd_chunked_kernel(X, RES, W, Y, RSTD, H_NEW,
 
 
 # -- backward ----------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=["n_rows", "rows_per_program", "stride_g", "stride_x",
-                               "stride_gres", "stride_dx"])
-def _rmsnorm_bwd_rows_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows, rows_per_program,
+@triton.jit(do_not_specialize=["n_rows", "stride_g", "stride_x", "stride_gres", "stride_dx"])
+def _rmsnorm_bwd_rows_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows,
                              stride_g, stride_x, stride_gres, stride_dx,
                              HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
                              BLOCK_ROWS: tl.constexpr, HAS_G_RESIDUAL: tl.constexpr):
+    # tiles are interleaved over programs; each program sums its own tiles' dw in tile order
     pid = tl.program_id(0)
-    row_begin = pid.to(tl.int64) * rows_per_program
-    row_end = tl.minimum(row_begin + rows_per_program, n_rows)
+    step = tl.num_programs(0).to(tl.int64) * BLOCK_ROWS
+    first = pid.to(tl.int64) * BLOCK_ROWS
     cols = tl.arange(0, BLOCK_H)[None, :]
     col_mask = cols < HIDDEN
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    rows = row_begin + tl.arange(0, BLOCK_ROWS)
-    mask = (rows < row_end)[:, None] & col_mask
+    rows = first + tl.arange(0, BLOCK_ROWS)
+    mask = (rows < n_rows)[:, None] & col_mask
     g_next = tl.load(G + rows[:, None] * stride_g + cols, mask=mask, other=0.0)
     x_next = tl.load(X + rows[:, None] * stride_x + cols, mask=mask, other=0.0)
-    rstd_next = tl.load(RSTD + rows, mask=rows < row_end, other=0.0)
+    rstd_next = tl.load(RSTD + rows, mask=rows < n_rows, other=0.0)
     dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_H], dtype=tl.float32)
-    for r0 in range(row_begin, row_end, BLOCK_ROWS):
+    for r0 in range(first, n_rows, step):
         rows = r0 + tl.arange(0, BLOCK_ROWS)
-        row_mask = rows < row_end
+        row_mask = rows < n_rows
         rows2 = rows[:, None]
         mask = row_mask[:, None] & col_mask
         g = g_next.to(tl.float32)
         x = x_next.to(tl.float32)
         rstd = rstd_next
         # issue the next tile's loads before this tile's arithmetic and stores
-        nxt = rows + BLOCK_ROWS
-        nmask = (nxt < row_end)[:, None] & col_mask
+        nxt = rows + step
+        nmask = (nxt < n_rows)[:, None] & col_mask
         g_next = tl.load(G + nxt[:, None] * stride_g + cols, mask=nmask, other=0.0)
         x_next = tl.load(X + nxt[:, None] * stride_x + cols, mask=nmask, other=0.0)
-        rstd_next = tl.load(RSTD + nxt, mask=nxt < row_end, other=0.0)
+        rstd_next = tl.load(RSTD + nxt, mask=nxt < n_rows, other=0.0)
         xhat = x * rstd[:, None]
         wg = g * w
         mean_wgx = tl.sum(wg * xhat, axis=1) / HIDDEN
@@ -235,12 +235,9 @@ def launch_forward(cfg: RowConfig, sm_count: int, x, residual, w, y, rstd, h_new
             x, res, w, y, rstd, hn, *strides, eps, HIDDEN=w.shape[0], BLOCK_H=cfg.block_h,
             NUM_CHUNKS=cfg.num_chunks, HAS_RESIDUAL=has_res, num_warps=cfg.num_warps)
         return
-    tiles = triton.cdiv(n_rows, cfg.block_rows)
-    programs = min(tiles, sm_count * cfg.programs_per_sm)
-    rows_per_program = triton.cdiv(tiles, programs) * cfg.block_rows
-    programs = triton.cdiv(n_rows, rows_per_program)
+    programs = min(triton.cdiv(n_rows, cfg.block_rows), sm_count * cfg.programs_per_sm)
     _rmsnorm_fwd_rows_kernel[(programs,)](
-        x, res, w, y, rstd, hn, n_rows, rows_per_program, *strides, eps, HIDDEN=w.shape[0],
+        x, res, w, y, rstd, hn, n_rows, *strides, eps, HIDDEN=w.shape[0],
         BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows, HAS_RESIDUAL=has_res,
         num_warps=cfg.num_warps)
 
@@ -250,15 +247,13 @@ def launch_backward(cfg: RowConfig, n_programs: int, g, x, w, rstd, g_residual, 
     """strides: row strides (elements) of g, x, g_residual, dx. partial: FP32 [n_programs, H]."""
     hidden = w.shape[0]
     has_gres = g_residual is not None
-    rows_per_program = triton.cdiv(n_rows, n_programs)
-    args = (g, x, w, rstd, g_residual if has_gres else g, dx, partial, n_rows, rows_per_program,
-            *strides)
+    args = (g, x, w, rstd, g_residual if has_gres else g, dx, partial, n_rows)
     if cfg.num_chunks > 1:
         _rmsnorm_bwd_chunked_kernel[(n_programs,)](
-            *args, HIDDEN=hidden, BLOCK_H=cfg.block_h, NUM_CHUNKS=cfg.num_chunks,
+            *args, triton.cdiv(n_rows, n_programs), *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h, NUM_CHUNKS=cfg.num_chunks,
             HAS_G_RESIDUAL=has_gres, num_warps=cfg.num_warps)
     else:
         _rmsnorm_bwd_rows_kernel[(n_programs,)](
-            *args, HIDDEN=hidden, BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows,
+            *args, *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows,
             HAS_G_RESIDUAL=has_gres, num_warps=cfg.num_warps)
     sum_partials(partial, dw, n_programs)
