@@ -25,9 +25,38 @@ def rotating(fn: Callable, input_sets: Sequence[tuple]) -> Callable[[], object]:
 
 
 def device_time_us(fn: Callable[[], object], warmup_ms: float = 50, rep_ms: float = 200) -> float:
-    """Median device time of ``fn`` in microseconds (triton.testing.do_bench, L2 flushed)."""
+    """Median device time of ``fn`` in microseconds (triton.testing.do_bench, L2 flushed).
+
+    do_bench zeroes a 256 MB buffer before every call, so the timed call also writes back the
+    dirty lines that the flush leaves in L2 (up to the L2 size); short calls pay most for it."""
     import triton.testing
     return 1000.0 * triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+
+
+def stream_time_us(fn: Callable[[], object], calls: int = 20, repeats: int = 7,
+                   lead_ms: float = 5.0) -> float:
+    """Median over ``repeats`` batches of the mean device time of ``calls`` back-to-back calls.
+
+    Each batch starts behind a GPU sleep long enough for the host to enqueue every call, so host
+    overhead stays out of the figure; with ``fn`` rotating over input sets larger than L2 each call
+    reads cold inputs, as in a training step."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    sleep_cycles = int(lead_ms * 1e-3 * 2.0e9)  # about lead_ms at the H200's 1.98 GHz
+    times = []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(sleep_cycles)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / calls)
+    times.sort()
+    return times[len(times) // 2]
 
 
 def host_time_us(fn: Callable[[], object], iters: int = 20000, repeats: int = 5) -> float:

@@ -35,18 +35,20 @@ def _row_config(hidden: int, block_rows: int, num_warps: int, programs_per_sm: i
     return RowConfig(triton.next_power_of_2(hidden), 1, block_rows, num_warps, programs_per_sm)
 
 
+# Tile choices from sweeps on an H200 (scripts/sweep_rmsnorm.py; NOTES.md has the figures).
 def forward_config(hidden: int) -> RowConfig:
     block_h = triton.next_power_of_2(hidden)
     rows = max(1, min(64, 2048 // block_h))
-    warps = 4 if block_h * rows <= 4096 else 8
-    return _row_config(hidden, rows, warps, 4)
+    if block_h * rows <= 4096:
+        return _row_config(hidden, rows, 4, 8)
+    return _row_config(hidden, rows, 8, 4)
 
 
 def backward_config(hidden: int) -> RowConfig:
     block_h = triton.next_power_of_2(hidden)
-    rows = max(1, min(16, 2048 // block_h))
-    warps = 4 if block_h * rows <= 2048 else 8
-    return _row_config(hidden, rows, warps, 2)
+    if block_h <= 2048:
+        return _row_config(hidden, max(1, min(16, 4096 // block_h)), 8, 2)
+    return _row_config(hidden, max(1, 8192 // block_h), 16, 1)
 
 
 @lru_cache(maxsize=None)
