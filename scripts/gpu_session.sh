@@ -2,7 +2,7 @@
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|sanitize|sweep|bench|demo ...]
 set -u
-python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl
+python3 -m pip install -q --no-index --no-deps --upgrade --target .site .whl/*.whl
 export PYTHONPATH=$PWD:$PWD/.site PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/smi.txt" 2>&1
 steps=${*:-tests sanitize bench demo}
@@ -15,7 +15,7 @@ for step in $steps; do
         compute-sanitizer --tool $tool python3 scripts/sanitize_rmsnorm.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' "$OUT/$tool.log" | tr '\n' ' ')"
       done ;;
-    sweep) python3 scripts/sweep_rmsnorm.py 2>&1 | tee "$OUT/sweep.log" ;;
+    sweep) python3 scripts/sweep_rmsnorm.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep.log" ;;
     bench) python3 -m graphrt.cli bench rmsnorm 2>&1 | tee "$OUT/bench.log" | tail -45
            python3 -m graphrt.cli bench plan_store 2>&1 | tail -6 ;;
     demo) python3 -m graphrt.cli demo 2>&1 | tail -12 ;;

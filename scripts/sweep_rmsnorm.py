@@ -10,9 +10,10 @@ from graphrt.ops.rmsnorm.kernels import RowConfig, launch_backward, launch_forwa
 from graphrt.validate import sm_count
 
 CASES = [(16384, 2048), (16384, 4096), (16384, 5120), (16384, 7168), (4096, 5120)]
-FORWARD = [(1, w, p, s) for w in (4, 8) for p in (2, 4, 8) for s in (3, 4, 6)]
-BACKWARD = [(1, w, p, s) for w, ps in ((4, (2, 3, 4)), (8, (1, 2, 3)), (16, (1, 2)))
-            for p in ps for s in (3, 4, 5)]
+if len(sys.argv) > 1:  # e.g. "16384x2048,16384x4096"
+    CASES = [tuple(int(v) for v in c.split("x")) for c in sys.argv[1].split(",")]
+FORWARD = [(r, w, p, s) for r in (1, 2, 4) for w in (4, 8) for p in (2, 4, 8) for s in (4, 6)]
+BACKWARD = [(r, w, p, s) for r in (1, 2) for w in (4, 8) for p in (2, 3, 4) for s in (4, 6, 8)]
 
 
 def main():
