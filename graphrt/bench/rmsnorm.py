@@ -40,6 +40,19 @@ def _liger():
     return fwd, bwd
 
 
+def _compiled_autograd_backward(compiled_forward, sets):
+    """torch.compile's own backward: AOTAutograd differentiates the compiled forward."""
+    graphs = {}
+    for x, w, g, _ in sets:
+        xr, wr = x.detach().requires_grad_(), w.detach().requires_grad_()
+        graphs[id(x)] = (compiled_forward(xr, wr), xr, wr)
+
+    def backward(x, w, g, rstd):
+        y, xr, wr = graphs[id(x)]
+        return torch.autograd.grad(y, (xr, wr), g, retain_graph=True)
+    return backward
+
+
 def _graphrt(x, w, rstd):
     fwd = RmsNormForward(x, w, eps=EPS).compile()
     bwd = RmsNormBackward(x, x, w, rstd).compile()
@@ -55,6 +68,7 @@ def run(cases=CASES, progress=print) -> list[dict]:
     liger = _liger()
     compiled_fwd = torch.compile(eager_forward)
     compiled_bwd = torch.compile(eager_backward)
+    compiled_y = torch.compile(lambda x, w: eager_forward(x, w)[0])
     rows = []
     for T, H in cases:
         progress(f"rmsnorm T={T} H={H} ...")
@@ -72,14 +86,16 @@ def run(cases=CASES, progress=print) -> list[dict]:
             "torch.compile": (lambda x, w, g, r: compiled_fwd(x, w),
                               lambda x, w, g, r: compiled_bwd(g, x, w, r)),
         }
+        impls["torch.compile (autograd)"] = (None, _compiled_autograd_backward(compiled_y, sets))
         if liger is not None:
             metas = {id(s[0]): liger[0](s[0], s[1]) for s in sets}
             impls["liger"] = (lambda x, w, g, r: liger[0](x, w),
                               lambda x, w, g, r: liger[1](g, x, w, metas[id(x)][2],
                                                           (metas[id(x)][3], metas[id(x)][4], metas[id(x)][5])))
         for direction, idx in (("forward", 0), ("backward", 1)):
-            times = {name: stream_time_us(rotating(fns[idx], sets)) for name, fns in impls.items()}
-            flushed = {name: device_time_us(rotating(fns[idx], sets)) for name, fns in impls.items()}
+            fns = {name: f[idx] for name, f in impls.items() if f[idx] is not None}
+            times = {name: stream_time_us(rotating(fn, sets)) for name, fn in fns.items()}
+            flushed = {name: device_time_us(rotating(fn, sets)) for name, fn in fns.items()}
             nbytes = T * H * BYTES_PER_ELEMENT[direction]
             for name, t in times.items():
                 tbps = nbytes / (t * 1e-6) / 1e12
@@ -88,7 +104,7 @@ def run(cases=CASES, progress=print) -> list[dict]:
                              "speedup_vs": t / times["graphrt"], "do_bench_us": flushed[name],
                              "do_bench_TB/s": nbytes / (flushed[name] * 1e-6) / 1e12,
                              "do_bench_speedup_vs": flushed[name] / flushed["graphrt"]})
-        del sets
+        del sets, impls
         torch.cuda.empty_cache()
     return rows
 

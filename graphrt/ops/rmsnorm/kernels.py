@@ -38,20 +38,26 @@ def _row_config(hidden: int, block_rows: int, num_warps: int, programs_per_sm: i
                      num_stages)
 
 
-# Tile choices from sweeps on an H200 (scripts/sweep_rmsnorm.py; NOTES.md has the figures).
+# Tile choices from sweeps on an H200 (scripts/sweep_rmsnorm.py; NOTES.md has the figures):
+# (rows per tile, warps, programs per SM, pipeline stages).
 def forward_config(hidden: int) -> RowConfig:
     block_h = triton.next_power_of_2(hidden)
-    rows = max(1, min(64, 2048 // block_h))
-    if block_h * rows <= 4096:
-        return _row_config(hidden, rows, 4, 8, 2)
-    return _row_config(hidden, rows, 8, 4, 2)
+    if block_h <= 2048:
+        return _row_config(hidden, max(1, 2048 // block_h), 4, 4, 4)
+    if block_h == 4096:
+        return _row_config(hidden, 2, 4, 8, 4)
+    return _row_config(hidden, 1, 4, 2 if hidden <= 6144 else 8, 3)
 
 
 def backward_config(hidden: int) -> RowConfig:
     block_h = triton.next_power_of_2(hidden)
     if block_h <= 2048:
-        return _row_config(hidden, max(1, min(16, 4096 // block_h)), 8, 2, 2)
-    return _row_config(hidden, max(1, 8192 // block_h), 16, 1, 2)
+        return _row_config(hidden, max(1, 2048 // block_h), 4, 2, 4)
+    if block_h == 4096:
+        return _row_config(hidden, 1, 16, 1, 5)
+    if hidden <= 6144:
+        return _row_config(hidden, 1, 8, 1, 4)
+    return _row_config(hidden, 1, 16, 1, 3)
 
 
 @lru_cache(maxsize=None)
