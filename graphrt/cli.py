@@ -44,21 +44,20 @@ def info(_args=None, out=print) -> dict:
     return facts
 
 
-def _time_us(fn, device: torch.device, iters: int = 20) -> float:
+def _time_us(fn, device: torch.device, iters: int = 50) -> tuple[float, float]:
+    """(device time, host time) per call in microseconds; on a CPU both are wall time."""
     fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1000 / iters
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
     t0 = time.perf_counter()
     for _ in range(iters):
         fn()
-    return (time.perf_counter() - t0) * 1e6 / iters
+    host = (time.perf_counter() - t0) * 1e6 / iters
+    sync()
+    if device.type != "cuda":
+        return host, host
+    from graphrt.bench.timing import stream_time_us
+    return stream_time_us(fn), host
 
 
 def demo(_args=None, out=print) -> None:
@@ -89,16 +88,16 @@ def demo(_args=None, out=print) -> None:
             ws = rt.arena.take(bwd.workspace_bytes(), torch.cuda.current_stream() if device.type == "cuda" else None)
             bwd.execute(g, x, w, rstd, dx=dx, dw=dw, workspace=ws)
 
-    t_fwd, t_bwd = _time_us(forward, device), _time_us(backward, device)
+    (t_fwd, h_fwd), (t_bwd, h_bwd) = _time_us(forward, device), _time_us(backward, device)
     ref_y, ref_rstd, _ = rmsnorm_forward_reference(x, w, 1e-6)
     ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, rstd)
     rel = lambda a, b: ((a.double() - b.double()).norm() / b.double().norm()).item()
     out(f"  backend: {fwd.backend}" + ("" if device.type == "cuda" else
         " (no GPU here: the PyTorch reference runs, so the errors below are zero by construction)"))
     out(f"  forward : {t_fwd:9.1f} us  {rows * hidden * 4 / t_fwd / 1e3:8.1f} GB/s   "
-        f"rel err y {rel(y, ref_y):.1e}")
+        f"host {h_fwd:6.1f} us/call   rel err y {rel(y, ref_y):.1e}")
     out(f"  backward: {t_bwd:9.1f} us  {rows * hidden * 6 / t_bwd / 1e3:8.1f} GB/s   "
-        f"rel err dx {rel(dx, ref_dx):.1e}, dw {rel(dw, ref_dw):.1e}")
+        f"host {h_bwd:6.1f} us/call   rel err dx {rel(dx, ref_dx):.1e}, dw {rel(dw, ref_dw):.1e}")
     out(f"  plan store: {rt.plans.stats()}")
     out(f"  arena: {rt.arena.stats()}")
 

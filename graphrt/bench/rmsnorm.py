@@ -41,7 +41,10 @@ def _liger():
 
 
 def _compiled_autograd_backward(compiled_forward, sets):
-    """torch.compile's own backward: AOTAutograd differentiates the compiled forward."""
+    """torch.compile's own backward: AOTAutograd differentiates the compiled forward. Timing it
+    repeatedly needs retain_graph, which donated buffers forbid, so they are off for this peer."""
+    import torch._functorch.config as functorch_config
+    functorch_config.donated_buffer = False
     graphs = {}
     for x, w, g, _ in sets:
         xr, wr = x.detach().requires_grad_(), w.detach().requires_grad_()
