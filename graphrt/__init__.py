@@ -1,13 +1,13 @@
 """graphrt: fused training kernels and CUDA-graph capture of whole backward passes for PyTorch."""
 from .contract import Contract, TensorSpec
-from .errors import ArenaExhausted, ContractError, UnsupportedError
+from .errors import ArenaExhausted, CaptureError, ContractError, UnsupportedError
 from .plan import Plan, PlanStore
 from .result import Result
 from .runtime import Runtime, runtime
 from .arena import WorkspaceArena
-from . import nn, ops
+from . import capture, nn, ops
 
 __version__ = "0.1.0"
 
-__all__ = ["ArenaExhausted", "Contract", "ContractError", "Plan", "PlanStore", "Result",
-           "Runtime", "TensorSpec", "UnsupportedError", "WorkspaceArena", "nn", "ops", "runtime"]
+__all__ = ["ArenaExhausted", "CaptureError", "Contract", "ContractError", "Plan", "PlanStore", "Result",
+           "Runtime", "TensorSpec", "UnsupportedError", "WorkspaceArena", "capture", "nn", "ops", "runtime"]

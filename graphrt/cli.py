@@ -61,7 +61,8 @@ def _time_us(fn, device: torch.device, iters: int = 50) -> tuple[float, float]:
 
 
 def demo(_args=None, out=print) -> None:
-    """RMSNorm through the plan API, checked against the reference, with timings and stats."""
+    """RMSNorm through the plan API, checked against the reference, with timings and stats; then
+    the capture example: a small stack trained eagerly and as one CUDA graph per step."""
     import graphrt
     from graphrt.ops import RmsNormBackward, RmsNormForward
     from graphrt.ops.rmsnorm import rmsnorm_backward_reference, rmsnorm_forward_reference
@@ -100,10 +101,28 @@ def demo(_args=None, out=print) -> None:
         f"host {h_bwd:6.1f} us/call   rel err dx {rel(dx, ref_dx):.1e}, dw {rel(dw, ref_dw):.1e}")
     out(f"  plan store: {rt.plans.stats()}")
     out(f"  arena: {rt.arena.stats()}")
+    out("")
+    _run_example("graph_backward", out)
+
+
+def _run_example(name: str, out) -> None:
+    """Run examples/<name>.py from the source tree (the demo's second part)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    if not path.exists():
+        out(f"(examples/{name}.py is not in this installation; skipped)")
+        return
+    spec = importlib.util.spec_from_file_location(f"graphrt_example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.run(out=out)
 
 
 def bench(args, out=print) -> None:
-    ops = {"rmsnorm": "graphrt.bench.rmsnorm", "plan_store": "graphrt.bench.plan_store"}
+    ops = {"rmsnorm": "graphrt.bench.rmsnorm", "plan_store": "graphrt.bench.plan_store",
+           "capture": "graphrt.bench.capture"}
     names = list(ops) if args.op == "all" else [args.op]
     for name in names:
         if name not in ops:
@@ -121,7 +140,7 @@ def main(argv=None) -> int:
     sub.add_parser("info", help="versions, device, backends, plan-store and arena stats")
     sub.add_parser("demo", help="run the demo (RMSNorm through the plan API)")
     b = sub.add_parser("bench", help="benchmark an op against its peers")
-    b.add_argument("op", help="rmsnorm | plan_store | all")
+    b.add_argument("op", help="rmsnorm | capture | plan_store | all")
     args = parser.parse_args(argv)
     {"info": info, "demo": demo, "bench": bench}[args.command](args)
     return 0

@@ -11,3 +11,8 @@ class UnsupportedError(NotImplementedError):
 
 class ArenaExhausted(RuntimeError):
     """The workspace arena cannot satisfy a request; it never falls back to a silent allocation."""
+
+
+class CaptureError(RuntimeError):
+    """The code given to a CUDA-graph capture did something a graph cannot hold (a host sync, an
+    allocation outside the graph's pool) or the fragment was misused; the message says what to do."""

@@ -8,6 +8,7 @@ import torch
 from .arena import WorkspaceArena
 from .plan import Plan, PlanStore
 from .result import Result
+from .rng import RngState
 from .streams import StreamTracker, resolve_stream
 
 DEFAULT_ARENA_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
@@ -40,6 +41,21 @@ class Runtime:
         self.plans = PlanStore(plan_cache_size)
         self.arena = WorkspaceArena(arena_bytes, self.device)
         self.streams = StreamTracker()
+        self._rng: RngState | None = None
+        self._graph_pool = None
+
+    @property
+    def rng(self) -> RngState:
+        """The device-side (seed, offset) state that graphrt's random ops read."""
+        if self._rng is None:
+            self._rng = RngState(self.device)
+        return self._rng
+
+    def graph_pool(self):
+        """The memory pool shared by every CUDA graph captured on this runtime."""
+        if self._graph_pool is None:
+            self._graph_pool = torch.cuda.graph_pool_handle()
+        return self._graph_pool
 
     def plan(self, plan_cls: type[Plan], *args, **kwargs) -> Plan:
         """The compiled plan for these arguments, from this runtime's store."""

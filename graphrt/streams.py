@@ -92,3 +92,31 @@ class StreamTracker:
 
     def __len__(self) -> int:
         return len(self._producers)
+
+
+_side_streams: dict = {}
+
+
+@contextlib.contextmanager
+def fork(side=None) -> Iterator:
+    """Run the enclosed work on a side stream that forks from the current stream and joins it
+    again at the end. Eagerly the two streams overlap; inside a CUDA-graph capture the work
+    becomes a parallel branch of the graph.
+
+    >>> with fork() as side:                          # doctest: +SKIP
+    ...     dw = weight_grad(...)                     # overlaps what the main stream does next
+
+    Tensors made on the side stream and used on the main one are safe until the join; keep them
+    alive past it with ``StreamTracker.keep_alive`` if the side stream is reused eagerly.
+    """
+    main = torch.cuda.current_stream()
+    if side is None:
+        side = _side_streams.get(main.device)
+        if side is None:
+            side = _side_streams[main.device] = torch.cuda.Stream(device=main.device)
+    side.wait_stream(main)
+    try:
+        with torch.cuda.stream(side):
+            yield side
+    finally:
+        main.wait_stream(side)

@@ -9,15 +9,16 @@ steps=${*:-tests sanitize bench demo}
 for step in $steps; do
   echo "=== $step"
   case $step in
-    tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
+    tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider -x -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;
     sanitize)
       for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool python3 scripts/sanitize_rmsnorm.py > "$OUT/$tool.log" 2>&1
+        compute-sanitizer --tool $tool python3 scripts/sanitize.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' "$OUT/$tool.log" | tr '\n' ' ')"
       done ;;
     sweep) python3 scripts/sweep_rmsnorm.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep.log" ;;
-    bench) python3 -m graphrt.cli bench rmsnorm 2>&1 | tee "$OUT/bench.log" | tail -45
+    bench) python3 -m graphrt.cli bench rmsnorm 2>&1 | tee "$OUT/bench.log" | tail -52
            python3 -m graphrt.cli bench plan_store 2>&1 | tail -6 ;;
-    demo) python3 -m graphrt.cli demo 2>&1 | tail -12 ;;
+    capture) python3 -m graphrt.cli bench capture 2>&1 | tee "$OUT/bench_capture.log" | tail -12 ;;
+    demo) python3 -m graphrt.cli demo 2>&1 | tee "$OUT/demo.log" | tail -22 ;;
   esac
 done

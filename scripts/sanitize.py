@@ -1,14 +1,16 @@
-"""Small RMSNorm run for compute-sanitizer (memcheck, racecheck) on the device machine."""
+"""Small runs of every graphrt kernel for compute-sanitizer (memcheck, racecheck) on the device."""
 import torch
 
 import graphrt
+from graphrt.capture import uniform_
 
 torch.manual_seed(0)
-for rows, hidden in [(3, 8), (37, 136), (5, 9000)]:
+for rows, hidden in [(3, 8), (37, 136), (300, 2048), (5, 9000)]:
     x = torch.randn(rows, hidden, dtype=torch.bfloat16, device="cuda")
     res = torch.randn_like(x)
     w = torch.randn(hidden, device="cuda")
     y, rstd, h = graphrt.ops.rmsnorm_forward(x, w, residual=res)
     dx, dw = graphrt.ops.rmsnorm_backward(torch.randn_like(x), h, w, rstd, g_residual=torch.randn_like(x))
+uniform_(torch.empty(3001, device="cuda"), graphrt.runtime().rng)
 torch.cuda.synchronize()
 print("sanitize run done")

@@ -1,0 +1,86 @@
+"""Step time of the capture example's stack: eager against graph_step, and host time per replay."""
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from ..capture import graph_step
+from . import report
+from .models import Stack, mse
+
+TOKENS = (256, 1024, 8192)
+HIDDEN, FFN, LAYERS = 1024, 4096, 4
+
+
+def _per_step_ms(fn, batches, repeats: int = 5) -> float:
+    """Median over ``repeats`` of the mean wall time of back-to-back steps (host and device)."""
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for x, y in batches:
+            fn(x, y)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3 / len(batches))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def _host_us(fn, iters: int = 200) -> float:
+    """Host time to enqueue one call (the GPU is kept busy so nothing waits)."""
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(2e9 * 0.05))  # 50 ms of GPU sleep: the host never blocks below
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    host = (time.perf_counter() - t0) * 1e6 / iters
+    torch.cuda.synchronize()
+    return host
+
+
+def run(progress=print) -> list[dict]:
+    rows = []
+    for tokens in TOKENS:
+        progress(f"capture: {LAYERS}-layer stack, {tokens} tokens ...")
+        torch.manual_seed(0)
+        eager_model = Stack(HIDDEN, FFN, LAYERS, device="cuda")
+        graph_model = copy.deepcopy(eager_model)
+        eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=1e-5, capturable=True)
+        graph_opt = torch.optim.AdamW(graph_model.parameters(), lr=1e-5, capturable=True)
+        batches = [(torch.randn(tokens, HIDDEN, dtype=torch.bfloat16, device="cuda"),
+                    torch.randn(tokens, HIDDEN, dtype=torch.bfloat16, device="cuda"))
+                   for _ in range(10)]
+        step = graph_step(graph_model, mse, batches[0], graph_opt)
+
+        def eager_step(x, y):
+            eager_opt.zero_grad(set_to_none=True)
+            mse(eager_model(x), y).backward()
+            eager_opt.step()
+
+        for _ in range(2):
+            eager_step(*batches[0])
+        eager_ms = _per_step_ms(eager_step, batches)
+        graph_ms = _per_step_ms(step, batches)
+        x0, y0 = step.fragment.inputs
+        rows.append({"tokens": tokens, "eager_ms": eager_ms, "graph_ms": graph_ms,
+                     "speedup": eager_ms / graph_ms,
+                     "host_us_replay": _host_us(step.fragment.replay),
+                     "host_us_call_same_inputs": _host_us(lambda: step(x0, y0)),
+                     "host_us_call_copy_inputs": _host_us(lambda: step(*batches[1])),
+                     "graph_nodes": step.nodes()["total"],
+                     "graph_memory_MB": step.fragment.memory_bytes / 2**20})
+        step.release()
+        del eager_model, graph_model, eager_opt, graph_opt, batches
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(progress=print) -> list[dict]:
+    rows = run(progress)
+    progress(report.format_table(rows, list(rows[0])))
+    progress("eager_ms / graph_ms: wall time per training step (forward, loss, backward, AdamW), "
+             "back-to-back steps; host_us_*: host time to enqueue one replay")
+    progress(f"saved {report.save('capture', rows)}")
+    return rows

@@ -1,0 +1,238 @@
+"""capture(): one CUDA graph from a function of tensors, replayed with fresh inputs."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+
+from ..errors import ArenaExhausted, CaptureError, ContractError, UnsupportedError
+from ..runtime import Runtime
+from ..runtime import runtime as default_runtime
+from .inspect import graph_shape, node_counts
+from .tree import flatten, unflatten
+
+_CAPTURE_HINT = (
+    "A CUDA graph cannot hold a host synchronization (.item(), .cpu(), .tolist(), printing a CUDA "
+    "tensor, torch.nonzero or another data-dependent shape, a non-capturable optimizer step) or "
+    "memory taken outside the graph's pool (pinned host memory, another device, a library's own "
+    "cudaMalloc, torch.cuda.empty_cache()). Move that work out of the captured function, or make it "
+    "device-side (optimizers: capturable=True).")
+
+
+def _device_of(args) -> torch.device:
+    for a in flatten(args)[0]:
+        if isinstance(a, torch.Tensor):
+            return a.device
+    raise ContractError("sample_args: expected at least one tensor to capture with")
+
+
+def _warm_up(fn, args, warmup: int, reset: Callable[[], None] | None, rt: Runtime) -> None:
+    """Eager runs on a side stream, the last one with host syncs turned into errors."""
+    side = torch.cuda.Stream(device=rt.device)
+    side.wait_stream(torch.cuda.current_stream(rt.device))
+    rng_before = rt.rng.snapshot()
+    with torch.cuda.stream(side):
+        for i in range(warmup):
+            if reset is not None:
+                reset()
+            if i < warmup - 1:
+                fn(*args)
+                continue
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                fn(*args)
+            except RuntimeError as err:
+                if "synchronizing" in str(err):
+                    raise CaptureError(f"the function synchronizes with the host, which a CUDA "
+                                       f"graph cannot capture ({err}). {_CAPTURE_HINT}") from err
+                raise
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.current_stream(rt.device).wait_stream(side)
+    rt.rng.restore(rng_before)  # warm-ups must not consume the caller's random stream
+
+
+def _end_allocation_to_pool(device: torch.device, pool) -> None:
+    """After a failed capture_end, make sure the caching allocator stops routing this device's
+    allocations into the graph pool (no dangling capture state)."""
+    end = getattr(torch._C, "_cuda_endAllocateToPool", None)
+    if end is not None:
+        with contextlib.suppress(Exception):
+            end(device.index, pool)
+
+
+def _capture_graph(fn, args, rt: Runtime, keep_graph: bool = True):
+    """Capture ``fn(*args)`` into a CUDA graph drawing on the runtime's pool and arena hold."""
+    graph = torch.cuda.CUDAGraph(keep_graph=keep_graph)
+    pool = rt.graph_pool()
+    stream = torch.cuda.Stream(device=rt.device)
+    stream.wait_stream(torch.cuda.current_stream(rt.device))
+    reserved_before = torch.cuda.memory_reserved(rt.device)
+    error = None
+    outputs = None
+    with rt.arena.hold() as hold, torch.cuda.stream(stream):
+        graph.capture_begin(pool=pool)
+        try:
+            outputs = fn(*args)
+        except BaseException as err:  # noqa: BLE001 - re-raised below with context
+            error = err
+        try:
+            graph.capture_end()
+        except RuntimeError as end_err:
+            _end_allocation_to_pool(rt.device, pool)
+            error = error or end_err
+    torch.cuda.current_stream(rt.device).wait_stream(stream)
+    if error is not None:
+        hold.release()
+        del graph
+        if isinstance(error, ArenaExhausted):
+            raise ArenaExhausted(f"during capture: {error}") from error
+        if isinstance(error, RuntimeError) and "captur" in str(error).lower():
+            raise CaptureError(f"capture failed: {error}. {_CAPTURE_HINT}") from error
+        raise error
+    graph.instantiate()
+    held = torch.cuda.memory_reserved(rt.device) - reserved_before
+    return graph, outputs, hold, max(0, held)
+
+
+class Fragment:
+    """A captured CUDA graph with static inputs and outputs.
+
+    ``fragment(*args)`` copies each tensor arg into its static input (skipped when it is that
+    tensor), replays, and returns the static outputs, which the next replay overwrites
+    (``clone=True`` returns copies). Fragments of one runtime share a memory pool: replay them in
+    the order they were captured (forward, then backward) and each sees what the earlier ones wrote.
+    """
+
+    def __init__(self, graph, inputs: tuple, outputs: Any, hold, runtime: Runtime,
+                 memory_bytes: int):
+        self._graph = graph
+        self._inputs = inputs
+        self._in_leaves, _ = flatten(inputs)
+        self._outputs = outputs
+        self._out_leaves, self._out_spec = flatten(outputs)
+        self._hold = hold
+        self.runtime = runtime
+        self.memory_bytes = memory_bytes
+        self.workspace_bytes = hold.nbytes
+        self.replays = 0
+
+    # -- use -----------------------------------------------------------------------------------
+    @property
+    def inputs(self) -> tuple:
+        self._require_live()
+        return self._inputs
+
+    @property
+    def outputs(self) -> Any:
+        self._require_live()
+        return self._outputs
+
+    def __call__(self, *args, clone: bool = False):
+        self._require_live()
+        self.load(*args)
+        self.replay()
+        if clone:
+            return unflatten([t.clone() if isinstance(t, torch.Tensor) else t
+                              for t in self._out_leaves], self._out_spec)
+        return self._outputs
+
+    def load(self, *args) -> None:
+        """Copy ``args`` into the static inputs (checked against what was captured)."""
+        self._require_live()
+        leaves, _ = flatten(args)
+        if len(leaves) != len(self._in_leaves):
+            raise ContractError(f"args: the fragment was captured with {len(self._in_leaves)} "
+                                f"inputs, got {len(leaves)}")
+        for i, (new, static) in enumerate(zip(leaves, self._in_leaves)):
+            if isinstance(static, torch.Tensor):
+                if new is static:
+                    continue
+                if not isinstance(new, torch.Tensor):
+                    raise ContractError(f"args[{i}]: expected a tensor, got {type(new).__name__}")
+                if (new.shape != static.shape or new.dtype != static.dtype
+                        or new.device != static.device):
+                    raise ContractError(
+                        f"args[{i}]: the fragment was captured with {tuple(static.shape)} "
+                        f"{str(static.dtype)[6:]} on {static.device}, got {tuple(new.shape)} "
+                        f"{str(new.dtype)[6:]} on {new.device}")
+            elif new != static:
+                raise ContractError(f"args[{i}]: the fragment was captured with {static!r}, "
+                                    f"got {new!r} (non-tensor arguments are fixed at capture)")
+        for new, static in zip(leaves, self._in_leaves):
+            if isinstance(static, torch.Tensor) and new is not static:
+                static.copy_(new)
+
+    def replay(self) -> None:
+        """Replay on the current stream with whatever the static inputs hold."""
+        self._require_live()
+        self._graph.replay()
+        self.replays += 1
+
+    # -- inspection ----------------------------------------------------------------------------
+    def nodes(self) -> dict[str, int]:
+        """The graph's nodes by kind: kernel, memcpy, memset, alloc, other (and total)."""
+        self._require_live()
+        return node_counts(self._graph.raw_cuda_graph())
+
+    def shape(self) -> dict[str, int]:
+        """Depth of the graph and the most kernels that can run at once (a parallel branch
+        shows as max_parallel_kernels >= 2)."""
+        self._require_live()
+        return graph_shape(self._graph.raw_cuda_graph())
+
+    def release(self) -> None:
+        """Free the graph and its arena regions; later use raises CaptureError."""
+        if self._graph is None:
+            return
+        self._graph.reset()
+        self._graph = None
+        self._hold.release()
+        self._inputs = self._outputs = None
+        self._in_leaves = self._out_leaves = []
+
+    @property
+    def released(self) -> bool:
+        return self._graph is None
+
+    def _require_live(self) -> None:
+        if self._graph is None:
+            raise CaptureError("this fragment was released; capture the function again")
+
+    def __repr__(self) -> str:
+        state = "released" if self._graph is None else f"{self.replays} replays"
+        return f"Fragment({state}, memory={self.memory_bytes}, workspace={self.workspace_bytes})"
+
+
+def check_capturable(device: torch.device) -> None:
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise UnsupportedError(f"sample_args: CUDA graphs need tensors on a CUDA device, got "
+                               f"{device}; run the function eagerly instead")
+
+
+def capture(fn: Callable, *sample_args, warmup: int = 3, runtime: Runtime | None = None,
+            reset: Callable[[], None] | None = None,
+            after_warmup: Callable[[], None] | None = None) -> Fragment:
+    """Capture ``fn(*sample_args)`` as one CUDA graph; ``sample_args`` become the static inputs.
+
+    Warm-up runs (``warmup`` of them, on a side stream, the last with host syncs turned into
+    errors) compile plans and finish lazy initialization first; ``reset`` runs before each of them
+    and before the capture, ``after_warmup`` once after them (to undo their side effects). Workspaces that plans take from the runtime's arena during the capture
+    stay reserved for the fragment's lifetime, so replays see stable addresses.
+
+    >>> frag = graphrt.capture.capture(step, x, w)           # doctest: +SKIP
+    >>> y = frag(new_x, w)                                   # copies new_x in, replays
+    """
+    device = _device_of(sample_args)
+    check_capturable(device)
+    if int(warmup) < 1:
+        raise ContractError(f"warmup: expected at least 1 warm-up run, got {warmup}")
+    rt = runtime or default_runtime(device)
+    _warm_up(fn, sample_args, int(warmup), reset, rt)
+    if after_warmup is not None:
+        after_warmup()
+    if reset is not None:
+        reset()
+    graph, outputs, hold, held = _capture_graph(fn, sample_args, rt)
+    return Fragment(graph, sample_args, outputs, hold, rt, held)

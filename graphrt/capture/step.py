@@ -1,0 +1,115 @@
+"""graph_step: a whole training step (forward, loss, backward, optimizer) as one CUDA graph."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..errors import ContractError
+from ..runtime import Runtime
+from .fragment import Fragment, capture
+
+
+class _TrainingState:
+    """Parameters, floating-point buffers and optimizer state, saved before warm-up and put back
+    in place after it, so that capturing a step leaves the model exactly as it was."""
+
+    def __init__(self, model: torch.nn.Module, optimizer):
+        self.params = [p for p in model.parameters()] + [b for b in model.buffers()
+                                                          if b.is_floating_point()]
+        self.saved = [p.detach().clone() for p in self.params]
+        self.optimizer = optimizer
+        self.saved_opt = {}
+        if optimizer is not None:
+            for p, st in optimizer.state.items():
+                self.saved_opt[p] = {k: v.clone() if isinstance(v, torch.Tensor) else v
+                                     for k, v in st.items()}
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for p, s in zip(self.params, self.saved):
+                p.copy_(s)
+        if self.optimizer is None:
+            return
+        for p, st in self.optimizer.state.items():
+            before = self.saved_opt.get(p, {})
+            for k, v in st.items():
+                if not isinstance(v, torch.Tensor):
+                    if k in before:
+                        st[k] = before[k]
+                    continue
+                if k in before:
+                    v.copy_(before[k])
+                else:
+                    # created by a warm-up step: zero is the fresh state of Adam, AdamW and SGD
+                    v.zero_()
+
+
+def _check_optimizer(optimizer) -> None:
+    if optimizer is None:
+        return
+    for i, group in enumerate(optimizer.param_groups):
+        if "capturable" in group and not group["capturable"]:
+            raise ContractError(
+                f"optimizer: param group {i} has capturable=False; a CUDA graph cannot hold its "
+                f"host-side step counter. Build it with capturable=True (e.g. torch.optim.AdamW("
+                f"params, lr=..., capturable=True)) or pass optimizer=None and step outside")
+
+
+class StepGraph:
+    """A captured training step. ``step(*batch)`` copies the batch into the static inputs,
+    replays forward, loss, backward (and the optimizer step) and returns the static loss;
+    gradients are in the parameters' static ``.grad`` buffers, overwritten every step."""
+
+    def __init__(self, fragment: Fragment, model: torch.nn.Module):
+        self.fragment = fragment
+        self.model = model
+
+    def step(self, *batch) -> torch.Tensor:
+        return self.fragment(*batch)
+
+    __call__ = step
+
+    @property
+    def loss(self) -> torch.Tensor:
+        return self.fragment.outputs
+
+    def nodes(self) -> dict[str, int]:
+        return self.fragment.nodes()
+
+    def release(self) -> None:
+        self.fragment.release()
+
+
+def graph_step(model: torch.nn.Module, loss_fn: Callable, sample_batch, optimizer=None, *,
+               warmup: int = 3, runtime: Runtime | None = None) -> StepGraph:
+    """Capture one training step of ``model`` as a CUDA graph.
+
+    ``sample_batch`` is a tuple ``(*inputs, target)``: the step computes
+    ``loss = loss_fn(model(*inputs), target)``, ``loss.backward()`` and, with an optimizer (built
+    with ``capturable=True``), ``optimizer.step()``. The batch tensors become the static inputs.
+    Warm-up runs are undone: parameters and optimizer state are as they were before the call.
+
+    >>> step = graphrt.capture.graph_step(model, F.mse_loss, (x, y), opt)   # doctest: +SKIP
+    >>> for x, y in loader:
+    ...     loss = step(x, y)                # grads in p.grad, weights updated by opt
+    """
+    batch = tuple(sample_batch)
+    if len(batch) < 2:
+        raise ContractError("sample_batch: expected a tuple (*inputs, target)")
+    _check_optimizer(optimizer)
+
+    def train_step(*b):
+        loss = loss_fn(model(*b[:-1]), b[-1])
+        loss.backward()
+        if optimizer is not None:
+            optimizer.step()
+        return loss.detach()
+
+    def clear_grads():
+        model.zero_grad(set_to_none=True)
+
+    state = _TrainingState(model, optimizer)
+    frag = capture(train_step, *batch, warmup=warmup, runtime=runtime, reset=clear_grads,
+                   after_warmup=state.restore)
+    return StepGraph(frag, model)

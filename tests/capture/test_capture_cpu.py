@@ -1,0 +1,65 @@
+"""Capture API parts that need no GPU: validation, bucketing, trees, reports."""
+import pytest
+import torch
+
+import graphrt
+from graphrt import ContractError, Result, UnsupportedError
+from graphrt.capture import bucket_for, capture, graph_step
+from graphrt.capture.buckets import bucket_key
+from graphrt.capture.tree import flatten, unflatten
+from graphrt.capture.verify import ReplayReport, StepCheck
+
+
+def test_capture_needs_a_cuda_device():
+    with pytest.raises(UnsupportedError, match="CUDA graphs need tensors on a CUDA device"):
+        capture(lambda x: x * 2, torch.zeros(3))
+    with pytest.raises(ContractError, match="at least one tensor"):
+        capture(lambda: None)
+
+
+def test_graph_step_validates_batch_and_optimizer():
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(ContractError, match="sample_batch"):
+        graph_step(model, torch.nn.functional.mse_loss, (torch.zeros(2, 4),))
+    opt = torch.optim.AdamW(model.parameters(), capturable=False)
+    with pytest.raises(ContractError, match="capturable=True"):
+        graph_step(model, torch.nn.functional.mse_loss, (torch.zeros(2, 4), torch.zeros(2, 4)), opt)
+
+
+def test_bucket_for():
+    buckets = (256, 1024, 8192)
+    assert [bucket_for(n, buckets) for n in (1, 256, 257, 1024, 8000)] == [256, 256, 1024, 1024, 8192]
+    with pytest.raises(ContractError, match="exceeds the largest bucket 8192"):
+        bucket_for(8193, buckets)
+    with pytest.raises(ContractError):
+        bucket_for(0, buckets)
+
+
+def test_bucket_key_pads_token_dim_only():
+    x = torch.zeros(300, 64)
+    w = torch.zeros(64)
+    k1 = bucket_key((x, w, 2.0), 300, 512, 0)
+    k2 = bucket_key((torch.zeros(400, 64), w, 2.0), 400, 512, 0)
+    assert k1 == k2 and k1[1][0] == (512, 64) and k1[2][0] == (64,)
+    assert bucket_key((x, w, 3.0), 300, 512, 0) != k1
+    assert bucket_key((x.double(), w, 2.0), 300, 512, 0) != k1
+
+
+def test_tree_round_trip_keeps_structure():
+    obj = (1, [torch.zeros(1), {"a": 2, "b": (3,)}], Result(("dx", "dw"), (4, 5)))
+    leaves, spec = flatten(obj)
+    assert len(leaves) == 6
+    rebuilt = unflatten(leaves, spec)
+    assert rebuilt[2].dw == 5 and rebuilt[1][1]["b"] == (3,) and isinstance(rebuilt[1], list)
+
+
+def test_replay_report_verdicts():
+    exact = ReplayReport(0.0, [StepCheck(0, "fresh inputs", 0.0, True, False)])
+    assert exact.ok
+    off = ReplayReport(0.0, [StepCheck(0, "fresh inputs", 1e-7, False, False)])
+    assert not off.ok
+    tol = ReplayReport(1e-6, [StepCheck(0, "fresh inputs", 1e-7, False, False)])
+    assert tol.ok
+    nan = ReplayReport(1.0, [StepCheck(0, "fresh inputs", 0.0, True, True)])
+    assert not nan.ok and "FAILED" in str(nan)
+    assert not ReplayReport(0.0).ok

@@ -1,0 +1,233 @@
+"""CUDA-graph capture on the GPU: fragments, whole steps, pools, arena, fork/join, randomness."""
+import copy
+
+import pytest
+import torch
+
+import graphrt
+from graphrt import ArenaExhausted, CaptureError, ContractError
+from graphrt.bench.models import Stack, mse
+from graphrt.capture import TokenBuckets, capture, fork, graph_step, uniform_, verify_replay
+from graphrt.ops import rmsnorm_backward, rmsnorm_forward
+from graphrt.ops.rmsnorm import rmsnorm_backward_reference, rmsnorm_forward_reference
+
+from ..helpers import poison, rel_l2
+
+pytestmark = pytest.mark.gpu
+BF16 = torch.bfloat16
+
+
+def _norm_inputs(rows=512, hidden=1024):
+    x = torch.randn(rows, hidden, dtype=BF16, device="cuda")
+    w = 1 + 0.1 * torch.randn(hidden, device="cuda")
+    g = torch.randn(rows, hidden, dtype=BF16, device="cuda")
+    return x, w, g
+
+
+def _norm_step(x, w, g):
+    y, rstd = rmsnorm_forward(x, w)
+    dx, dw = rmsnorm_backward(g, x, w, rstd)
+    return y, dx, dw
+
+
+def test_fragment_replays_fresh_inputs_and_checks_arguments(seed):
+    x, w, g = _norm_inputs()
+    frag = capture(_norm_step, x, w, g)
+    assert frag.nodes()["kernel"] >= 3 and frag.workspace_bytes > 0
+    for _ in range(3):
+        nx, ng = torch.randn_like(x), torch.randn_like(g)
+        poison(*frag.outputs)
+        y, dx, dw = frag(nx, w, ng)
+        ref_y, ref_rstd, _ = rmsnorm_forward_reference(nx, w, 1e-6)
+        ref_dx, ref_dw = rmsnorm_backward_reference(ng, nx, w, ref_rstd)
+        assert rel_l2(y, ref_y) < 5e-3 and rel_l2(dx, ref_dx) < 5e-3 and rel_l2(dw, ref_dw) < 1e-5
+    copies = frag(x, w, g, clone=True)
+    assert copies[0].data_ptr() != frag.outputs[0].data_ptr()
+    for bad, pattern in [((x[:10], w, g), "captured with \\(512, 1024\\)"),
+                         ((x.float(), w, g), "bfloat16"),
+                         ((x.cpu(), w, g), "cuda"),
+                         ((x, w), "captured with 3 inputs")]:
+        with pytest.raises(ContractError, match=pattern):
+            frag(*bad)
+    frag.release()
+    with pytest.raises(CaptureError, match="released"):
+        frag(x, w, g)
+
+
+def test_stack_backward_graph_equals_eager_bitwise(seed):
+    torch.manual_seed(0)
+    eager_model = Stack(256, 512, 4, device="cuda")
+    graph_model = copy.deepcopy(eager_model)
+    eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=1e-3, capturable=True)
+    graph_opt = torch.optim.AdamW(graph_model.parameters(), lr=1e-3, capturable=True)
+    x = torch.randn(128, 256, dtype=BF16, device="cuda")
+    y = torch.randn(128, 256, dtype=BF16, device="cuda")
+    step = graph_step(graph_model, mse, (x, y), graph_opt)
+    for p, q in zip(eager_model.parameters(), graph_model.parameters()):
+        assert torch.equal(p, q), "warm-up changed the model"
+    assert step.nodes()["kernel"] > 20
+    for i in range(5):
+        bx, by = torch.randn_like(x), torch.randn_like(y)
+        for p in graph_model.parameters():
+            if p.grad is not None:
+                p.grad.fill_(float("nan"))
+        loss = step(bx, by).clone()
+        eager_opt.zero_grad(set_to_none=True)
+        eager_loss = mse(eager_model(bx), by)
+        eager_loss.backward()
+        eager_opt.step()
+        assert torch.equal(loss, eager_loss.detach()), f"step {i}: loss differs"
+        for (name, p), q in zip(eager_model.named_parameters(), graph_model.parameters()):
+            assert torch.equal(p.grad, q.grad), f"step {i}: grad of {name} differs"
+            assert torch.equal(p, q), f"step {i}: {name} differs after the optimizer step"
+
+
+def test_forward_and_backward_fragments_share_the_pool(seed):
+    rt = graphrt.Runtime("cuda")
+    x, w, g = _norm_inputs()
+    fwd = capture(lambda x, w: rmsnorm_forward(x, w, runtime=rt), x, w, runtime=rt)
+    y_static, rstd_static = fwd.outputs
+    bwd = capture(lambda g, x, w, r: rmsnorm_backward(g, x, w, r, runtime=rt),
+                  g, x, w, rstd_static, runtime=rt)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        g.copy_(torch.randn_like(g))
+        poison(y_static, rstd_static, *bwd.outputs)
+        fwd.replay()
+        dx, dw = bwd(g, x, w, rstd_static)  # same tensors: no copies
+        ref_y, ref_rstd, _ = rmsnorm_forward_reference(x, w, 1e-6)
+        ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, ref_rstd)
+        assert rel_l2(y_static, ref_y) < 5e-3 and rel_l2(rstd_static, ref_rstd) < 1e-5
+        assert rel_l2(dx, ref_dx) < 5e-3 and rel_l2(dw, ref_dw) < 1e-5
+    report = verify_replay(bwd, lambda g, x, w, r: rmsnorm_backward(g, x, w, r, runtime=rt),
+                           lambda i: (torch.randn_like(g), x, w, rstd_static), steps=3)
+    assert report.ok, str(report)
+
+
+def test_workspace_addresses_stay_reserved(seed):
+    rt = graphrt.Runtime("cuda", arena_bytes=16 << 20)
+    x, w, g = _norm_inputs()
+    _, rstd = rmsnorm_forward(x, w, runtime=rt)
+    frag = capture(lambda g, x, w, r: rmsnorm_backward(g, x, w, r, runtime=rt), g, x, w, rstd,
+                   runtime=rt)
+    held = frag.workspace_bytes
+    assert held > 0 and rt.arena.stats()["in_use"] >= held
+    with rt.arena.scope():
+        other = rt.arena.take(held)
+        other.fill_(255)  # eager use of the arena must not touch the fragment's workspace
+        dx, dw = frag(g, x, w, rstd)
+    ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, rstd)
+    assert rel_l2(dx, ref_dx) < 5e-3 and rel_l2(dw, ref_dw) < 1e-5
+    frag.release()
+    assert rt.arena.stats()["in_use"] == 0
+
+
+def test_arena_exhaustion_during_capture_leaves_runtime_usable(seed):
+    rt = graphrt.Runtime("cuda", arena_bytes=1024)
+    x, w, g = _norm_inputs()
+    _, rstd = rmsnorm_forward(x, w, runtime=rt)
+
+    def warm_outside_arena(g, x, w, r):
+        return rmsnorm_backward(g, x, w, r, runtime=rt)
+
+    # the warm-up already needs the workspace, so exhaustion shows before the capture too
+    with pytest.raises(ArenaExhausted):
+        capture(warm_outside_arena, g, x, w, rstd, runtime=rt)
+    assert not torch.cuda.is_current_stream_capturing()
+    # exhaustion inside the capture itself: the warm-up takes no workspace, the capture does
+    calls = {"n": 0}
+
+    def needs_workspace_only_when_captured(g, x, w, r):
+        calls["n"] += 1
+        if torch.cuda.is_current_stream_capturing():
+            return rmsnorm_backward(g, x, w, r, runtime=rt)
+        return g * 2
+
+    with pytest.raises(ArenaExhausted, match="during capture"):
+        capture(needs_workspace_only_when_captured, g, x, w, rstd, runtime=rt)
+    assert not torch.cuda.is_current_stream_capturing()
+    assert rt.arena.stats()["in_use"] == 0
+    frag = capture(lambda x: rmsnorm_forward(x, w, runtime=rt), x, runtime=rt)
+    y, _ = frag(torch.randn_like(x))
+    assert not torch.isnan(y.float()).any()
+
+
+def test_fork_join_shows_a_parallel_branch(seed):
+    a = torch.randn(2048, 2048, dtype=BF16, device="cuda")
+    b = torch.randn(2048, 2048, dtype=BF16, device="cuda")
+
+    def step(a, b):
+        with fork():
+            side = a.t() @ b          # e.g. a weight gradient
+        main = a @ b                  # e.g. an input gradient
+        return main, side
+
+    frag = capture(step, a, b)
+    shape = frag.shape()
+    assert shape["max_parallel_kernels"] >= 2, shape
+    main, side = frag(torch.randn_like(a), b)
+    assert rel_l2(main, frag.inputs[0] @ b) < 1e-2 and rel_l2(side, frag.inputs[0].t() @ b) < 1e-2
+
+
+def test_random_values_fresh_per_replay_and_reproducible(seed):
+    rt = graphrt.runtime("cuda")
+    out = torch.empty(1 << 16, device="cuda")
+    rt.rng.set(1234, 0)
+    frag = capture(lambda o: uniform_(o, rt.rng), out)
+    assert rt.rng.get() == (1234, 0), "warm-up consumed random numbers"
+    start = rt.rng.snapshot()
+    first = frag(out, clone=True)
+    second = frag(out, clone=True)
+    assert not torch.equal(first, second)
+    assert rt.rng.get() == (1234, 2 * out.numel())
+    assert 0.49 < first.mean().item() < 0.51 and first.min() >= 0 and first.max() < 1
+    rt.rng.restore(start)
+    assert torch.equal(uniform_(torch.empty_like(out), rt.rng), first)
+    assert torch.equal(uniform_(torch.empty_like(out), rt.rng), second)
+    report = verify_replay(frag, lambda o: uniform_(torch.empty_like(o), rt.rng).clone(),
+                           lambda i: (out,), steps=2)
+    assert report.ok, str(report)
+
+
+def test_verify_replay_catches_a_wrong_eager_function(seed):
+    x, w, _ = _norm_inputs()
+    frag = capture(lambda x: rmsnorm_forward(x, w)[0], x)
+    good = verify_replay(frag, lambda x: rmsnorm_forward(x, w)[0], lambda i: (torch.randn_like(x),))
+    assert good.ok and len(good.checks) == 6, str(good)
+    bad = verify_replay(frag, lambda x: rmsnorm_forward(x, w * 1.01)[0],
+                        lambda i: (torch.randn_like(x),))
+    assert not bad.ok
+
+
+def test_host_sync_in_step_is_a_clear_error(seed):
+    model = Stack(64, 128, 1, device="cuda")
+    x = torch.randn(16, 64, dtype=BF16, device="cuda")
+
+    def loss_with_sync(out, target):
+        loss = mse(out, target)
+        if loss.item() > 1e9:  # a host sync
+            raise AssertionError
+        return loss
+
+    with pytest.raises(CaptureError, match="synchronizes with the host"):
+        graph_step(model, loss_with_sync, (x, x))
+    assert not torch.cuda.is_current_stream_capturing()
+    step = graph_step(model, mse, (x, x))
+    assert torch.isfinite(step(x, x)).all()
+
+
+def test_token_buckets_replay_variable_token_counts(seed):
+    hidden = 512
+    w = 1 + 0.1 * torch.randn(hidden, device="cuda")
+    layer = TokenBuckets(lambda x: rmsnorm_forward(x, w)[0], buckets=(256, 1024))
+    for tokens in (100, 256, 300, 1000, 77):
+        x = torch.randn(tokens, hidden, dtype=BF16, device="cuda")
+        y = layer(x)
+        assert y.shape == x.shape
+        assert rel_l2(y, rmsnorm_forward_reference(x, w, 1e-6)[0]) < 5e-3
+    report = layer.memory_report()
+    assert [r["bucket"] for r in report] == [256, 1024]
+    assert [r["replays"] for r in report] == [3, 2]
+    assert all(r["memory_bytes"] >= 0 for r in report)
+    with pytest.raises(ContractError, match="exceeds the largest bucket"):
+        layer(torch.randn(2000, hidden, dtype=BF16, device="cuda"))
