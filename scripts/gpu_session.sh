@@ -9,7 +9,7 @@ steps=${*:-tests sanitize bench demo}
 for step in $steps; do
   echo "=== $step"
   case $step in
-    tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider -x -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;
+    tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool python3 scripts/sanitize.py > "$OUT/$tool.log" 2>&1
