@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 
 import torch
 
@@ -52,9 +53,19 @@ class Runtime:
         return self._rng
 
     def graph_pool(self):
-        """The memory pool shared by every CUDA graph captured on this runtime."""
+        """The memory pool shared by every CUDA graph captured on this runtime.
+
+        PyTorch frees a graph pool when the last graph using it goes, and a stale handle then
+        breaks the next capture; an empty anchor graph keeps the pool for the runtime's life."""
         if self._graph_pool is None:
-            self._graph_pool = torch.cuda.graph_pool_handle()
+            pool = torch.cuda.graph_pool_handle()
+            anchor = torch.cuda.CUDAGraph(keep_graph=True)
+            stream = torch.cuda.Stream(device=self.device)
+            with warnings.catch_warnings(), torch.cuda.stream(stream):
+                warnings.simplefilter("ignore")  # "the captured graph is empty" is the point
+                anchor.capture_begin(pool=pool)
+                anchor.capture_end()
+            self._graph_pool, self._pool_anchor = pool, anchor
         return self._graph_pool
 
     def plan(self, plan_cls: type[Plan], *args, **kwargs) -> Plan:

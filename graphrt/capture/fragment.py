@@ -85,6 +85,8 @@ def _capture_graph(fn, args, rt: Runtime, keep_graph: bool = True):
     torch.cuda.current_stream(rt.device).wait_stream(stream)
     if error is not None:
         hold.release()
+        with contextlib.suppress(Exception):
+            graph.reset()
         del graph
         if isinstance(error, ArenaExhausted):
             raise ArenaExhausted(f"during capture: {error}") from error
