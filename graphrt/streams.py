@@ -95,18 +95,37 @@ class StreamTracker:
 
 
 _side_streams: dict = {}
+_open_branches = threading.local()
+
+
+class Branch:
+    """Work forked onto a side stream; ``join()`` makes the main stream wait for it."""
+
+    def __init__(self, main, side):
+        self.main, self.side, self.joined = main, side, False
+
+    def join(self) -> None:
+        if not self.joined:
+            self.main.wait_stream(self.side)
+            self.joined = True
+            pending = getattr(_open_branches, "items", [])
+            if self in pending:
+                pending.remove(self)
 
 
 @contextlib.contextmanager
-def fork(side=None) -> Iterator:
-    """Run the enclosed work on a side stream that forks from the current stream and joins it
-    again at the end. Eagerly the two streams overlap; inside a CUDA-graph capture the work
-    becomes a parallel branch of the graph.
+def fork(side=None) -> Iterator[Branch]:
+    """Enqueue the enclosed work on a side stream forked from the current stream; the caller
+    goes on enqueueing main-stream work after the block and calls ``branch.join()`` where the
+    side results are needed. Eagerly the streams overlap; inside a CUDA-graph capture the side
+    work is a parallel branch of the graph (graphrt's capture joins branches left open).
 
-    >>> with fork() as side:                          # doctest: +SKIP
-    ...     dw = weight_grad(...)                     # overlaps what the main stream does next
+    >>> with fork() as branch:                        # doctest: +SKIP
+    ...     dw = grad_out.t() @ x                     # weight gradient on the side stream
+    >>> dx = grad_out @ w                             # input gradient on the main stream
+    >>> branch.join()
 
-    Tensors made on the side stream and used on the main one are safe until the join; keep them
+    Tensors made on the side stream and used on the main one are safe after the join; keep them
     alive past it with ``StreamTracker.keep_alive`` if the side stream is reused eagerly.
     """
     main = torch.cuda.current_stream()
@@ -115,8 +134,15 @@ def fork(side=None) -> Iterator:
         if side is None:
             side = _side_streams[main.device] = torch.cuda.Stream(device=main.device)
     side.wait_stream(main)
-    try:
-        with torch.cuda.stream(side):
-            yield side
-    finally:
-        main.wait_stream(side)
+    branch = Branch(main, side)
+    if not hasattr(_open_branches, "items"):
+        _open_branches.items = []
+    _open_branches.items.append(branch)
+    with torch.cuda.stream(side):
+        yield branch
+
+
+def join_open_branches() -> None:
+    """Join every branch this thread forked and has not joined yet."""
+    for branch in list(getattr(_open_branches, "items", [])):
+        branch.join()

@@ -4,7 +4,7 @@
 - ``graph_step(model, loss_fn, batch, optimizer)``: forward, loss, backward, optimizer step.
 - ``TokenBuckets``: a fragment per padded token count.
 - ``verify_replay``: replay against eager with NaN-poisoned outputs and in-place input mutation.
-- ``fork()``: a side-stream branch (e.g. weight gradients) joined back before the end.
+- ``fork()``: a side-stream branch (e.g. weight gradients), joined with ``branch.join()``.
 - ``uniform_``: a graph-safe random kernel on the runtime's device-side (seed, offset).
 
 Fragments captured on one runtime share a memory pool, so a later-captured fragment may place its
@@ -12,13 +12,13 @@ outputs in memory that an earlier one uses for temporaries. The rule: replay fra
 order they were captured (forward, then backward), and consume a fragment's outputs before
 replaying any fragment captured before it.
 """
-from ..streams import fork
+from ..streams import Branch, fork
 from .buckets import TokenBuckets, bucket_for
 from .fragment import Fragment, capture
 from .step import StepGraph, graph_step
 from .verify import ReplayReport, verify_replay
 
-__all__ = ["Fragment", "ReplayReport", "StepGraph", "TokenBuckets", "bucket_for", "capture",
+__all__ = ["Branch", "Fragment", "ReplayReport", "StepGraph", "TokenBuckets", "bucket_for", "capture",
            "fork", "graph_step", "uniform_", "verify_replay"]
 
 

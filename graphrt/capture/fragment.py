@@ -9,6 +9,7 @@ import torch
 from ..errors import ArenaExhausted, CaptureError, ContractError, UnsupportedError
 from ..runtime import Runtime
 from ..runtime import runtime as default_runtime
+from ..streams import join_open_branches
 from .inspect import graph_shape, node_counts
 from .tree import flatten, unflatten
 
@@ -77,6 +78,7 @@ def _capture_graph(fn, args, rt: Runtime, keep_graph: bool = True):
             outputs = fn(*args)
         except BaseException as err:  # noqa: BLE001 - re-raised below with context
             error = err
+        join_open_branches()  # a side stream left unjoined would invalidate the capture
         try:
             graph.capture_end()
         except RuntimeError as end_err:

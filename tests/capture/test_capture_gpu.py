@@ -157,9 +157,10 @@ def test_fork_join_shows_a_parallel_branch(seed):
     b = torch.randn(2048, 2048, dtype=BF16, device="cuda")
 
     def step(a, b):
-        with fork():
+        with fork() as branch:
             side = a.t() @ b          # e.g. a weight gradient
         main = a @ b                  # e.g. an input gradient
+        branch.join()
         return main, side
 
     frag = capture(step, a, b)
