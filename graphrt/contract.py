@@ -7,9 +7,12 @@ every value of them.
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import torch
+
+from .validate import require_tensor, tensor_spec_layout
 
 DYNAMIC = None  # marks a run-time extent in TensorSpec.shape
 
@@ -42,10 +45,32 @@ class TensorSpec(NamedTuple):
 
 
 _ABSENT: dict[str, TensorSpec] = {}
+_new_spec = tuple.__new__  # TensorSpec(...) runs Python-level code; plan-store keys are hot
 
 
-class Contract:
+def row_spec(name: str, t) -> TensorSpec:
+    """Spec of a [..., H] operand read in rows: the row count is dynamic, the layout class is
+    'rows' or 'unsupported: <reason>' (reported by check_support)."""
+    if t is None:
+        return TensorSpec.absent(name)
+    require_tensor(name, t)
+    shape = t.shape
+    layout = "rows" if shape and t.is_contiguous() else tensor_spec_layout(name, t)
+    return _new_spec(TensorSpec, (name, t.dtype, (DYNAMIC, shape[-1] if shape else 0), layout))
+
+
+def vector_spec(name: str, t) -> TensorSpec:
+    """Spec of a fully static operand such as a weight: its whole shape is part of the key."""
+    require_tensor(name, t)
+    # torch.Size is a tuple: equal to, and hashed like, the plain tuple of its dims
+    return _new_spec(TensorSpec, (name, t.dtype, t.shape,
+                                  "contiguous" if t.is_contiguous() else "strided"))
+
+
+class Contract(tuple):
     """Hashable, immutable key of a plan: ``op``, ``backend``, device facts, tensor specs, flags.
+
+    A tuple underneath, so that hashing and comparing keys on every plan-store lookup run in C.
 
     >>> c = Contract("rmsnorm_forward", "triton", "cuda", (9, 0),
     ...              (TensorSpec("x", torch.bfloat16, (None, 4096), "rows"),), {"eps": 1e-6})
@@ -54,25 +79,20 @@ class Contract:
     True
     """
 
-    __slots__ = ("op", "backend", "device_type", "capability", "tensors", "flags", "_key", "_hash")
+    __slots__ = ()
 
-    def __init__(self, op: str, backend: str, device_type: str, capability: tuple | None,
-                 tensors: tuple[TensorSpec, ...], flags: dict[str, Any] | tuple | None = None):
-        self.op = op
-        self.backend = backend
-        self.device_type = device_type
-        self.capability = capability
-        self.tensors = tuple(tensors)
+    def __new__(cls, op: str, backend: str, device_type: str, capability: tuple | None,
+                tensors: tuple[TensorSpec, ...], flags: dict[str, Any] | tuple | None = None):
         # a tuple of (name, value) pairs is taken in the order given (plans pass a fixed order)
-        self.flags = flags if type(flags) is tuple else tuple(sorted((flags or {}).items()))
-        self._key = (op, backend, device_type, capability, self.tensors, self.flags)
-        self._hash = hash(self._key)
+        flags = flags if type(flags) is tuple else tuple(sorted((flags or {}).items()))
+        return tuple.__new__(cls, (op, backend, device_type, capability, tuple(tensors), flags))
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Contract) and self._hash == other._hash and self._key == other._key
+    op = property(itemgetter(0))
+    backend = property(itemgetter(1))
+    device_type = property(itemgetter(2))
+    capability = property(itemgetter(3))
+    tensors = property(itemgetter(4))
+    flags = property(itemgetter(5))
 
     def spec(self, name: str) -> TensorSpec:
         for s in self.tensors:

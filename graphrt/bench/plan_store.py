@@ -10,13 +10,16 @@ from .timing import host_time_us
 
 
 def run(progress=print) -> list[dict]:
+    """On a GPU machine the tensors are CUDA tensors (the Triton backend's key); else CPU ones."""
     store = PlanStore()
-    x = torch.randn(64, 4096, dtype=torch.bfloat16)
-    g, w, rstd = torch.randn_like(x), torch.randn(4096), torch.rand(64)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.randn(64, 4096, dtype=torch.bfloat16, device=device)
+    g, w = torch.randn_like(x), torch.randn(4096, device=device)
+    rstd = torch.rand(64, device=device)
     store.get(RmsNormBackward, g, x, w, rstd)
     key = RmsNormBackward.contract_for(g, x, w, rstd)
     rows = [
-        {"what": "store.get(plan_cls, *tensors): key from tensors + lookup",
+        {"what": f"store.get(plan_cls, *tensors) on {device}: key from tensors + lookup",
          "us": host_time_us(lambda: store.get(RmsNormBackward, g, x, w, rstd))},
         {"what": "contract_for(*tensors): key only", "us": host_time_us(
             lambda: RmsNormBackward.contract_for(g, x, w, rstd))},

@@ -5,32 +5,18 @@ import math
 
 import torch
 
-from ...contract import DYNAMIC, Contract, TensorSpec
+from ...contract import Contract, TensorSpec, row_spec, vector_spec
 from ...errors import ContractError, UnsupportedError
 from ...plan import Plan, device_facts
 from ...streams import on_stream
 from ...validate import (require_disjoint, require_same_device,
-                         require_tensor, rows_operand, sm_count, tensor_spec_layout,
+                         require_tensor, rows_operand, sm_count,
                          vector_operand, workspace_operand)
 from .reference import rmsnorm_backward_reference, rmsnorm_forward_reference
 
 ACT_DTYPES = (torch.bfloat16,)
 WEIGHT_DTYPES = (torch.bfloat16, torch.float32)
 MIN_HIDDEN, MAX_HIDDEN = 8, 32768
-
-
-def _row_spec(name: str, t: torch.Tensor | None) -> TensorSpec:
-    if t is None:
-        return TensorSpec.absent(name)
-    require_tensor(name, t)
-    shape = t.shape
-    return TensorSpec(name, t.dtype, (DYNAMIC, shape[-1] if shape else 0),
-                      tensor_spec_layout(name, t))
-
-
-def _weight_spec(w: torch.Tensor) -> TensorSpec:
-    require_tensor("w", w)
-    return TensorSpec("w", w.dtype, tuple(w.shape), "contiguous" if w.is_contiguous() else "strided")
 
 
 def _check_row_spec(spec: TensorSpec, hidden: int) -> None:
@@ -63,6 +49,19 @@ def _sm_count(device: torch.device) -> int:
     return sm_count(device) if device.type == "cuda" else 2  # CPU: the Triton interpreter
 
 
+_programs_cache: dict = {}
+
+
+def _backward_programs(device: torch.device, hidden: int) -> int:
+    """Programs of the backward grid on ``device`` (cached: it is read on every plan lookup)."""
+    key = (device, hidden)
+    programs = _programs_cache.get(key)
+    if programs is None:
+        from .kernels import backward_programs
+        programs = _programs_cache[key] = backward_programs(hidden, _sm_count(device))
+    return programs
+
+
 class RmsNormForward(Plan):
     """RMSNorm train forward: y = h * rstd * w, rstd = 1/sqrt(mean(h^2) + eps), h = x (+ residual).
 
@@ -81,7 +80,7 @@ class RmsNormForward(Plan):
     def contract_for(cls, x, w, *, eps: float = 1e-6, residual=None, y=None, rstd=None,
                      h_new=None, backend: str | None = None) -> Contract:
         device, backend, cap = device_facts(require_tensor("x", x).device, backend)
-        specs = (_row_spec("x", x), _weight_spec(w), _row_spec("residual", residual))
+        specs = (row_spec("x", x), vector_spec("w", w), row_spec("residual", residual))
         return Contract(cls.op, backend, device.type, cap, specs,
                         (("eps", float(eps)), ("residual", residual is not None)))
 
@@ -173,13 +172,10 @@ class RmsNormBackward(Plan):
                      backend: str | None = None) -> Contract:
         device, backend, cap = device_facts(require_tensor("x", x).device, backend)
         dw_dtype = torch.float32 if dw is None else require_tensor("dw", dw).dtype
-        specs = (_row_spec("g", g), _row_spec("x", x), _weight_spec(w),
-                 _row_spec("g_residual", g_residual))
+        specs = (row_spec("g", g), row_spec("x", x), vector_spec("w", w),
+                 row_spec("g_residual", g_residual))
         # the dw partials are summed over a fixed number of programs: part of the plan
-        programs = 0
-        if backend == "triton" and hasattr(x, "shape") and x.dim():
-            from .kernels import backward_programs
-            programs = backward_programs(x.shape[-1], _sm_count(device))
+        programs = _backward_programs(device, x.shape[-1]) if backend == "triton" and x.dim() else 0
         return Contract(cls.op, backend, device.type, cap, specs,
                         (("g_residual", g_residual is not None), ("dw_dtype", dw_dtype),
                          ("programs", programs)))
