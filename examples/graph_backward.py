@@ -6,13 +6,12 @@ graph_step (forward, loss, backward and AdamW as one CUDA graph), and compare.
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
 import time
 
 import torch
 
-from graphrt.bench.models import Stack, mse
+from graphrt.bench.models import Stack, eager_step_fn, mse, twin_stacks
 from graphrt.capture import graph_step
 
 
@@ -29,35 +28,19 @@ def run(tokens: int = 1024, steps: int = 10, hidden: int = 1024, ffn: int = 4096
     if not torch.cuda.is_available():
         out("CUDA graphs need a GPU; running the eager reference path on the CPU instead.")
         model = Stack(64, 128, 2)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        step = eager_step_fn(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
         for i in range(3):
             x = torch.randn(32, 64, dtype=torch.bfloat16)
-            opt.zero_grad(set_to_none=True)
-            loss = mse(model(x), x)
-            loss.backward()
-            opt.step()
-            out(f"  step {i}: loss {loss.item():.5f} (eager, CPU reference kernels)")
+            out(f"  step {i}: loss {step(x, x).item():.5f} (eager, CPU reference kernels)")
         return {}
-    torch.manual_seed(0)
-    eager_model = Stack(hidden, ffn, layers, device="cuda")
-    graph_model = copy.deepcopy(eager_model)
-    eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=1e-4, capturable=True)
-    graph_opt = torch.optim.AdamW(graph_model.parameters(), lr=1e-4, capturable=True)
-    batches = [(torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda"),
-                torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda"))
-               for _ in range(steps)]
+    eager_model, graph_model, eager_opt, graph_opt, batches = twin_stacks(
+        tokens, hidden, ffn, layers, steps, lr=1e-4)
     out(f"graph_backward: {layers} x (RMSNorm, Linear {hidden}->{ffn}, GELU, Linear) + RMSNorm, "
         f"{tokens} tokens, AdamW; {steps} steps eager and captured")
     step = graph_step(graph_model, mse, batches[0], graph_opt)
     out(f"  captured: {step.nodes()}")
 
-    def eager_step(x, y):
-        eager_opt.zero_grad(set_to_none=True)
-        loss = mse(eager_model(x), y)
-        loss.backward()
-        eager_opt.step()
-        return loss.detach()
-
+    eager_step = eager_step_fn(eager_model, eager_opt)
     t_eager, t_graph, worst = [], [], 0.0
     for i, (x, y) in enumerate(batches):
         loss_e, te = _timed(lambda: eager_step(x, y))

@@ -1,14 +1,13 @@
 """Step time of the capture example's stack: eager against graph_step, and host time per replay."""
 from __future__ import annotations
 
-import copy
 import time
 
 import torch
 
 from ..capture import graph_step
 from . import report
-from .models import Stack, mse
+from .models import eager_step_fn, mse, twin_stacks
 
 TOKENS = (256, 1024, 8192)
 HIDDEN, FFN, LAYERS = 1024, 4096, 4
@@ -45,20 +44,10 @@ def run(progress=print) -> list[dict]:
     rows = []
     for tokens in TOKENS:
         progress(f"capture: {LAYERS}-layer stack, {tokens} tokens ...")
-        torch.manual_seed(0)
-        eager_model = Stack(HIDDEN, FFN, LAYERS, device="cuda")
-        graph_model = copy.deepcopy(eager_model)
-        eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=1e-5, capturable=True)
-        graph_opt = torch.optim.AdamW(graph_model.parameters(), lr=1e-5, capturable=True)
-        batches = [(torch.randn(tokens, HIDDEN, dtype=torch.bfloat16, device="cuda"),
-                    torch.randn(tokens, HIDDEN, dtype=torch.bfloat16, device="cuda"))
-                   for _ in range(10)]
+        eager_model, graph_model, eager_opt, graph_opt, batches = twin_stacks(
+            tokens, HIDDEN, FFN, LAYERS, 10, lr=1e-5)
         step = graph_step(graph_model, mse, batches[0], graph_opt)
-
-        def eager_step(x, y):
-            eager_opt.zero_grad(set_to_none=True)
-            mse(eager_model(x), y).backward()
-            eager_opt.step()
+        eager_step = eager_step_fn(eager_model, eager_opt)
 
         for _ in range(2):
             eager_step(*batches[0])

@@ -29,3 +29,30 @@ class Stack(torch.nn.Sequential):
 
 def mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.mse_loss(out.float(), target.float())
+
+
+def twin_stacks(tokens: int, hidden: int, ffn: int, layers: int, batches: int, lr: float):
+    """Two identical Stacks on the GPU with capturable AdamW each (one to run eagerly, one to
+    capture) and ``batches`` random (input, target) pairs."""
+    import copy
+
+    torch.manual_seed(0)
+    eager_model = Stack(hidden, ffn, layers, device="cuda")
+    graph_model = copy.deepcopy(eager_model)
+    eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=lr, capturable=True)
+    graph_opt = torch.optim.AdamW(graph_model.parameters(), lr=lr, capturable=True)
+    data = [(torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda"),
+             torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda"))
+            for _ in range(batches)]
+    return eager_model, graph_model, eager_opt, graph_opt, data
+
+
+def eager_step_fn(model: torch.nn.Module, optimizer):
+    """One eager training step (zero grads, MSE loss, backward, optimizer step) -> loss."""
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        loss = mse(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+    return step

@@ -62,6 +62,16 @@ def _backward_programs(device: torch.device, hidden: int) -> int:
     return programs
 
 
+def _check_x_and_w(plan: Plan, x, w) -> tuple[torch.device, int, int]:
+    """Run-time checks shared by both plans: (device, rows, x's row stride)."""
+    plan._require_compiled()
+    device = require_tensor("x", x).device
+    rows = x.numel() // plan.hidden
+    stride = rows_operand("x", x, ACT_DTYPES, plan.hidden, rows, device)
+    vector_operand("w", w, (plan.contract.spec("w").dtype,), plan.hidden, device)
+    return device, rows, stride
+
+
 class RmsNormForward(Plan):
     """RMSNorm train forward: y = h * rstd * w, rstd = 1/sqrt(mean(h^2) + eps), h = x (+ residual).
 
@@ -114,12 +124,8 @@ class RmsNormForward(Plan):
 
     def execute(self, x, w, *, residual=None, y=None, rstd=None, h_new=None, workspace=None,
                 stream=None, **_) -> None:
-        self._require_compiled()
         c, hidden = self.contract, self.hidden
-        device = require_tensor("x", x).device
-        rows = x.numel() // hidden
-        sx = rows_operand("x", x, ACT_DTYPES, hidden, rows, device)
-        vector_operand("w", w, (c.spec("w").dtype,), hidden, device)
+        device, rows, sx = _check_x_and_w(self, x, w)
         if (residual is not None) != c.flag("residual"):
             raise ContractError(f"residual: this plan was built {'with' if c.flag('residual') else 'without'} "
                                 f"a residual")
@@ -209,13 +215,9 @@ class RmsNormBackward(Plan):
 
     def execute(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None, workspace=None,
                 stream=None, **_) -> None:
-        self._require_compiled()
         c, hidden = self.contract, self.hidden
-        device = require_tensor("x", x).device
-        rows = x.numel() // hidden
-        sx = rows_operand("x", x, ACT_DTYPES, hidden, rows, device)
+        device, rows, sx = _check_x_and_w(self, x, w)
         sg = rows_operand("g", g, ACT_DTYPES, hidden, rows, device)
-        vector_operand("w", w, (c.spec("w").dtype,), hidden, device)
         vector_operand("rstd", rstd, (torch.float32,), rows, device)
         if (g_residual is not None) != c.flag("g_residual"):
             raise ContractError(f"g_residual: this plan was built "
