@@ -68,12 +68,15 @@ def select_backend(device: torch.device, requested: str | None = None) -> str:
 _facts_cache: dict = {}
 
 
-def device_facts(device: torch.device, requested: str | None = None):
-    """(device, backend, compute capability) for a call on ``device``; cached per device and
-    backend choice, since plan-store hits must stay within a few microseconds."""
-    key = (device, requested, _env_backend())
+def tensor_facts(t: torch.Tensor, requested: str | None = None):
+    """(device, backend, compute capability) for a call on ``t``'s device; cached per device and
+    backend choice, since plan-store hits must stay within a few microseconds (``get_device()``
+    is an int, cheaper than building a torch.device)."""
+    index = t.get_device()
+    key = (index if index >= 0 else t.device.type, requested, _env_backend())
     facts = _facts_cache.get(key)
     if facts is None:
+        device = t.device
         facts = _facts_cache[key] = (device, select_backend(device, requested),
                                      device_capability(device))
     return facts

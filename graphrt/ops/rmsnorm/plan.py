@@ -7,7 +7,7 @@ import torch
 
 from ...contract import Contract, TensorSpec, row_spec, vector_spec
 from ...errors import ContractError, UnsupportedError
-from ...plan import Plan, device_facts
+from ...plan import Plan, tensor_facts
 from ...streams import on_stream
 from ...validate import (require_disjoint, require_same_device,
                          require_tensor, rows_operand, sm_count,
@@ -89,7 +89,7 @@ class RmsNormForward(Plan):
     @classmethod
     def contract_for(cls, x, w, *, eps: float = 1e-6, residual=None, y=None, rstd=None,
                      h_new=None, backend: str | None = None) -> Contract:
-        device, backend, cap = device_facts(require_tensor("x", x).device, backend)
+        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
         specs = (row_spec("x", x), vector_spec("w", w), row_spec("residual", residual))
         return Contract(cls.op, backend, device.type, cap, specs,
                         (("eps", float(eps)), ("residual", residual is not None)))
@@ -176,7 +176,7 @@ class RmsNormBackward(Plan):
     @classmethod
     def contract_for(cls, g, x, w, rstd, *, g_residual=None, dx=None, dw=None,
                      backend: str | None = None) -> Contract:
-        device, backend, cap = device_facts(require_tensor("x", x).device, backend)
+        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
         dw_dtype = torch.float32 if dw is None else require_tensor("dw", dw).dtype
         specs = (row_spec("g", g), row_spec("x", x), vector_spec("w", w),
                  row_spec("g_residual", g_residual))
