@@ -59,6 +59,17 @@ def row_spec(name: str, t) -> TensorSpec:
     return _new_spec(TensorSpec, (name, t.dtype, (DYNAMIC, shape[-1] if shape else 0), layout))
 
 
+def compact_spec(name: str, t, dynamic_dims: tuple[int, ...] = ()) -> TensorSpec:
+    """Spec of an operand that must be compact row-major: ``dynamic_dims`` are run-time extents,
+    the layout class is 'contiguous' or 'strided <strides>' (rejected by check_support)."""
+    if t is None:
+        return TensorSpec.absent(name)
+    require_tensor(name, t)
+    shape = tuple(DYNAMIC if i in dynamic_dims else d for i, d in enumerate(t.shape))
+    layout = "contiguous" if t.is_contiguous() else f"strided {tuple(t.stride())}"
+    return _new_spec(TensorSpec, (name, t.dtype, shape, layout))
+
+
 def vector_spec(name: str, t) -> TensorSpec:
     """Spec of a fully static operand such as a weight: its whole shape is part of the key."""
     require_tensor(name, t)

@@ -107,7 +107,7 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
 
 def require_disjoint(outputs: Mapping[str, torch.Tensor | None],
                      inputs: Mapping[str, torch.Tensor | None]) -> None:
-    """Outputs must not overlap inputs or each other (by address range)."""
+    """``outputs`` must not overlap ``inputs`` or each other (by address range)."""
     spans = [(n, t.device, _span(t)) for n, t in inputs.items() if t is not None and t.numel()]
     for name, t in outputs.items():
         if t is None or t.numel() == 0:
@@ -115,7 +115,7 @@ def require_disjoint(outputs: Mapping[str, torch.Tensor | None],
         lo, hi = _span(t)
         for other, dev, (olo, ohi) in spans:
             if dev == t.device and lo < ohi and olo < hi:
-                raise ContractError(f"{name}: output memory overlaps {other}")
+                raise ContractError(f"{name}: memory overlaps {other}")
         spans.append((name, t.device, (lo, hi)))
 
 

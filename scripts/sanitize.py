@@ -12,5 +12,10 @@ for rows, hidden in [(3, 8), (37, 136), (300, 2048), (5, 9000)]:
     y, rstd, h = graphrt.ops.rmsnorm_forward(x, w, residual=res)
     dx, dw = graphrt.ops.rmsnorm_backward(torch.randn_like(x), h, w, rstd, g_residual=torch.randn_like(x))
 uniform_(torch.empty(3001, device="cuda"), graphrt.runtime().rng)
+for t, k, n, n_pad in [(1, 64, 24, 24), (129, 1000, 24, 32), (300, 8, 1, 1)]:
+    graphrt.ops.mhc_projection_backward(
+        torch.randn(t, k, dtype=torch.bfloat16, device="cuda"), torch.randn(n, k, device="cuda"),
+        torch.randn(t, n_pad, device="cuda"), torch.randn(t, 1, device="cuda"),
+        torch.rand(t, 1, device="cuda") + 0.5, allow_tf32=True)
 torch.cuda.synchronize()
 print("sanitize run done")

@@ -171,7 +171,7 @@ def test_row_layout_accepts_padded_rows_and_rejects_others():
 def test_require_disjoint_finds_overlap():
     buf = torch.zeros(100)
     require_disjoint({"out": buf[50:]}, {"x": buf[:50]})
-    with pytest.raises(ContractError, match="out: output memory overlaps x"):
+    with pytest.raises(ContractError, match="out: memory overlaps x"):
         require_disjoint({"out": buf[40:]}, {"x": buf[:50]})
 
 

@@ -1,0 +1,152 @@
+"""Plan for the mHC projection/RMS backward (DeepSeek manifold-constrained hyper-connections)."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ...contract import Contract, TensorSpec, compact_spec
+from ...errors import ContractError, UnsupportedError
+from ...plan import Plan, tensor_facts
+from ...streams import on_stream
+from ...validate import (require_aligned, require_disjoint, require_dtype, require_tensor,
+                         sm_count, workspace_operand)
+from .reference import mhc_projection_backward_reference
+
+MAX_N = 64
+_INPUTS = ("x", "weight", "grad_proj", "grad_r", "r")
+_DTYPES = {"x": torch.bfloat16, "weight": torch.float32, "grad_proj": torch.float32,
+           "grad_r": torch.float32, "r": torch.float32}
+_config_cache: dict = {}
+
+
+def _config(device: torch.device, k: int):
+    """Kernel configuration for K columns on ``device``: a plan-time fact, since its number of
+    row groups fixes the order of the dweight reduction."""
+    key = (device, k)
+    cfg = _config_cache.get(key)
+    if cfg is None:
+        from .kernels import mhc_config
+        cfg = _config_cache[key] = mhc_config(k, sm_count(device) if device.type == "cuda" else 2)
+    return cfg
+
+
+def _dt(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+class MhcProjectionBackward(Plan):
+    """dx = P @ W + grad_r / (r K) * x and dweight = P^T @ x, with P = grad_proj[:, :N].
+
+    x: BF16 [T, K]; weight: FP32 [N, K]; grad_proj: FP32 [T, Npad] (columns from N on ignored);
+    grad_r, r: FP32 [T, 1]. The products use TF32 operands with FP32 accumulation
+    (``allow_tf32=True`` is required). dx is BF16, dweight FP32, reduced over rows in a fixed
+    order (bitwise reproducible); T is a run-time extent.
+
+    >>> plan = MhcProjectionBackward(x, w, gp, gr, r, allow_tf32=True).compile()     # doctest: +SKIP
+    >>> plan.execute(x, w, gp, gr, r, dx=dx, dweight=dw, workspace=ws)               # doctest: +SKIP
+    """
+
+    op = "mhc_projection_backward"
+    output_names = ("dx", "dweight")
+
+    def __init__(self, x, weight, grad_proj, grad_r, r, *, allow_tf32: bool = False, dx=None,
+                 dweight=None, backend: str | None = None):
+        super().__init__(self.contract_for(x, weight, grad_proj, grad_r, r,
+                                           allow_tf32=allow_tf32, backend=backend))
+
+    @classmethod
+    def contract_for(cls, x, weight, grad_proj, grad_r, r, *, allow_tf32: bool = False, dx=None,
+                     dweight=None, backend: str | None = None) -> Contract:
+        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
+        specs = (compact_spec("x", x, (0,)), compact_spec("weight", weight),
+                 compact_spec("grad_proj", grad_proj, (0,)), compact_spec("grad_r", grad_r, (0,)),
+                 compact_spec("r", r, (0,)))
+        groups = 0
+        if backend == "triton" and x.dim() == 2:
+            groups = _config(device, x.shape[1]).groups
+        return Contract(cls.op, backend, device.type, cap, specs,
+                        (("allow_tf32", bool(allow_tf32)), ("groups", groups)))
+
+    def _check_support(self) -> None:
+        c = self.contract
+        if not c.flag("allow_tf32"):
+            raise UnsupportedError("allow_tf32: the matrix products use TF32 operands (FP32 "
+                                   "accumulation); pass allow_tf32=True to accept that precision")
+        specs = {name: c.spec(name) for name in _INPUTS}
+        for name, spec in specs.items():
+            if spec.dtype != _DTYPES[name]:
+                raise ContractError(f"{name}: expected dtype {_dt(_DTYPES[name])}, got {_dt(spec.dtype)}")
+            if len(spec.shape) != 2:
+                raise ContractError(f"{name}: expected a 2-D tensor, got shape {spec.shape}")
+            if spec.layout != "contiguous":
+                raise ContractError(f"{name}: expected a compact row-major tensor, got {spec.layout}")
+        k = specs["x"].shape[1]
+        n, wk = specs["weight"].shape
+        if wk != k:
+            raise ContractError(f"weight: expected [N, {k}] (K of x), got {specs['weight'].shape}")
+        if k % 8 or k == 0:
+            raise ContractError(f"x: K must be a positive multiple of 8, got {k}")
+        if not 1 <= n <= MAX_N:
+            raise ContractError(f"weight: N must be in [1, {MAX_N}], got {n}")
+        if specs["grad_proj"].shape[1] < n:
+            raise ContractError(f"grad_proj: expected at least N={n} columns, got "
+                                f"{specs['grad_proj'].shape[1]}")
+        for name in ("grad_r", "r"):
+            if specs[name].shape[1] != 1:
+                raise ContractError(f"{name}: expected shape [T, 1], got {specs[name].shape}")
+        self.k, self.n = k, n
+
+    def _compile(self) -> None:
+        self.groups = self.contract.flag("groups")
+        if self.backend == "triton":
+            from .kernels import mhc_config
+            self.config = dataclasses.replace(mhc_config(self.k, 1), groups=self.groups)
+
+    def workspace_bytes(self) -> int:
+        return self.groups * self.n * self.k * 4 if self.backend == "triton" else 0
+
+    def allocate_outputs(self, x, weight, grad_proj, grad_r, r, *, dx=None, dweight=None, **_):
+        out = {}
+        if dx is None:
+            out["dx"] = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+        if dweight is None:
+            out["dweight"] = torch.empty(weight.shape, dtype=torch.float32, device=x.device)
+        return out
+
+    def execute(self, x, weight, grad_proj, grad_r, r, *, dx=None, dweight=None, workspace=None,
+                stream=None, **_) -> None:
+        self._require_compiled()
+        inputs = {"x": x, "weight": weight, "grad_proj": grad_proj, "grad_r": grad_r, "r": r}
+        device = require_tensor("x", x).device
+        rows = x.shape[0] if x.dim() == 2 else -1
+        expected = {"x": (rows, self.k), "weight": (self.n, self.k),
+                    "grad_proj": (rows, self.contract.spec("grad_proj").shape[1]),
+                    "grad_r": (rows, 1), "r": (rows, 1), "dx": (rows, self.k),
+                    "dweight": (self.n, self.k)}
+        dtypes = {**_DTYPES, "dx": torch.bfloat16, "dweight": torch.float32}
+        for name, t in {**inputs, "dx": dx, "dweight": dweight}.items():
+            t = require_tensor(name, t)
+            require_dtype(name, t, (dtypes[name],))
+            if t.device != device:
+                raise ContractError(f"{name}: expected device {device}, got {t.device}")
+            if tuple(t.shape) != expected[name]:
+                raise ContractError(f"{name}: expected shape {expected[name]}, got {tuple(t.shape)}")
+            if not t.is_contiguous():
+                raise ContractError(f"{name}: expected a compact row-major tensor, got strides "
+                                    f"{t.stride()}")
+            require_aligned(name, t)
+        require_disjoint({"r": r}, {"grad_r": grad_r})
+        workspace = workspace_operand(workspace, self.workspace_bytes(), device)
+        require_disjoint({"dx": dx, "dweight": dweight, "workspace": workspace}, inputs)
+        if self.backend == "reference":
+            ref_dx, ref_dw = mhc_projection_backward_reference(x, weight, grad_proj, grad_r, r,
+                                                               dtype=torch.float32)
+            dx.copy_(ref_dx)
+            dweight.copy_(ref_dw)
+            return
+        from .kernels import launch_backward
+        partial = workspace[:self.workspace_bytes()].view(torch.float32)
+        with on_stream(stream):
+            launch_backward(self.config, x, weight, grad_proj, grad_r, r, dx, dweight, partial,
+                            rows)
