@@ -25,10 +25,12 @@ class MhcConfig:
 
 
 def mhc_config(k: int, sm_count: int) -> MhcConfig:
-    block_k = 128
+    """Tiles from scripts/sweep_mhc.py on an H200 (4096 x 20480: 64 x 64 tiles with 4 warps and
+    3 stages took 142 us; 64 x 128 with 8 warps 165 us; NOTES.md)."""
+    block_k = 64
     k_blocks = triton.cdiv(k, block_k)
     groups = max(1, min(32, triton.cdiv(4 * sm_count, k_blocks)))
-    return MhcConfig(block_t=64, block_k=block_k, groups=groups, num_warps=8, num_stages=3)
+    return MhcConfig(block_t=64, block_k=block_k, groups=groups, num_warps=4, num_stages=3)
 
 
 def n_block(n: int) -> int:
