@@ -68,9 +68,7 @@ def run(progress=print) -> list[dict]:
 
 
 def main(progress=print) -> list[dict]:
-    rows = run(progress)
-    progress(report.format_table(rows, list(rows[0])))
-    progress("eager_ms / graph_ms: wall time per training step (forward, loss, backward, AdamW), "
-             "back-to-back steps; host_us_*: host time to enqueue one replay")
-    progress(f"saved {report.save('capture', rows)}")
-    return rows
+    return report.publish(
+        "capture", run(progress), progress,
+        legend="eager_ms / graph_ms: wall time per training step (forward, loss, backward, AdamW), "
+               "back-to-back steps; host_us_*: host time to enqueue one replay")

@@ -53,9 +53,7 @@ def run(progress=print) -> list[dict]:
 
 
 def main(progress=print) -> list[dict]:
-    rows = run(progress)
-    progress(report.format_table(rows, list(rows[0])))
-    progress("us: back-to-back calls over rotating input sets; of_floor: bandwidth floor "
-             "(bytes at 4.25 TB/s) over time; speedup_vs: that implementation's time over graphrt's")
-    progress(f"saved {report.save('mhc', rows)}")
-    return rows
+    return report.publish(
+        "mhc", run(progress), progress,
+        legend="us: back-to-back calls over rotating input sets; of_floor: bandwidth floor (bytes "
+               "at 4.25 TB/s) over time; speedup_vs: that implementation's time over graphrt's")

@@ -29,7 +29,4 @@ def run(progress=print) -> list[dict]:
 
 
 def main(progress=print) -> list[dict]:
-    rows = run(progress)
-    progress(report.format_table(rows, ["what", "us"]))
-    progress(f"saved {report.save('plan_store', rows)}")
-    return rows
+    return report.publish("plan_store", run(progress), progress)

@@ -48,3 +48,13 @@ def save(name: str, rows: list[dict], directory: str | os.PathLike | None = None
     path = directory / f"{name}-{stamp}.json"
     path.write_text(json.dumps({"env": environment(), "rows": rows}, indent=1, default=str))
     return path
+
+
+def publish(name: str, rows: list[dict], progress=print, columns: list[str] | None = None,
+            legend: str | None = None) -> list[dict]:
+    """Print ``rows`` as a table (with a legend line), save them as JSON, return them."""
+    progress(format_table(rows, columns or list(rows[0])))
+    if legend:
+        progress(legend)
+    progress(f"saved {save(name, rows)}")
+    return rows

@@ -113,12 +113,8 @@ def run(cases=CASES, progress=print) -> list[dict]:
 
 
 def main(progress=print) -> list[dict]:
-    rows = run(progress=progress)
-    progress(report.format_table(rows, ["direction", "T", "H", "impl", "us", "TB/s", "of_ceiling",
-                                        "speedup_vs", "do_bench_us", "do_bench_TB/s",
-                                        "do_bench_speedup_vs"]))
-    progress("us, TB/s: back-to-back calls over rotating input sets (timing.stream_time_us); "
-             "do_bench_*: triton do_bench medians with its L2 flush. speedup_vs: that "
-             "implementation's time over graphrt's (above 1: graphrt is faster)")
-    progress(f"saved {report.save('rmsnorm', rows)}")
-    return rows
+    return report.publish(
+        "rmsnorm", run(progress=progress), progress,
+        legend="us, TB/s: back-to-back calls over rotating input sets (timing.stream_time_us); "
+               "do_bench_*: triton do_bench medians with its L2 flush. speedup_vs: that "
+               "implementation's time over graphrt's (above 1: graphrt is faster)")
