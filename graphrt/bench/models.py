@@ -56,3 +56,35 @@ def eager_step_fn(model: torch.nn.Module, optimizer):
         optimizer.step()
         return loss.detach()
     return step
+
+
+class MhcBlock(torch.nn.Module):
+    """A DeepSeek-V4-like hyper-connection block: x holds ``streams`` residual streams side by
+    side ([T, streams * hidden]); the mHC projection/RMS stage gates them, then a pre-norm MLP
+    updates them. Its backward runs graphrt's mHC and RMSNorm kernels."""
+
+    def __init__(self, hidden: int = 512, streams: int = 4, ffn: int = 1024, device=None):
+        super().__init__()
+        from ..nn import MhcProjection
+
+        self.hidden, self.streams = hidden, streams
+        n = (2 + streams) * streams
+        self.mhc = MhcProjection(streams * hidden, n, n_pad=n, device=device)
+        self.mlp = Block(hidden, ffn, device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.shape[0]
+        proj, r = self.mhc(x)
+        gate = (torch.sigmoid(proj[:, :self.streams]) / r).to(x.dtype)
+        h = x.view(tokens, self.streams, self.hidden) * gate.unsqueeze(-1)
+        return self.mlp(h.reshape(tokens * self.streams, self.hidden)).view(tokens, -1)
+
+
+def loss_and_grads(model: torch.nn.Module):
+    """A function (x, target) -> (loss, *parameter gradients): a whole backward as one fragment."""
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step(x, target):
+        loss = mse(model(x), target)
+        return (loss.detach(), *torch.autograd.grad(loss, params))
+    return step

@@ -63,3 +63,12 @@ def test_replay_report_verdicts():
     nan = ReplayReport(1.0, [StepCheck(0, "fresh inputs", 0.0, True, True)])
     assert not nan.ok and "FAILED" in str(nan)
     assert not ReplayReport(0.0).ok
+
+
+def test_mhc_block_eager_cpu_reference_path():
+    from graphrt.bench.models import MhcBlock, loss_and_grads
+    block = MhcBlock(32, 4, 64)
+    loss, *grads = loss_and_grads(block)(torch.randn(8, 128, dtype=torch.bfloat16),
+                                         torch.randn(8, 128, dtype=torch.bfloat16))
+    assert torch.isfinite(loss) and len(grads) == len(list(block.parameters()))
+    assert all(torch.isfinite(g).all() for g in grads)
