@@ -70,6 +70,8 @@ def row_layout(name: str, t: torch.Tensor, hidden: int | None = None) -> tuple[i
     h = t.shape[-1]
     if hidden is not None and h != hidden:
         raise ContractError(f"{name}: expected last dim {hidden}, got shape {tuple(t.shape)}")
+    if t.is_contiguous() and (h * t.element_size()) % ALIGN_BYTES == 0:
+        return (t.numel() // h if h else 0), h  # the common case: compact rows
     if h > 1 and t.stride(-1) != 1:
         raise ContractError(f"{name}: layout not supported: the last dim must have unit stride, "
                             f"got strides {t.stride()} for shape {tuple(t.shape)}")
@@ -98,10 +100,11 @@ def row_layout(name: str, t: torch.Tensor, hidden: int | None = None) -> tuple[i
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
-    if t.numel() == 0:
-        return 0, 0
-    last = sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
+    """[first byte, last byte + 1) of the memory ``t`` can reach."""
     start = t.data_ptr()
+    if t.is_contiguous():
+        return start, start + t.numel() * t.element_size()
+    last = sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
     return start, start + (last + 1) * t.element_size()
 
 
