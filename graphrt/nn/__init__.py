@@ -1,5 +1,6 @@
 """torch.nn modules and autograd glue built on graphrt's ops."""
+from .hstu import HstuLmsd
 from .mhc import MhcProjection
 from .rmsnorm import RMSNorm, rms_norm
 
-__all__ = ["MhcProjection", "RMSNorm", "rms_norm"]
+__all__ = ["HstuLmsd", "MhcProjection", "RMSNorm", "rms_norm"]

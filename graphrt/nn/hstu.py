@@ -1,0 +1,58 @@
+"""graphrt.nn.HstuLmsd: HSTU's LayerNorm-Multiply-SiLU-Dropout stage with fused kernels."""
+from __future__ import annotations
+
+import torch
+
+from ..ops.hstu import hstu_lmsd_backward, hstu_lmsd_forward
+from ..runtime import runtime as default_runtime
+
+
+class _HstuLmsdFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, u, weight, bias, eps, p, seed, offset, flags):
+        y, mean, rstd, mask = hstu_lmsd_forward(x, u, weight, bias, eps=eps, dropout_ratio=p,
+                                                seed=seed, offset=offset, **flags)
+        ctx.save_for_backward(x, u, weight, bias, mean, rstd, mask)
+        ctx.p, ctx.flags = p, flags
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, u, weight, bias, mean, rstd, mask = ctx.saved_tensors
+        dx, du, dweight, dbias = hstu_lmsd_backward(
+            dy.contiguous(), x, u, weight, bias, mean, rstd, mask, dropout_ratio=ctx.p,
+            compute_dweight=ctx.needs_input_grad[2], **ctx.flags)
+        return dx, du, dweight, dbias, None, None, None, None, None
+
+
+class HstuLmsd(torch.nn.Module):
+    """y = [drop(a) if concat_u, drop(x) if concat_x, drop(LayerNorm(x) * w + b) * a)],
+    a = SiLU(u) (or u); x, u BF16 [N, D]. Dropout (training mode) draws from the runtime's
+    device-side (seed, offset), which each call advances, so CUDA-graph replays see fresh masks.
+    The backward reuses the saved mean, rstd and mask (no recompute).
+
+    >>> lmsd = graphrt.nn.HstuLmsd(512, dropout_ratio=0.1).cuda()      # doctest: +SKIP
+    >>> y = lmsd(x, u)                                                # [N, 3 * 512]
+    """
+
+    def __init__(self, d: int, *, eps: float = 1e-6, dropout_ratio: float = 0.0,
+                 apply_u_silu: bool = True, concat_u: bool = True, concat_x: bool = True,
+                 device=None):
+        super().__init__()
+        self.eps, self.dropout_ratio = eps, dropout_ratio
+        self.flags = {"apply_u_silu": apply_u_silu, "concat_u": concat_u, "concat_x": concat_x}
+        self.weight = torch.nn.Parameter(torch.ones(d, dtype=torch.bfloat16, device=device))
+        self.bias = torch.nn.Parameter(torch.zeros(d, dtype=torch.bfloat16, device=device))
+
+    def forward(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        p = self.dropout_ratio if self.training else 0.0
+        seed = offset = 0
+        rng = None
+        if p > 0:
+            rng = default_runtime(x.device).rng
+            seed, offset = rng.state[0:1], rng.state[1:2]
+        y = _HstuLmsdFunction.apply(x, u, self.weight, self.bias, self.eps, p, seed, offset,
+                                    self.flags)
+        if rng is not None:
+            rng.advance(x.shape[0] * x.shape[1])
+        return y

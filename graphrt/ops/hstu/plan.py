@@ -1,0 +1,307 @@
+"""Plans for HSTU LayerNorm-Multiply-SiLU-Dropout forward and backward."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...contract import Contract, TensorSpec, row_spec, vector_spec
+from ...errors import ContractError
+from ...plan import Plan, tensor_facts
+from ...streams import on_stream
+from ...validate import (require_disjoint, require_tensor, rows_operand, sm_count,
+                         vector_operand, workspace_operand)
+from .philox import keep_threshold
+from .reference import hstu_lmsd_backward_reference, hstu_lmsd_forward_reference
+
+BF16 = torch.bfloat16
+MIN_D, MAX_D = 8, 4096
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def dropout_p32(p) -> float:
+    """p as the kernels see it (FP32); must be finite and in [0, 1) after the conversion."""
+    try:
+        p32 = float(torch.tensor(float(p), dtype=torch.float32))
+    except (TypeError, ValueError):
+        raise ContractError(f"dropout_ratio: expected a float, got {p!r}") from None
+    if not (math.isfinite(p32) and 0.0 <= p32 < 1.0):
+        raise ContractError(f"dropout_ratio: expected a finite value in [0, 1) in FP32, got {p!r}"
+                            + (f" (FP32 rounds it to {p32})" if p32 != float(p) else ""))
+    return p32
+
+
+def _flags(apply_u_silu, concat_u, concat_x) -> tuple:
+    return (("apply_u_silu", bool(apply_u_silu)), ("concat_u", bool(concat_u)),
+            ("concat_x", bool(concat_x)))
+
+
+def _segments(contract: Contract) -> int:
+    return 1 + contract.flag("concat_u") + contract.flag("concat_x")
+
+
+def _check_common(contract: Contract, rows_names: tuple[str, ...]) -> int:
+    x = contract.spec("x")
+    d = x.shape[1]
+    if d % 8 or not MIN_D <= d <= MAX_D:
+        raise ContractError(f"x: D must be a multiple of 8 in [{MIN_D}, {MAX_D}], got {d}")
+    for name in rows_names:
+        spec = contract.spec(name)
+        if spec.dtype != BF16:
+            raise ContractError(f"{name}: expected dtype bfloat16, got {str(spec.dtype)[6:]}")
+        if spec.layout.startswith("unsupported"):
+            raise ContractError(spec.layout.split(": ", 1)[1])
+        if len(spec.shape) != 2:
+            raise ContractError(f"{name}: expected a 2-D tensor")
+    for name in ("weight", "bias"):
+        spec = contract.spec(name)
+        if spec.dtype != BF16 or tuple(spec.shape) != (d,) or spec.layout != "contiguous":
+            raise ContractError(f"{name}: expected a contiguous bfloat16 [{d}] tensor, got "
+                                f"{str(spec.dtype)[6:]} {tuple(spec.shape)} ({spec.layout})")
+    return d
+
+
+def _rng_value(name: str, value, device: torch.device):
+    """seed/offset: a signed 64-bit int, or a one-element int64 tensor on the op's device."""
+    if isinstance(value, bool):
+        raise ContractError(f"{name}: expected an int or a one-element int64 tensor, got a bool")
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ContractError(f"{name}: expected a signed 64-bit int, got {value}")
+        return value
+    if isinstance(value, torch.Tensor):
+        if value.dtype != torch.int64 or value.numel() != 1 or value.device != device:
+            raise ContractError(f"{name}: expected a one-element int64 tensor on {device}, got "
+                                f"{str(value.dtype)[6:]} {tuple(value.shape)} on {value.device}")
+        return value
+    raise ContractError(f"{name}: expected an int or a one-element int64 tensor, got "
+                        f"{type(value).__name__}")
+
+
+def _sm(device: torch.device) -> int:
+    return sm_count(device) if device.type == "cuda" else 2
+
+
+class HstuLmsdForward(Plan):
+    """y = [drop(a) if concat_u, drop(x) if concat_x, drop(LayerNorm(x) * w + b) * a)] with
+    a = SiLU(u) (or u), inverted dropout from counter-addressed Philox at (seed, offset).
+
+    >>> plan = HstuLmsdForward(x, u, w, b, dropout_ratio=0.1).compile()         # doctest: +SKIP
+    >>> plan.execute(x, u, w, b, seed=1, offset=0, y=y, mean=m, rstd=r, mask=k)  # doctest: +SKIP
+    """
+
+    op = "hstu_lmsd_forward"
+    output_names = ("y", "mean", "rstd", "mask")
+
+    def __init__(self, x, u, weight, bias, *, eps: float = 1e-6, dropout_ratio: float = 0.0,
+                 seed=0, offset=0, apply_u_silu: bool = True, concat_u: bool = True,
+                 concat_x: bool = True, y=None, mean=None, rstd=None, mask=None,
+                 backend: str | None = None):
+        super().__init__(self.contract_for(x, u, weight, bias, eps=eps, dropout_ratio=dropout_ratio,
+                                           seed=seed, offset=offset, apply_u_silu=apply_u_silu,
+                                           concat_u=concat_u, concat_x=concat_x, backend=backend))
+
+    @classmethod
+    def contract_for(cls, x, u, weight, bias, *, eps: float = 1e-6, dropout_ratio: float = 0.0,
+                     seed=0, offset=0, apply_u_silu: bool = True, concat_u: bool = True,
+                     concat_x: bool = True, y=None, mean=None, rstd=None, mask=None,
+                     backend: str | None = None) -> Contract:
+        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
+        specs = (row_spec("x", x), row_spec("u", u), vector_spec("weight", weight),
+                 vector_spec("bias", bias))
+        tensor_rng = isinstance(seed, torch.Tensor) or isinstance(offset, torch.Tensor)
+        return Contract(cls.op, backend, device.type, cap, specs,
+                        (("eps", float(eps)), ("dropout_ratio", dropout_p32(dropout_ratio)),
+                         ("rng_tensors", tensor_rng)) + _flags(apply_u_silu, concat_u, concat_x))
+
+    def _check_support(self) -> None:
+        c = self.contract
+        self.d = _check_common(c, ("x", "u"))
+        if c.spec("u").shape[1] != self.d:
+            raise ContractError(f"u: expected last dim {self.d} (like x), got {c.spec('u').shape[1]}")
+        eps = c.flag("eps")
+        if not (math.isfinite(eps) and eps > 0):
+            raise ContractError(f"eps: expected a positive finite float, got {eps}")
+        self.p = c.flag("dropout_ratio")
+        self.segments = _segments(c)
+
+    def _compile(self) -> None:
+        if self.backend == "triton":
+            from .kernels import forward_config
+            self.config = forward_config(self.d)
+
+    def allocate_outputs(self, x, u, weight, bias, *, y=None, mean=None, rstd=None, mask=None,
+                         **_):
+        n, out = x.shape[0], {}
+        if y is None:
+            out["y"] = torch.empty(n, self.segments * self.d, dtype=BF16, device=x.device)
+        if mean is None:
+            out["mean"] = torch.empty(n, dtype=torch.float32, device=x.device)
+        if rstd is None:
+            out["rstd"] = torch.empty(n, dtype=torch.float32, device=x.device)
+        if mask is None and self.p > 0:
+            out["mask"] = torch.empty(n, self.d, dtype=torch.int8, device=x.device)
+        return out
+
+    def execute(self, x, u, weight, bias, *, seed=0, offset=0, y=None, mean=None, rstd=None,
+                mask=None, workspace=None, stream=None, **_) -> None:
+        self._require_compiled()
+        c, d = self.contract, self.d
+        device = require_tensor("x", x).device
+        rows = x.shape[0] if x.dim() == 2 else -1
+        sx = rows_operand("x", x, (BF16,), d, rows, device)
+        su = rows_operand("u", u, (BF16,), d, rows, device)
+        vector_operand("weight", weight, (BF16,), d, device)
+        vector_operand("bias", bias, (BF16,), d, device)
+        sy = rows_operand("y", y, (BF16,), self.segments * d, rows, device)
+        vector_operand("mean", mean, (torch.float32,), rows, device)
+        vector_operand("rstd", rstd, (torch.float32,), rows, device)
+        if self.p > 0:
+            mask = require_tensor("mask", mask)
+            if mask.dtype != torch.int8 or tuple(mask.shape) != (rows, d) or not mask.is_contiguous() \
+                    or mask.device != device:
+                raise ContractError(f"mask: expected a contiguous int8 [{rows}, {d}] tensor on "
+                                    f"{device}, got {str(mask.dtype)[6:]} {tuple(mask.shape)}")
+            seed = _rng_value("seed", seed, device)
+            offset = _rng_value("offset", offset, device)
+            if isinstance(seed, torch.Tensor) != isinstance(offset, torch.Tensor) or \
+                    isinstance(seed, torch.Tensor) != c.flag("rng_tensors"):
+                raise ContractError("seed, offset: pass both as ints or both as tensors, as when "
+                                    "the plan was built")
+        elif mask is not None:
+            raise ContractError("mask: dropout_ratio is 0, so there is no mask; pass None")
+        require_disjoint({"y": y, "mean": mean, "rstd": rstd, "mask": mask},
+                         {"x": x, "u": u, "weight": weight, "bias": bias})
+        flags = {k: c.flag(k) for k in ("apply_u_silu", "concat_u", "concat_x")}
+        if self.backend == "reference":
+            seed_v = int(seed.item()) if isinstance(seed, torch.Tensor) else seed
+            off_v = int(offset.item()) if isinstance(offset, torch.Tensor) else offset
+            ref = hstu_lmsd_forward_reference(x, u, weight, bias, eps=c.flag("eps"),
+                                              dropout_ratio=self.p, seed=seed_v, offset=off_v,
+                                              dtype=torch.float32, **flags)
+            for out, value in zip((y, mean, rstd, mask), ref):
+                if out is not None:
+                    out.copy_(value)
+            return
+        from .kernels import launch_forward
+        with on_stream(stream):
+            launch_forward(self.config, x, u, weight, bias, y, mean, rstd,
+                           mask if self.p > 0 else None, seed, offset, rows, (sx, su, sy),
+                           c.flag("eps"), flags, keep_threshold(self.p), 1.0 / (1.0 - self.p))
+
+
+class HstuLmsdBackward(Plan):
+    """dx, du and FP32-reduced dweight, dbias (BF16; fixed-order, bitwise reproducible) of
+    HstuLmsdForward, given its mean, rstd and mask; ``compute_dweight=False`` skips dweight."""
+
+    op = "hstu_lmsd_backward"
+
+    def __init__(self, dy, x, u, weight, bias, mean, rstd, mask, *, dropout_ratio,
+                 apply_u_silu, concat_u, concat_x, compute_dweight: bool = True, dx=None,
+                 du=None, dweight=None, dbias=None, backend: str | None = None):
+        super().__init__(self.contract_for(
+            dy, x, u, weight, bias, mean, rstd, mask, dropout_ratio=dropout_ratio,
+            apply_u_silu=apply_u_silu, concat_u=concat_u, concat_x=concat_x,
+            compute_dweight=compute_dweight, backend=backend))
+
+    @classmethod
+    def contract_for(cls, dy, x, u, weight, bias, mean, rstd, mask, *, dropout_ratio,
+                     apply_u_silu, concat_u, concat_x, compute_dweight: bool = True, dx=None,
+                     du=None, dweight=None, dbias=None, backend: str | None = None) -> Contract:
+        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
+        specs = (row_spec("dy", dy), row_spec("x", x), row_spec("u", u),
+                 vector_spec("weight", weight), vector_spec("bias", bias))
+        d = x.shape[-1] if x.dim() else 0
+        programs = 0
+        if backend == "triton":
+            from .kernels import backward_config
+            programs = _sm(device) * backward_config(max(d, 1)).programs_per_sm
+        return Contract(cls.op, backend, device.type, cap, specs,
+                        (("dropout_ratio", dropout_p32(dropout_ratio)),
+                         ("compute_dweight", bool(compute_dweight)), ("programs", programs))
+                        + _flags(apply_u_silu, concat_u, concat_x))
+
+    @property
+    def output_names(self):
+        return ("dx", "du", "dweight", "dbias")
+
+    def _check_support(self) -> None:
+        c = self.contract
+        self.d = _check_common(c, ("dy", "x", "u"))
+        self.segments = _segments(c)
+        if c.spec("dy").shape[1] != self.segments * self.d:
+            raise ContractError(f"dy: expected {self.segments} segments of {self.d} columns, got "
+                                f"{c.spec('dy').shape[1]}")
+        if c.spec("u").shape[1] != self.d:
+            raise ContractError(f"u: expected last dim {self.d} (like x)")
+        self.p = c.flag("dropout_ratio")
+        self.programs = c.flag("programs")
+
+    def _compile(self) -> None:
+        if self.backend == "triton":
+            from .kernels import backward_config
+            self.config = backward_config(self.d)
+
+    def workspace_bytes(self) -> int:
+        return 2 * self.programs * self.d * 4 if self.backend == "triton" else 0
+
+    def allocate_outputs(self, dy, x, u, weight, bias, mean, rstd, mask, *, dx=None, du=None,
+                         dweight=None, dbias=None, **_):
+        out = {}
+        if dx is None:
+            out["dx"] = torch.empty(x.shape, dtype=BF16, device=x.device)
+        if du is None:
+            out["du"] = torch.empty(u.shape, dtype=BF16, device=x.device)
+        if dweight is None and self.contract.flag("compute_dweight"):
+            out["dweight"] = torch.empty(self.d, dtype=BF16, device=x.device)
+        if dbias is None:
+            out["dbias"] = torch.empty(self.d, dtype=BF16, device=x.device)
+        return out
+
+    def execute(self, dy, x, u, weight, bias, mean, rstd, mask, *, dx=None, du=None,
+                dweight=None, dbias=None, workspace=None, stream=None, **_) -> None:
+        self._require_compiled()
+        c, d = self.contract, self.d
+        device = require_tensor("x", x).device
+        rows = x.shape[0] if x.dim() == 2 else -1
+        sdy = rows_operand("dy", dy, (BF16,), self.segments * d, rows, device)
+        sx = rows_operand("x", x, (BF16,), d, rows, device)
+        su = rows_operand("u", u, (BF16,), d, rows, device)
+        vector_operand("weight", weight, (BF16,), d, device)
+        vector_operand("bias", bias, (BF16,), d, device)
+        vector_operand("mean", mean, (torch.float32,), rows, device)
+        vector_operand("rstd", rstd, (torch.float32,), rows, device)
+        if self.p > 0:
+            mask = require_tensor("mask", mask)
+            if mask.dtype != torch.int8 or tuple(mask.shape) != (rows, d) or not mask.is_contiguous():
+                raise ContractError(f"mask: expected a contiguous int8 [{rows}, {d}] tensor, got "
+                                    f"{str(mask.dtype)[6:]} {tuple(mask.shape)}")
+        elif mask is not None:
+            raise ContractError("mask: dropout_ratio is 0, so there is no mask; pass None")
+        sdx = rows_operand("dx", dx, (BF16,), d, rows, device)
+        sdu = rows_operand("du", du, (BF16,), d, rows, device)
+        if c.flag("compute_dweight"):
+            vector_operand("dweight", dweight, (BF16,), d, device)
+        elif dweight is not None:
+            raise ContractError("dweight: compute_dweight is False; pass None")
+        vector_operand("dbias", dbias, (BF16,), d, device)
+        workspace = workspace_operand(workspace, self.workspace_bytes(), device)
+        require_disjoint({"dx": dx, "du": du, "dweight": dweight, "dbias": dbias,
+                          "workspace": workspace},
+                         {"dy": dy, "x": x, "u": u, "weight": weight, "bias": bias, "mean": mean,
+                          "rstd": rstd, "mask": mask})
+        flags = {k: c.flag(k) for k in ("apply_u_silu", "concat_u", "concat_x")}
+        if self.backend == "reference":
+            ref = hstu_lmsd_backward_reference(dy, x, u, weight, bias, mean, rstd, mask,
+                                               dropout_ratio=self.p, dtype=torch.float32,
+                                               compute_dweight=c.flag("compute_dweight"), **flags)
+            for out, value in zip((dx, du, dweight, dbias), ref):
+                if out is not None:
+                    out.copy_(value)
+            return
+        from .kernels import launch_backward
+        partial = workspace[:self.workspace_bytes()].view(torch.float32)
+        with on_stream(stream):
+            launch_backward(self.config, self.programs, dy, x, u, weight, bias, mean, rstd,
+                            mask if self.p > 0 else None, dx, du, dweight, dbias, partial, rows,
+                            (sdy, sx, su, sdx, sdu), flags, 1.0 / (1.0 - self.p))

@@ -1,0 +1,269 @@
+"""HSTU LayerNorm-Multiply-SiLU-Dropout: reference, Philox mask, contract errors, kernels."""
+import itertools
+import math
+
+import pytest
+import torch
+
+import graphrt
+from graphrt import ContractError
+from graphrt.ops import HstuLmsdBackward, HstuLmsdForward, hstu_lmsd_backward, hstu_lmsd_forward
+from graphrt.ops.hstu import hstu_lmsd_backward_reference, hstu_lmsd_forward_reference
+from graphrt.ops.hstu.philox import dropout_mask
+
+from ..helpers import assert_unchanged, env, needs_interpreter, rel_l2, snapshot
+
+BF16 = torch.bfloat16
+FLAGS = [dict(apply_u_silu=s, concat_u=cu, concat_x=cx)
+         for s, cu, cx in itertools.product((True, False), repeat=3)]
+
+
+def _inputs(n, d, device="cpu", pad=0):
+    def rows():
+        base = torch.randn(n, d + pad, dtype=BF16, device=device)
+        return base[:, :d] if pad else base
+    w = (1 + 0.2 * torch.randn(d, device=device)).to(BF16)
+    b = (0.1 * torch.randn(d, device=device)).to(BF16)
+    return rows(), rows(), w, b
+
+
+def _check_against_reference(x, u, w, b, p, flags, seed=3, offset=7, runtime=None, pad=0):
+    y, mean, rstd, mask = hstu_lmsd_forward(x, u, w, b, dropout_ratio=p, seed=seed,
+                                            offset=offset, runtime=runtime, **flags)
+    ref_y, _, _, _ = hstu_lmsd_forward_reference(x, u, w, b, eps=1e-6, dropout_ratio=p, seed=seed,
+                                                 offset=offset, mask=mask, **flags)
+    assert rel_l2(y, ref_y) < 1.5e-2
+    segments = 1 + flags["concat_u"] + flags["concat_x"]
+    dy_base = torch.randn(x.shape[0], segments * x.shape[1] + pad, dtype=BF16, device=x.device)
+    dy = dy_base[:, :segments * x.shape[1]] if pad else dy_base
+    dx, du, dw, db = hstu_lmsd_backward(dy, x, u, w, b, mean, rstd, mask, dropout_ratio=p,
+                                        runtime=runtime, **flags)
+    rdx, rdu, rdw, rdb = hstu_lmsd_backward_reference(dy, x, u, w, b, mean, rstd, mask,
+                                                      dropout_ratio=p, **flags)
+    assert rel_l2(dx, rdx) < 2.5e-2 and rel_l2(du, rdu) < 2.5e-2
+    for out, ref in ((dw, rdw), (db, rdb)):
+        assert torch.allclose(out.float(), ref.float(), rtol=3.5e-2, atol=0.5)
+    return y, mask
+
+
+# -- reference and Philox -------------------------------------------------------------------------
+@pytest.mark.parametrize("flags", FLAGS)
+def test_reference_matches_fp64_autograd(seed, flags):
+    x, u, w, b = _inputs(9, 16)
+    p = 0.3
+    y, mean, rstd, mask = hstu_lmsd_forward_reference(x, u, w, b, eps=1e-6, dropout_ratio=p,
+                                                      seed=5, offset=9, **flags)
+    xd, ud, wd, bd = (t.double().requires_grad_() for t in (x, u, w, b))
+    m = xd.mean(1, keepdim=True)
+    xh = (xd - m) * torch.rsqrt((xd.pow(2).mean(1, keepdim=True) - m.pow(2)).clamp_min(0) + 1e-6)
+    a = ud * torch.sigmoid(ud) if flags["apply_u_silu"] else ud
+    scale = 1 / (1 - float(torch.tensor(p, dtype=torch.float32)))
+    keep = lambda bit: ((mask.long() >> bit) & 1).double() * scale
+    parts = ([a * keep(2)] if flags["concat_u"] else []) + ([xd * keep(1)] if flags["concat_x"] else [])
+    full = torch.cat(parts + [(xh * wd + bd) * a * keep(0)], 1)
+    dy = torch.randn_like(full)
+    full.backward(dy)
+    assert rel_l2(y, full.detach()) < 5e-3
+    dx, du, dw, db = hstu_lmsd_backward_reference(dy.to(BF16), x, u, w, b, mean, rstd, mask,
+                                                  dropout_ratio=p, **flags)
+    assert rel_l2(dx, xd.grad) < 1e-2 and rel_l2(du, ud.grad) < 1e-2
+    assert rel_l2(dw, wd.grad) < 1e-2 and rel_l2(db, bd.grad) < 1e-2
+
+
+def test_mask_bits_rates_independence_and_reproducibility():
+    n, d = 1000, 1000          # a million elements per segment
+    p = 0.1
+    mask = dropout_mask(n, d, p, 1234, 0, (True, True, True)).long()
+    assert int(mask.max()) <= 7 and int(mask.min()) >= 0
+    sigma = math.sqrt(p * (1 - p) / (n * d))
+    bits = [((mask >> i) & 1).double() for i in range(3)]
+    for kept in bits:
+        assert abs(kept.mean().item() - (1 - p)) < 4 * sigma
+    for i, j in ((0, 1), (0, 2), (1, 2)):   # independent: P(both) = P(a) P(b)
+        both = (bits[i] * bits[j]).mean().item()
+        assert abs(both - (1 - p) ** 2) < 6 * sigma
+    assert torch.equal(dropout_mask(n, d, p, 1234, 0, (True, True, True)).long(), mask)
+    assert not torch.equal(dropout_mask(n, d, p, 1234, 1, (True, True, True)).long(), mask)
+    only_l = dropout_mask(50, 40, p, 1, 2, (True, False, False)).long()
+    assert int((only_l & 0b110).max()) == 0           # bits of disabled segments are clear
+
+
+def test_mask_is_independent_of_the_launch_shape():
+    whole = dropout_mask(64, 32, 0.5, 9, 4, (True, True, True))
+    # element (row, col) depends on row * D + col only: the first 10 rows of a taller tensor agree
+    assert torch.equal(dropout_mask(10, 32, 0.5, 9, 4, (True, True, True)), whole[:10])
+
+
+def test_p_zero_draws_nothing_and_returns_no_mask(seed):
+    x, u, w, b = _inputs(4, 16)
+    y, mean, rstd, mask = hstu_lmsd_forward(x, u, w, b)
+    assert mask is None and y.shape == (4, 48)
+
+
+# -- contract errors ------------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [-0.1, 1, float("inf"), float("nan"), 0.99999999])
+def test_bad_dropout_ratio_rejected(p):
+    x, u, w, b = _inputs(4, 16)
+    with pytest.raises(ContractError, match="dropout_ratio"):
+        hstu_lmsd_forward(x, u, w, b, dropout_ratio=p)
+
+
+def _forward_errors(device):
+    x, u, w, b = _inputs(6, 16, device)
+    y = torch.full((6, 48), float("nan"), dtype=BF16, device=device)
+    mean, rstd = torch.full((6,), float("nan"), device=device), torch.full((6,), float("nan"), device=device)
+    mask = torch.full((6, 16), -1, dtype=torch.int8, device=device)
+    cases = [
+        (dict(x=x.float()), "x: expected dtype bfloat16"),
+        (dict(u=torch.randn(6, 24, dtype=BF16, device=device)), "u: expected last dim 16"),
+        (dict(x=torch.randn(6, 12, dtype=BF16, device=device)), "D must be a multiple of 8"),
+        (dict(x=torch.randn(16, 6, dtype=BF16, device=device).t()), "x: layout not supported"),
+        (dict(weight=w.float()), "weight: expected a contiguous bfloat16"),
+        (dict(eps=0.0), "eps: expected a positive finite"),
+        (dict(eps=float("inf")), "eps: expected a positive finite"),
+        (dict(seed=1 << 63), "seed: expected a signed 64-bit int"),
+        (dict(seed=torch.zeros(2, dtype=torch.int64, device=device)), "seed: expected a one-element"),
+        (dict(offset="7"), "offset: expected an int"),
+        (dict(y=x), "y: expected shape|y: expected last dim"),
+        (dict(mask=torch.zeros(6, 16, dtype=torch.uint8, device=device)), "mask: expected a contiguous int8"),
+    ]
+    for over, pattern in cases:
+        args = dict(x=x, u=u, weight=w, bias=b, dropout_ratio=0.2, y=y, mean=mean, rstd=rstd, mask=mask)
+        args.update(over)
+        before = snapshot(y, mean, rstd, mask)
+        with pytest.raises(ContractError, match=pattern):
+            hstu_lmsd_forward(args.pop("x"), args.pop("u"), args.pop("weight"), args.pop("bias"), **args)
+        assert_unchanged(before, (y, mean, rstd, mask))
+
+
+def test_forward_errors_write_nothing_cpu():
+    _forward_errors("cpu")
+
+
+def test_backward_errors_write_nothing_cpu():
+    x, u, w, b = _inputs(6, 16)
+    _, mean, rstd, mask = hstu_lmsd_forward(x, u, w, b, dropout_ratio=0.2)
+    flags = dict(apply_u_silu=True, concat_u=True, concat_x=True, dropout_ratio=0.2)
+    dx = torch.full((6, 16), float("nan"), dtype=BF16)
+    before = snapshot(dx)
+    for dy, m, pattern in [(torch.randn(6, 32, dtype=BF16), mask, "dy: expected 3 segments"),
+                           (torch.randn(6, 48, dtype=BF16), None, "mask: expected"),
+                           (torch.randn(6, 48), mask, "dy: expected dtype bfloat16")]:
+        with pytest.raises(ContractError, match=pattern):
+            hstu_lmsd_backward(dy, x, u, w, b, mean, rstd, m, dx=dx, **flags)
+        assert_unchanged(before, (dx,))
+
+
+def test_plan_keys_exclude_rows_and_strides():
+    x, u, w, b = _inputs(4, 16)
+    k = HstuLmsdForward.contract_for(x, u, w, b, dropout_ratio=0.1)
+    x2, u2, _, _ = _inputs(100, 16, pad=8)
+    assert HstuLmsdForward.contract_for(x2, u2, w, b, dropout_ratio=0.1) == k
+    assert HstuLmsdForward.contract_for(x, u, w, b, dropout_ratio=0.2) != k
+    assert HstuLmsdForward.contract_for(x, u, w, b, dropout_ratio=0.1, concat_x=False) != k
+
+
+# -- kernels under the interpreter ----------------------------------------------------------------
+@needs_interpreter
+@pytest.mark.parametrize("n,d,pad", [(1, 8, 0), (37, 24, 8), (70, 136, 0)])
+@pytest.mark.parametrize("flags", FLAGS)
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_triton_kernels_interpreted(seed, n, d, pad, flags, p):
+    x, u, w, b = _inputs(n, d, pad=pad)
+    with env(GRAPHRT_BACKEND="triton"):
+        rt = graphrt.Runtime("cpu")
+        y, mask = _check_against_reference(x, u, w, b, p, flags, runtime=rt, pad=pad)
+    if p > 0:  # the kernel's Philox equals the PyTorch one bit for bit
+        assert torch.equal(mask, dropout_mask(n, d, p, 3, 7, (True, flags["concat_x"], flags["concat_u"])))
+
+
+@needs_interpreter
+def test_triton_compute_dweight_false_and_tensor_seeds(seed):
+    x, u, w, b = _inputs(20, 32)
+    with env(GRAPHRT_BACKEND="triton"):
+        rt = graphrt.Runtime("cpu")
+        seed_t, off_t = torch.tensor([3]), torch.tensor([7])
+        y, mean, rstd, mask = hstu_lmsd_forward(x, u, w, b, dropout_ratio=0.25, seed=seed_t,
+                                                offset=off_t, runtime=rt)
+        y2, _, _, mask2 = hstu_lmsd_forward(x, u, w, b, dropout_ratio=0.25, seed=3, offset=7,
+                                            runtime=rt)
+        assert torch.equal(mask, mask2) and torch.equal(y, y2)
+        dx, du, dw, db = hstu_lmsd_backward(torch.randn_like(y), x, u, w, b, mean, rstd, mask,
+                                            dropout_ratio=0.25, apply_u_silu=True, concat_u=True,
+                                            concat_x=True, compute_dweight=False, runtime=rt)
+        assert dw is None and db.shape == (32,)
+
+
+def test_module_autograd_cpu(seed):
+    lmsd = graphrt.nn.HstuLmsd(16, dropout_ratio=0.2)
+    x = torch.randn(5, 16, dtype=BF16, requires_grad=True)
+    u = torch.randn(5, 16, dtype=BF16, requires_grad=True)
+    before = graphrt.runtime("cpu").rng.get()
+    y = lmsd(x, u)
+    assert graphrt.runtime("cpu").rng.get()[1] == before[1] + 80
+    y.float().sum().backward()
+    assert x.grad is not None and u.grad is not None and lmsd.weight.grad.dtype == BF16
+
+
+# -- GPU --------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [8, 24, 128, 264, 512, 1016, 4096])
+@pytest.mark.parametrize("n", [1, 513, 65536])
+def test_gpu_matches_reference(seed, n, d):
+    for i, flags in enumerate(FLAGS):
+        if n == 65536 and d == 4096 and i > 1:
+            break  # the largest shape: two flag sets keep the run short
+        x, u, w, b = _inputs(n, d, "cuda", pad=8 if i % 2 else 0)
+        _check_against_reference(x, u, w, b, 0.1 if i % 3 else 0.0, flags, pad=8 if i % 2 else 0)
+
+
+@pytest.mark.gpu
+def test_gpu_mask_matches_pytorch_philox_and_dweight_reproducible(seed):
+    x, u, w, b = _inputs(4097, 512, "cuda")
+    y, mean, rstd, mask = hstu_lmsd_forward(x, u, w, b, dropout_ratio=0.1, seed=-5, offset=1 << 40)
+    assert torch.equal(mask.cpu(), dropout_mask(4097, 512, 0.1, -5, 1 << 40, (True, True, True)))
+    dy = torch.randn_like(y)
+    flags = dict(dropout_ratio=0.1, apply_u_silu=True, concat_u=True, concat_x=True)
+    first = hstu_lmsd_backward(dy, x, u, w, b, mean, rstd, mask, **flags)
+    again = hstu_lmsd_backward(dy, x, u, w, b, mean, rstd, mask, **flags)
+    assert all(torch.equal(a, b2) for a, b2 in zip(first, again))
+
+
+@pytest.mark.gpu
+def test_gpu_one_compile_across_rows_and_strides(seed):
+    from graphrt.ops.hstu import kernels
+    rt = graphrt.Runtime("cuda")
+    hstu_lmsd_forward(*_inputs(8, 256, "cuda"), dropout_ratio=0.1, runtime=rt)
+    count = lambda k: sum(len(c[0]) for c in k.device_caches.values())
+    before = count(kernels._hstu_fwd_kernel)
+    for n, pad in ((1, 0), (513, 8), (65536, 16)):
+        hstu_lmsd_forward(*_inputs(n, 256, "cuda", pad=pad), dropout_ratio=0.1, seed=n, runtime=rt)
+    assert rt.plans.stats()["compiles"] == 1 and count(kernels._hstu_fwd_kernel) == before
+
+
+@pytest.mark.gpu
+def test_gpu_capture_fresh_masks_per_replay(seed):
+    from graphrt.capture import capture
+    rt = graphrt.runtime("cuda")
+    x, u, w, b = _inputs(256, 128, "cuda")
+    rng = rt.rng
+    rng.set(77, 0)
+
+    def fwd(x, u):
+        out = hstu_lmsd_forward(x, u, w, b, dropout_ratio=0.3, seed=rng.state[0:1],
+                                offset=rng.state[1:2])
+        rng.advance(x.numel())
+        return out
+
+    frag = capture(fwd, x, u)
+    start = rng.snapshot()
+    m1 = frag(x, u, clone=True)[3]
+    m2 = frag(x, u, clone=True)[3]
+    assert not torch.equal(m1, m2)
+    rng.restore(start)
+    assert torch.equal(fwd(x, u)[3], m1) and torch.equal(fwd(x, u)[3], m2)
+
+
+@pytest.mark.gpu
+def test_gpu_forward_errors_write_nothing():
+    _forward_errors("cuda")
