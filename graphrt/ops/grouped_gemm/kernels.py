@@ -1,0 +1,105 @@
+"""Triton kernel for grouped GEMM weight gradients: one launch for all experts.
+
+Program (tile, expert) computes one [BLOCK_M, BLOCK_N] tile of Wgrad[expert] by walking the
+expert's tokens (begin, end read from the offsets on the device, so routing may change between
+CUDA-graph replays). Operand layouts are compile-time choices; tokens_sum is the only run-time
+extent. Accumulation is FP32; a tile of an empty expert is zeros (left alone when accumulating).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+def gemm_config(interpreted: bool) -> GemmConfig:
+    if interpreted:  # the interpreter runs every lane in numpy: keep tiles small
+        return GemmConfig(16, 16, 16, 1, 1)
+    return GemmConfig(128, 128, 64, 8, 3)
+
+
+@triton.jit(do_not_specialize=["tokens_sum"])
+def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, tokens_sum,
+                  HIDDEN: tl.constexpr, INTER: tl.constexpr, A_K_MAJOR: tl.constexpr,
+                  B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
+                  ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
+                  BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+    tile = tl.program_id(0)
+    expert = tl.program_id(1)
+    tiles_n = tl.cdiv(INTER, BLOCK_N)
+    m = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask, n_mask = m < HIDDEN, n < INTER
+    end = tl.load(OFFSETS + expert).to(tl.int64)
+    begin = tl.load(OFFSETS + expert - 1, mask=expert > 0, other=0).to(tl.int64)
+    count = end - begin
+    if ACCUMULATE:
+        if count == 0:
+            return
+    # element strides of this expert's A (hidden x tokens) and B (tokens x intermediate)
+    if RAGGED:
+        a_base, a_sm, a_sk = A + HIDDEN * begin, count, 1
+        b_base, b_sk, b_sn = B + INTER * begin, 1, count
+    else:
+        if A_K_MAJOR:
+            a_base, a_sm, a_sk = A + begin, tokens_sum.to(tl.int64), 1
+        else:
+            a_base, a_sm, a_sk = A + begin * HIDDEN, 1, HIDDEN
+        if B_K_MAJOR:
+            b_base, b_sk, b_sn = B + begin, 1, tokens_sum.to(tl.int64)
+        else:
+            b_base, b_sk, b_sn = B + begin * INTER, INTER, 1
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    k = tl.arange(0, BLOCK_K)
+    for k0 in tl.range(0, count, BLOCK_K, num_stages=NUM_STAGES):
+        kk = k0 + k
+        k_mask = kk < count
+        a = tl.load(a_base + m[:, None] * a_sm + kk[None, :] * a_sk,
+                    mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        b = tl.load(b_base + kk[:, None] * b_sk + n[None, :] * b_sn,
+                    mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+        if DOT_FP32:  # the Triton interpreter has no BF16 matrix product
+            acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        else:
+            acc += tl.dot(a, b)
+    if DISCRETE:
+        out = tl.load(OUT_PTRS + expert).to(tl.pointer_type(OUT_DTYPE))
+    else:
+        out = OUT + expert.to(tl.int64) * (HIDDEN * INTER)
+    ptrs = out + m[:, None].to(tl.int64) * INTER + n[None, :]
+    mask = m_mask[:, None] & n_mask[None, :]
+    if ACCUMULATE:
+        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptrs, acc.to(OUT_DTYPE), mask=mask)
+
+
+_TL_DTYPES = {"torch.bfloat16": tl.bfloat16, "torch.float16": tl.float16,
+              "torch.float32": tl.float32}
+
+
+def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, *, hidden: int,
+                 inter: int, a_k_major: bool, b_k_major: bool, ragged: bool, accumulate: bool,
+                 dot_fp32: bool) -> None:
+    """out: the dense output; with ``out_ptrs`` (discrete) the addresses are read from it."""
+    experts = offsets.numel()
+    if experts == 0:
+        return
+    tiles = triton.cdiv(hidden, cfg.block_m) * triton.cdiv(inter, cfg.block_n)
+    discrete = out_ptrs is not None
+    _wgrad_kernel[(tiles, experts)](
+        a, b, offsets, out if not discrete else a, out_ptrs if discrete else offsets, a.shape[1],
+        HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, RAGGED=ragged,
+        DISCRETE=discrete, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
+        OUT_DTYPE=_TL_DTYPES[str(out_dtype)], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)

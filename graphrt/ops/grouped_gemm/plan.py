@@ -1,0 +1,211 @@
+"""Plan for grouped GEMM weight gradients of MoE experts."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ...contract import Contract, TensorSpec
+from ...errors import ContractError
+from ...plan import Plan, tensor_facts
+from ...streams import is_capturing, on_stream
+from ...validate import require_aligned, require_disjoint, require_tensor, vector_operand
+from .reference import grouped_gemm_wgrad_reference
+
+OUTPUT_MODES = ("dense", "discrete")
+INPUT_ORDERS = ("tensor2d", "tensor_ragged")
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _major(t: torch.Tensor, inner_dim: int) -> str:
+    """'k' when the tokens axis has unit stride, 'mn' when the other axis has, else the strides."""
+    if t.dim() != 2:
+        return f"unsupported: {t.dim()}-D"
+    other = 1 - inner_dim
+    if t.stride(inner_dim) == 1 and (t.shape[other] <= 1 or t.stride(other) == t.shape[inner_dim]):
+        return "k"
+    if t.stride(other) == 1 and (t.shape[inner_dim] <= 1 or t.stride(inner_dim) == t.shape[other]):
+        return "mn"
+    return f"unsupported strides {tuple(t.stride())}"
+
+
+def _spec(name: str, t, tokens_dim: int) -> TensorSpec:
+    require_tensor(name, t)
+    shape = tuple(None if i == tokens_dim else d for i, d in enumerate(t.shape))
+    return TensorSpec(name, t.dtype, shape, _major(t, tokens_dim))
+
+
+def _validate_on_host() -> bool:
+    return os.environ.get("GRAPHRT_VALIDATE_OFFSETS") == "1"
+
+
+class GroupedGemmWgrad(Plan):
+    """Wgrad[e] = A[:, begin:end] @ B[begin:end, :] for every expert in one launch.
+
+    a: BF16 (hidden, tokens_sum), K-major or M-major; b: BF16 (tokens_sum, intermediate), K-major
+    or N-major (``input_order="tensor_ragged"``: per-expert compact blocks, see the issue);
+    offsets: int32 [E] cumulative ends, read on the device. Output dense (E, hidden,
+    intermediate) or discrete (``wgrad_ptrs``: int64 [E] addresses), BF16/FP16/FP32, overwritten
+    or accumulated into.
+
+    >>> plan = GroupedGemmWgrad(a, b, offsets).compile()                     # doctest: +SKIP
+    >>> plan.execute(a, b, offsets, wgrad=out)                               # doctest: +SKIP
+    """
+
+    op = "grouped_gemm_wgrad"
+    output_names = ("wgrad",)
+
+    def __init__(self, a, b, offsets, *, output_mode: str = "dense", wgrad=None, wgrad_ptrs=None,
+                 wgrad_dtype=torch.bfloat16, accumulate_on_output: bool = False,
+                 input_order: str = "tensor2d", backend: str | None = None):
+        super().__init__(self.contract_for(a, b, offsets, output_mode=output_mode, wgrad=wgrad,
+                                           wgrad_dtype=wgrad_dtype,
+                                           accumulate_on_output=accumulate_on_output,
+                                           input_order=input_order, backend=backend))
+
+    @classmethod
+    def contract_for(cls, a, b, offsets, *, output_mode: str = "dense", wgrad=None,
+                     wgrad_ptrs=None, wgrad_dtype=torch.bfloat16,
+                     accumulate_on_output: bool = False, input_order: str = "tensor2d",
+                     backend: str | None = None) -> Contract:
+        device, backend, cap = tensor_facts(require_tensor("a", a), backend)
+        out_dtype = wgrad.dtype if isinstance(wgrad, torch.Tensor) else wgrad_dtype
+        offsets = require_tensor("offsets", offsets)
+        specs = (_spec("a", a, 1), _spec("b", b, 0),
+                 TensorSpec("offsets", offsets.dtype, tuple(offsets.shape),
+                            "contiguous" if offsets.is_contiguous() else "strided"))
+        return Contract(cls.op, backend, device.type, cap, specs,
+                        (("output_mode", output_mode), ("wgrad_dtype", out_dtype),
+                         ("accumulate", bool(accumulate_on_output)), ("input_order", input_order)))
+
+    def _check_support(self) -> None:
+        c = self.contract
+        if c.flag("output_mode") not in OUTPUT_MODES:
+            raise ContractError(f"output_mode: expected one of {OUTPUT_MODES}, got {c.flag('output_mode')!r}")
+        if c.flag("input_order") not in INPUT_ORDERS:
+            raise ContractError(f"input_order: expected one of {INPUT_ORDERS}, got {c.flag('input_order')!r}")
+        if c.flag("wgrad_dtype") not in OUT_DTYPES:
+            raise ContractError(f"wgrad_dtype: expected bfloat16, float16 or float32, got "
+                                f"{str(c.flag('wgrad_dtype'))[6:]}")
+        for name in ("a", "b"):
+            spec = c.spec(name)
+            if spec.dtype != torch.bfloat16:
+                raise ContractError(f"{name}: expected dtype bfloat16, got {str(spec.dtype)[6:]}")
+            if spec.layout.startswith("unsupported"):
+                raise ContractError(f"{name}: layout not supported: expected tokens-major or "
+                                    f"{'M' if name == 'a' else 'N'}-major, got {spec.layout.replace('unsupported', '').strip(': ')}")
+        off = c.spec("offsets")
+        if off.dtype != torch.int32 or len(off.shape) != 1 or off.layout != "contiguous":
+            raise ContractError(f"offsets: expected a contiguous int32 [E] tensor, got "
+                                f"{str(off.dtype)[6:]} {off.shape}")
+        if c.flag("input_order") == "tensor_ragged" and (c.spec("a").layout != "k" or
+                                                         c.spec("b").layout != "mn"):
+            raise ContractError("a, b: tensor_ragged reads each buffer as compact per-expert "
+                                "blocks; pass contiguous (hidden, tokens_sum) and "
+                                "(tokens_sum, intermediate) tensors")
+        self.hidden, self.inter = c.spec("a").shape[0], c.spec("b").shape[1]
+        self.experts = off.shape[0]
+
+    def _compile(self) -> None:
+        if self.backend == "triton":
+            from .kernels import gemm_config
+            self.interpreted = self.contract.device_type != "cuda"
+            self.config = gemm_config(self.interpreted)
+
+    def allocate_outputs(self, a, b, offsets, *, output_mode="dense", wgrad=None, wgrad_ptrs=None,
+                         wgrad_dtype=torch.bfloat16, accumulate_on_output=False, **_):
+        if wgrad is not None or wgrad_ptrs is not None:
+            return {}
+        if accumulate_on_output:
+            raise ContractError("accumulate_on_output: needs an existing output; pass wgrad or "
+                                "wgrad_ptrs")
+        out = torch.empty(self.experts, self.hidden, self.inter, dtype=wgrad_dtype, device=a.device)
+        allocated = {"wgrad": out}
+        if output_mode == "discrete":  # the pointers are built on the device, on this stream
+            step = self.hidden * self.inter * out.element_size()
+            allocated["wgrad_ptrs"] = (torch.arange(self.experts, dtype=torch.int64, device=a.device)
+                                       * step + out.data_ptr())
+        return allocated
+
+    def _check_offsets_on_host(self, offsets, tokens_sum: int) -> None:
+        values = offsets.cpu().tolist()
+        previous = 0
+        for e, v in enumerate(values):
+            if v < previous:
+                raise ContractError(f"offsets: expected non-decreasing cumulative ends, got "
+                                    f"{v} after {previous} at expert {e}")
+            previous = v
+        if values and values[-1] != tokens_sum:
+            raise ContractError(f"offsets: the last end must equal tokens_sum={tokens_sum}, got "
+                                f"{values[-1]}")
+
+    def execute(self, a, b, offsets, *, wgrad=None, wgrad_ptrs=None, workspace=None, stream=None,
+                **_) -> None:
+        self._require_compiled()
+        c = self.contract
+        device = require_tensor("a", a).device
+        b, offsets = require_tensor("b", b), require_tensor("offsets", offsets)
+        for name, t in (("b", b), ("offsets", offsets)):
+            if t.device != device:
+                raise ContractError(f"{name}: expected device {device}, got {t.device}")
+        for name, t, want in (("a", a, c.spec("a")), ("b", b, c.spec("b"))):
+            if t.dtype != torch.bfloat16 or _major(t, 1 if name == "a" else 0) != want.layout:
+                raise ContractError(f"{name}: expected bfloat16 with the plan's layout "
+                                    f"({want.layout}-major), got {str(t.dtype)[6:]} strides {t.stride()}")
+        if a.shape[0] != self.hidden or b.shape[1] != self.inter or a.shape[1] != b.shape[0]:
+            raise ContractError(f"a, b: expected ({self.hidden}, T) and (T, {self.inter}), got "
+                                f"{tuple(a.shape)} and {tuple(b.shape)}")
+        require_aligned("a", a)
+        require_aligned("b", b)
+        vector_operand("offsets", offsets, (torch.int32,), self.experts, device)
+        tokens_sum = a.shape[1]
+        out_dtype = c.flag("wgrad_dtype")
+        discrete = c.flag("output_mode") == "discrete"
+        if discrete:
+            wgrad_ptrs = vector_operand("wgrad_ptrs", wgrad_ptrs, (torch.int64,), self.experts,
+                                        device)
+        if wgrad is not None or not discrete:
+            wgrad = require_tensor("wgrad", wgrad)
+            shape = (self.experts, self.hidden, self.inter)
+            if wgrad.dtype != out_dtype or tuple(wgrad.shape) != shape or not wgrad.is_contiguous() \
+                    or wgrad.device != device:
+                raise ContractError(f"wgrad: expected a contiguous {str(out_dtype)[6:]} {shape} "
+                                    f"tensor on {device}, got {str(wgrad.dtype)[6:]} "
+                                    f"{tuple(wgrad.shape)} on {wgrad.device}")
+            require_aligned("wgrad", wgrad)
+        if _validate_on_host() and not is_capturing(device):
+            self._check_offsets_on_host(offsets, tokens_sum)
+            if discrete:
+                for e, ptr in enumerate(wgrad_ptrs.cpu().tolist()):
+                    if ptr == 0 or ptr % 16:
+                        raise ContractError(f"wgrad_ptrs: expert {e}'s address {ptr:#x} is null "
+                                            f"or not 16-byte aligned")
+        require_disjoint({"wgrad": wgrad, "wgrad_ptrs": wgrad_ptrs},
+                         {"a": a, "b": b, "offsets": offsets})
+        accumulate = c.flag("accumulate")
+        if self.backend == "reference":
+            self._execute_reference(a, b, offsets, wgrad, wgrad_ptrs, accumulate, out_dtype)
+            return
+        from .kernels import launch_wgrad
+        with on_stream(stream):
+            launch_wgrad(self.config, a, b, offsets, wgrad, wgrad_ptrs if discrete else None,
+                         out_dtype, hidden=self.hidden, inter=self.inter,
+                         a_k_major=c.spec("a").layout == "k", b_k_major=c.spec("b").layout == "k",
+                         ragged=c.flag("input_order") == "tensor_ragged", accumulate=accumulate,
+                         dot_fp32=self.interpreted)
+
+    def _execute_reference(self, a, b, offsets, wgrad, wgrad_ptrs, accumulate, out_dtype):
+        if wgrad is None:
+            raise ContractError("wgrad_ptrs: the reference backend writes through a stacked "
+                                "wgrad tensor; pass wgrad too")
+        ref = grouped_gemm_wgrad_reference(a, b, offsets,
+                                           input_order=self.contract.flag("input_order"),
+                                           out_dtype=out_dtype,
+                                           accumulate_into=wgrad if accumulate else None)
+        if accumulate:  # an empty expert stays untouched
+            counts = torch.diff(offsets.long(), prepend=offsets.new_zeros(1).long()).cpu()
+            for e in range(self.experts):
+                if counts[e] > 0:
+                    wgrad[e].copy_(ref[e])
+        else:
+            wgrad.copy_(ref)

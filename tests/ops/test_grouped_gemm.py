@@ -1,0 +1,174 @@
+"""Grouped GEMM weight gradients: reference, layouts, output modes, errors, kernels."""
+import itertools
+
+import pytest
+import torch
+
+import graphrt
+from graphrt import ContractError
+from graphrt.ops import GroupedGemmWgrad, grouped_gemm_wgrad
+from graphrt.ops.grouped_gemm import grouped_gemm_wgrad_reference
+
+from ..helpers import assert_unchanged, env, needs_interpreter, rel_l2, snapshot
+
+BF16 = torch.bfloat16
+
+
+def _problem(counts, hidden, inter, a_major="k", b_major="n", device="cpu"):
+    tokens = sum(counts)
+    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device=device)
+    a = torch.randn(hidden, tokens, dtype=BF16, device=device)
+    b = torch.randn(tokens, inter, dtype=BF16, device=device)
+    if a_major == "m":
+        a = a.t().contiguous().t()
+    if b_major == "k":
+        b = b.t().contiguous().t()
+    return a, b, offsets
+
+
+def _expected(a, b, offsets, order, dtype, init=None, counts=None):
+    ref = grouped_gemm_wgrad_reference(a, b, offsets, input_order=order, out_dtype=dtype,
+                                       accumulate_into=init)
+    if init is not None:
+        for e, c in enumerate(counts):
+            if c == 0:
+                ref[e] = init[e]
+    return ref
+
+
+def _close(out, ref, dtype):
+    if dtype == torch.float32:
+        assert rel_l2(out, ref) < 1e-5
+    else:
+        assert torch.allclose(out.float(), ref.float(), rtol=3e-2, atol=8e-2)
+
+
+def test_reference_per_expert_and_ragged_layout():
+    counts = [3, 0, 5]
+    a, b, offsets = _problem(counts, 4, 6)
+    ref = grouped_gemm_wgrad_reference(a, b, offsets, out_dtype=torch.float32)
+    assert torch.equal(ref[1], torch.zeros(4, 6))
+    assert torch.allclose(ref[2], a[:, 3:].float() @ b[3:].float())
+    # tensor_ragged: the same numbers stored as per-expert compact blocks
+    blocks_a = torch.cat([a[:, s:e].contiguous().reshape(-1) for s, e in ((0, 3), (3, 3), (3, 8))])
+    blocks_b = torch.cat([b[s:e].t().contiguous().reshape(-1) for s, e in ((0, 3), (3, 3), (3, 8))])
+    ragged = grouped_gemm_wgrad_reference(blocks_a.view(4, 8), blocks_b.view(8, 6), offsets,
+                                          input_order="tensor_ragged", out_dtype=torch.float32)
+    assert torch.allclose(ragged, ref)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("a_major,b_major,order", [("k", "n", "tensor2d"), ("m", "n", "tensor2d"),
+                                                   ("k", "k", "tensor2d"), ("m", "k", "tensor2d"),
+                                                   ("k", "n", "tensor_ragged")])
+@pytest.mark.parametrize("mode", ["dense", "discrete"])
+@pytest.mark.parametrize("dtype", [BF16, torch.float16, torch.float32])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_triton_kernel_interpreted(a_major, b_major, order, mode, dtype, accumulate):
+    torch.manual_seed(0)
+    counts = [0, 17, 5, 0, 33, 1]          # empty first and middle experts, odd counts
+    a, b, offsets = _problem(counts, 40, 24, a_major, b_major)
+    init = torch.randn(len(counts), 40, 24).to(dtype)
+    w = init.clone()
+    kwargs = dict(output_mode=mode, wgrad_dtype=dtype, accumulate_on_output=accumulate,
+                  input_order=order, wgrad=w)
+    if mode == "discrete":
+        kwargs["wgrad_ptrs"] = torch.tensor([w[e].data_ptr() for e in range(len(counts))])
+    with env(GRAPHRT_BACKEND="triton"):
+        grouped_gemm_wgrad(a, b, offsets, runtime=graphrt.Runtime("cpu"), **kwargs)
+    _close(w, _expected(a, b, offsets, order, dtype, init if accumulate else None, counts), dtype)
+
+
+@needs_interpreter
+def test_one_plan_across_token_counts_and_last_expert_empty():
+    with env(GRAPHRT_BACKEND="triton"):
+        rt = graphrt.Runtime("cpu")
+        for counts in ([5, 7, 0], [20, 1, 0], [0, 0, 9]):
+            a, b, offsets = _problem(counts, 16, 16)
+            (w,) = grouped_gemm_wgrad(a, b, offsets, runtime=rt)
+            _close(w, _expected(a, b, offsets, "tensor2d", BF16), BF16)
+        assert rt.plans.stats()["compiles"] == 1
+
+
+def test_discrete_without_outputs_allocates_stacked_buffer_and_pointers():
+    a, b, offsets = _problem([2, 3], 8, 8)
+    (w,) = grouped_gemm_wgrad(a, b, offsets, output_mode="discrete", wgrad_dtype=torch.float32)
+    _close(w, _expected(a, b, offsets, "tensor2d", torch.float32), torch.float32)
+
+
+def _errors(device):
+    a, b, offsets = _problem([4, 4], 8, 8, device=device)
+    w = torch.full((2, 8, 8), float("nan"), dtype=BF16, device=device)
+    cases = [
+        (dict(a=a.float()), "a: expected dtype bfloat16"),
+        (dict(b=torch.randn(16, 8, dtype=BF16, device=device)[::2]), "b: layout not supported"),
+        (dict(offsets=offsets.long()), "offsets: expected a contiguous int32"),
+        (dict(wgrad=torch.empty(2, 8, 9, dtype=BF16, device=device)), "wgrad: expected a contiguous bfloat16"),
+        (dict(wgrad=torch.empty(2, 8, 8, dtype=torch.int16, device=device)), "wgrad_dtype"),
+        (dict(wgrad_dtype=torch.int8, wgrad=None), "wgrad_dtype"),
+        (dict(output_mode="sparse"), "output_mode"),
+        (dict(input_order="csr"), "input_order"),
+        (dict(b=torch.randn(9, 8, dtype=BF16, device=device)), "a, b: expected"),
+        (dict(offsets=offsets.to("meta")), "offsets: expected device"),
+        (dict(accumulate_on_output=True, wgrad=None), "accumulate_on_output"),
+    ]
+    for over, pattern in cases:
+        args = dict(a=a, b=b, offsets=offsets, wgrad=w)
+        args.update(over)
+        before = snapshot(w)
+        with pytest.raises(ContractError, match=pattern):
+            grouped_gemm_wgrad(args.pop("a"), args.pop("b"), args.pop("offsets"), **args)
+        assert_unchanged(before, (w,))
+
+
+def test_error_paths_write_nothing_cpu():
+    _errors("cpu")
+
+
+def test_bad_offsets_rejected_under_the_validate_flag():
+    a, b, _ = _problem([4, 4], 8, 8)
+    w = torch.full((2, 8, 8), float("nan"), dtype=BF16)
+    before = snapshot(w)
+    with env(GRAPHRT_VALIDATE_OFFSETS="1"):
+        for bad, pattern in (([5, 3], "non-decreasing"), ([4, 7], "must equal tokens_sum=8")):
+            with pytest.raises(ContractError, match=pattern):
+                grouped_gemm_wgrad(a, b, torch.tensor(bad, dtype=torch.int32), wgrad=w)
+    assert_unchanged(before, (w,))
+
+
+def test_plan_key_excludes_tokens_sum():
+    a, b, offsets = _problem([4, 4], 8, 8)
+    a2, b2, offsets2 = _problem([40, 4], 8, 8)
+    assert GroupedGemmWgrad.contract_for(a, b, offsets) == GroupedGemmWgrad.contract_for(a2, b2, offsets2)
+    a3, _, _ = _problem([4, 4], 8, 8, a_major="m")
+    assert GroupedGemmWgrad.contract_for(a3, b, offsets) != GroupedGemmWgrad.contract_for(a, b, offsets)
+
+
+# -- GPU --------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_major,b_major", [("k", "n"), ("m", "n"), ("k", "k"), ("m", "k")])
+@pytest.mark.parametrize("dtype", [BF16, torch.float32])
+def test_gpu_matches_reference(seed, a_major, b_major, dtype):
+    counts = [0, 300, 17, 0, 1024, 255]
+    a, b, offsets = _problem(counts, 1024, 768, a_major, b_major, "cuda")
+    w = torch.full((len(counts), 1024, 768), float("nan"), device="cuda").to(dtype)
+    grouped_gemm_wgrad(a, b, offsets, wgrad=w, wgrad_dtype=dtype)
+    _close(w, _expected(a, b, offsets, "tensor2d", dtype), dtype)
+
+
+@pytest.mark.gpu
+def test_gpu_capture_replays_new_routing_bitwise(seed):
+    from graphrt.capture import capture
+    counts = [100, 200, 0, 212]
+    a, b, offsets = _problem(counts, 512, 256, device="cuda")
+    frag = capture(lambda a, b, o: grouped_gemm_wgrad(a, b, o)[0], a, b, offsets)
+    for routing in ([512, 0, 0, 0], [1, 2, 3, 506], [128, 128, 128, 128]):
+        new = torch.tensor(list(itertools.accumulate(routing)), dtype=torch.int32, device="cuda")
+        replayed = frag(a, b, new).clone()
+        (eager,) = grouped_gemm_wgrad(a, b, new)
+        assert torch.equal(replayed, eager)
+
+
+@pytest.mark.gpu
+def test_gpu_error_paths_write_nothing():
+    _errors("cuda")
