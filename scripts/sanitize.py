@@ -24,5 +24,10 @@ for n, d in [(1, 8), (37, 136), (300, 512)]:
     graphrt.ops.hstu_lmsd_backward(torch.randn_like(y), x, u, w, b, mean, rstd, mask,
                                    dropout_ratio=0.1, apply_u_silu=True, concat_u=True,
                                    concat_x=True)
+for counts in ([0, 17, 5, 0, 33], [64, 0]):
+    offsets = torch.tensor(counts, dtype=torch.int32, device="cuda").cumsum(0).to(torch.int32)
+    tokens = sum(counts)
+    graphrt.ops.grouped_gemm_wgrad(torch.randn(tokens, 136, dtype=torch.bfloat16, device="cuda").t(),
+                                   torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda"), offsets)
 torch.cuda.synchronize()
 print("sanitize run done")

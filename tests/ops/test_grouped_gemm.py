@@ -172,3 +172,29 @@ def test_gpu_capture_replays_new_routing_bitwise(seed):
 @pytest.mark.gpu
 def test_gpu_error_paths_write_nothing():
     _errors("cuda")
+
+
+def _module_check(device):
+    torch.manual_seed(0)
+    layer = graphrt.nn.GroupedLinear(3, 32, 16, device=device)
+    counts = [5, 0, 11]
+    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device=device)
+    x = torch.randn(16, 32, dtype=BF16, device=device, requires_grad=True)
+    y = layer(x, offsets)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    xd, wd = x.detach().double().requires_grad_(), layer.weight.detach().double().requires_grad_()
+    ref = torch.cat([xd[s:e] @ wd[i].t() for i, (s, e) in enumerate(((0, 5), (5, 5), (5, 16)))])
+    ref.backward(dy.double())
+    assert rel_l2(y, ref) < 1e-2 and rel_l2(x.grad, xd.grad) < 1e-2
+    assert rel_l2(layer.weight.grad[[0, 2]], wd.grad[[0, 2]]) < 1e-2
+    assert torch.equal(layer.weight.grad[1], torch.zeros_like(layer.weight.grad[1]))
+
+
+def test_grouped_linear_module_cpu():
+    _module_check("cpu")
+
+
+@pytest.mark.gpu
+def test_grouped_linear_module_gpu():
+    _module_check("cuda")
