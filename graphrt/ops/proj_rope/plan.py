@@ -1,0 +1,161 @@
+"""Plan for projection GEMM + YaRN RoPE + dual-direction MXFP8 quantize (DeepSeek MLA Q)."""
+from __future__ import annotations
+
+import torch
+
+from ...contract import Contract, compact_spec
+from ...errors import ContractError
+from ...plan import Plan, tensor_facts
+from ...streams import on_stream
+from ...validate import require_aligned, require_disjoint, require_tensor
+from .reference import FP8, gemm_proj_rope_mxfp8_reference
+
+BF16 = torch.bfloat16
+
+
+def _dt(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+class GemmProjRopeMxfp8(Plan):
+    """out = MXFP8(RoPE(x @ W)) in both directions: rowwise blocks of 32 along head_dim and
+    columnwise blocks of 32 along tokens, quantized from the FP32 values. The path follows x's
+    dtype: BF16 x and w, or float8_e4m3fn codes with E8M0 scales (x_scale, w_scale).
+
+    >>> plan = GemmProjRopeMxfp8(x, w, cos, sin).compile()                       # doctest: +SKIP
+    >>> plan.execute(x, w, cos, sin, out_fp8_row=r, out_scales_row=rs,
+    ...              out_fp8_col=c, out_scales_col=cs)                           # doctest: +SKIP
+    """
+
+    op = "gemm_proj_rope_mxfp8"
+    output_names = ("out_fp8_row", "out_scales_row", "out_fp8_col", "out_scales_col")
+
+    def __init__(self, x, w, cos, sin, *, x_scale=None, w_scale=None, w_out_in: bool = True,
+                 qk_nope_dim: int = 128, qk_rope_dim: int = 64, backend: str | None = None,
+                 **_outputs):
+        super().__init__(self.contract_for(x, w, cos, sin, x_scale=x_scale, w_scale=w_scale,
+                                           w_out_in=w_out_in, qk_nope_dim=qk_nope_dim,
+                                           qk_rope_dim=qk_rope_dim, backend=backend))
+
+    @classmethod
+    def contract_for(cls, x, w, cos, sin, *, x_scale=None, w_scale=None, w_out_in: bool = True,
+                     qk_nope_dim: int = 128, qk_rope_dim: int = 64, backend: str | None = None,
+                     **_outputs) -> Contract:
+        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
+        specs = (compact_spec("x", x, (0,)), compact_spec("w", w), compact_spec("cos", cos, (0,)),
+                 compact_spec("sin", sin, (0,)), compact_spec("x_scale", x_scale, (0,)),
+                 compact_spec("w_scale", w_scale))
+        return Contract(cls.op, backend, device.type, cap, specs,
+                        (("w_out_in", bool(w_out_in)), ("qk_nope_dim", int(qk_nope_dim)),
+                         ("qk_rope_dim", int(qk_rope_dim))))
+
+    def _check_support(self) -> None:
+        c = self.contract
+        x, w = c.spec("x"), c.spec("w")
+        nope, rope = c.flag("qk_nope_dim"), c.flag("qk_rope_dim")
+        head_dim = nope + rope
+        if rope <= 0 or rope % 2 or nope < 0 or head_dim % 32:
+            raise ContractError(f"qk_nope_dim, qk_rope_dim: the head dim must be a multiple of 32 "
+                                f"with an even, positive rope dim, got {nope} + {rope}")
+        if x.dtype not in (BF16, FP8):
+            raise ContractError(f"x: expected dtype bfloat16 or float8_e4m3fn, got {_dt(x.dtype)}")
+        if w.dtype != x.dtype:
+            raise ContractError(f"w: expected dtype {_dt(x.dtype)} (like x), got {_dt(w.dtype)}")
+        for name in ("x", "w", "cos", "sin"):
+            spec = c.spec(name)
+            if len(spec.shape) != 2 or spec.layout != "contiguous":
+                raise ContractError(f"{name}: expected a compact row-major 2-D tensor, got "
+                                    f"{spec.shape} ({spec.layout})")
+        k = x.shape[1]
+        n_total, wk = w.shape if c.flag("w_out_in") else w.shape[::-1]
+        if wk != k:
+            raise ContractError(f"w: expected K={k} (x's inner dim) along its "
+                                f"{'second' if c.flag('w_out_in') else 'first'} dim, got shape {w.shape}")
+        if n_total % head_dim:
+            raise ContractError(f"w: {n_total} output features are not a whole number of heads of "
+                                f"{head_dim}")
+        for name in ("cos", "sin"):
+            spec = c.spec(name)
+            if spec.dtype != BF16 or spec.shape[1] != rope:
+                raise ContractError(f"{name}: expected bfloat16 [tokens, {rope}], got "
+                                    f"{_dt(spec.dtype)} {spec.shape}")
+        mx = x.dtype == FP8
+        for name in ("x_scale", "w_scale"):
+            spec = c.spec(name)
+            if spec.present and not mx:
+                raise ContractError(f"{name}: scales belong to the MXFP8 path; x is bfloat16")
+            if mx and not spec.present:
+                raise ContractError(f"{name}: the MXFP8 path needs E8M0 scales")
+        if mx:
+            if k % 32:
+                raise ContractError(f"x: K must be a multiple of 32 on the MXFP8 path, got {k}")
+            want_ws = (n_total, k // 32) if c.flag("w_out_in") else (k // 32, n_total)
+            for name, want in (("x_scale", (None, k // 32)), ("w_scale", want_ws)):
+                spec = c.spec(name)
+                if spec.dtype != torch.uint8 or spec.shape != want or spec.layout != "contiguous":
+                    raise ContractError(f"{name}: expected a compact uint8 {want} tensor, got "
+                                        f"{_dt(spec.dtype)} {spec.shape} ({spec.layout})")
+        self.k, self.n_total, self.heads, self.head_dim = k, n_total, n_total // head_dim, head_dim
+        self.mx = mx
+
+    def allocate_outputs(self, x, w, cos, sin, *, out_fp8_row=None, out_scales_row=None,
+                         out_fp8_col=None, out_scales_col=None, **_):
+        t, h, d, dev = x.shape[0], self.heads, self.head_dim, x.device
+        out = {}
+        if out_fp8_row is None:
+            out["out_fp8_row"] = torch.empty(t, h, d, dtype=FP8, device=dev)
+        if out_scales_row is None:
+            out["out_scales_row"] = torch.empty(t, h, d // 32, dtype=torch.uint8, device=dev)
+        if out_fp8_col is None:
+            out["out_fp8_col"] = torch.empty(t, h, d, dtype=FP8, device=dev)
+        if out_scales_col is None:
+            out["out_scales_col"] = torch.empty(t // 32, h, d, dtype=torch.uint8, device=dev)
+        return out
+
+    def execute(self, x, w, cos, sin, *, x_scale=None, w_scale=None, out_fp8_row=None,
+                out_scales_row=None, out_fp8_col=None, out_scales_col=None, workspace=None,
+                stream=None, **_) -> None:
+        self._require_compiled()
+        c = self.contract
+        device = require_tensor("x", x).device
+        t = x.shape[0]
+        if t % 32:
+            raise ContractError(f"x: the token count must be a multiple of 32, got {t}")
+        h, d = self.heads, self.head_dim
+        expected = {"x": ((t, self.k), c.spec("x").dtype), "w": (tuple(c.spec("w").shape), c.spec("w").dtype),
+                    "cos": ((t, c.flag("qk_rope_dim")), BF16), "sin": ((t, c.flag("qk_rope_dim")), BF16),
+                    "out_fp8_row": ((t, h, d), FP8), "out_scales_row": ((t, h, d // 32), torch.uint8),
+                    "out_fp8_col": ((t, h, d), FP8), "out_scales_col": ((t // 32, h, d), torch.uint8)}
+        if self.mx:
+            expected["x_scale"] = ((t, self.k // 32), torch.uint8)
+            expected["w_scale"] = (tuple(c.spec("w_scale").shape), torch.uint8)
+        elif x_scale is not None or w_scale is not None:
+            raise ContractError("x_scale, w_scale: scales belong to the MXFP8 path; x is bfloat16")
+        given = {"x": x, "w": w, "cos": cos, "sin": sin, "x_scale": x_scale, "w_scale": w_scale,
+                 "out_fp8_row": out_fp8_row, "out_scales_row": out_scales_row,
+                 "out_fp8_col": out_fp8_col, "out_scales_col": out_scales_col}
+        for name, (shape, dtype) in expected.items():
+            tensor = require_tensor(name, given[name])
+            if tuple(tensor.shape) != shape or tensor.dtype != dtype or not tensor.is_contiguous() \
+                    or tensor.device != device:
+                raise ContractError(f"{name}: expected a contiguous {_dt(dtype)} {shape} tensor on "
+                                    f"{device}, got {_dt(tensor.dtype)} {tuple(tensor.shape)} on "
+                                    f"{tensor.device}")
+            require_aligned(name, tensor)
+        outputs = {n: given[n] for n in self.output_names}
+        require_disjoint(outputs, {n: given[n] for n in ("x", "w", "cos", "sin", "x_scale", "w_scale")})
+        if self.backend == "reference":
+            ref = gemm_proj_rope_mxfp8_reference(
+                x, w, cos, sin, x_scale=x_scale, w_scale=w_scale, w_out_in=c.flag("w_out_in"),
+                qk_nope_dim=c.flag("qk_nope_dim"), qk_rope_dim=c.flag("qk_rope_dim"))
+            for out, value in zip(outputs.values(), ref):
+                out.copy_(value)
+            return
+        from .kernels import launch
+        as_bytes = (lambda t_: t_.view(torch.uint8)) if self.mx else (lambda t_: t_)
+        with on_stream(stream):
+            launch(as_bytes(x), x_scale, as_bytes(w), w_scale, cos, sin,
+                   out_fp8_row.view(torch.uint8), out_scales_row, out_fp8_col.view(torch.uint8),
+                   out_scales_col, tokens=t, k=self.k, heads=h, nope=c.flag("qk_nope_dim"),
+                   rope=c.flag("qk_rope_dim"), w_out_in=c.flag("w_out_in"),
+                   dot_fp32=c.device_type != "cuda")

@@ -1,0 +1,162 @@
+"""Projection GEMM + RoPE + dual-direction MXFP8: the quantizer exactly, the op, errors."""
+import pytest
+import torch
+
+import graphrt
+from graphrt import ContractError
+from graphrt.ops import gemm_proj_rope_mxfp8
+from graphrt.ops.proj_rope import gemm_proj_rope_mxfp8_reference, mxfp8_dequantize, mxfp8_quantize
+from graphrt.ops.proj_rope.reference import FP8, apply_rope
+
+from ..helpers import assert_unchanged, env, needs_interpreter, snapshot
+
+BF16 = torch.bfloat16
+
+
+def _quantize_one(values):
+    codes, scales = mxfp8_quantize(torch.tensor([values], dtype=torch.float32), dim=1)
+    return codes.view(torch.uint8)[0].tolist(), int(scales[0, 0]) - 127
+
+
+def _block(*head, fill=0.0):
+    return list(head) + [fill] * (32 - len(head))
+
+
+def test_quantizer_powers_of_two_are_exact():
+    codes, e = _quantize_one(_block(448.0, 1.0, 2.0 ** -6, -0.5))
+    assert e == 0                                    # amax / 448 = 1 exactly
+    assert codes[:4] == [0x7E, 0x38, 0x08, 0xB0]     # 448, 1, min normal, -0.5
+    codes, e = _quantize_one(_block(896.0, 3.0))
+    assert e == 1 and codes[:2] == [0x7E, 0x3C]      # 896 / 2 = 448; 3 / 2 = 1.5
+
+
+def test_quantizer_around_448_and_binade_rounding():
+    _, e = _quantize_one(_block(447.99))
+    assert e == 0                                    # just under 448: no extra exponent
+    codes, e = _quantize_one(_block(449.0))
+    assert e == 1 and codes[0] == 0x76               # 224.5 -> 224 = 1.75 * 2^7 (ties to even)
+    codes, _ = _quantize_one(_block(448.0, 15.5, 31.0, 1.0625, 1.1875))
+    # 15.5 rounds up into the next binade (16); 31 -> 32; 1.0625 ties to 1.0; 1.1875 ties to 1.25
+    assert codes[1:5] == [0x58, 0x60, 0x38, 0x3A]
+
+
+def test_quantizer_zero_block_subnormals_and_negative_zero():
+    codes, e = _quantize_one(_block(0.0))
+    assert e == -108 and codes == [0] * 32           # amax clamped to 1e-30
+    codes, e = _quantize_one(_block(448.0, 2.0 ** -9, 3 * 2.0 ** -10, 2.0 ** -10))
+    assert e == 0 and codes[1:4] == [0x01, 0x02, 0x00]   # subnormals, ties to even
+    codes, _ = _quantize_one(_block(-0.0, fill=-0.0))
+    assert codes[0] == 0x80
+
+
+def test_quantize_dequantize_round_trip_and_rope_reference():
+    v = torch.randn(64, 96)
+    for dim in (0, 1):
+        codes, scales = mxfp8_quantize(v, dim)
+        back = mxfp8_dequantize(codes, scales, dim)
+        assert ((back - v).abs() <= v.abs() * 2 ** -3 + 1e-6).all()
+    y = torch.randn(4, 2, 16)
+    cos, sin = torch.randn(4, 8), torch.randn(4, 8)
+    out = apply_rope(y, cos, sin, nope=8)
+    assert torch.equal(out[..., :8], y[..., :8])
+    assert torch.allclose(out[..., 8], y[..., 8] * cos[:, None, 0] - y[..., 9] * sin[:, None, 0])
+    assert torch.allclose(out[..., 12], y[..., 9] * cos[:, None, 4] + y[..., 8] * sin[:, None, 4])
+
+
+def _problem(t, k, heads, nope=128, rope=64, w_out_in=True, mx=False, device="cpu"):
+    d = nope + rope
+    x = torch.randn(t, k, dtype=BF16, device=device)
+    w = (torch.randn(heads * d, k, device=device) / k ** 0.5).to(BF16)
+    if not w_out_in:
+        w = w.t().contiguous()
+    cos, sin = torch.randn(t, rope, device=device).to(BF16), torch.randn(t, rope, device=device).to(BF16)
+    kwargs = dict(w_out_in=w_out_in, qk_nope_dim=nope, qk_rope_dim=rope)
+    if mx:
+        x, xs = mxfp8_quantize(x.float(), 1)
+        w, ws = mxfp8_quantize(w.float(), 1 if w_out_in else 0)
+        kwargs.update(x_scale=xs, w_scale=ws)
+    return x, w, cos, sin, kwargs
+
+
+def _check(out, ref):
+    for dim, (codes, scales, ref_codes, ref_scales) in ((2, (out[0], out[1], ref[0], ref[1])),
+                                                        (0, (out[2], out[3], ref[2], ref[3]))):
+        got, want = mxfp8_dequantize(codes, scales, dim), mxfp8_dequantize(ref_codes, ref_scales, dim)
+        assert ((got - want).abs() <= 0.1 + 0.1 * want.abs()).float().mean() >= 0.95
+        assert (scales == ref_scales).float().mean() >= 0.99
+
+
+@needs_interpreter
+@pytest.mark.parametrize("nope,rope", [(128, 64), (16, 48)])
+@pytest.mark.parametrize("w_out_in", [True, False])
+@pytest.mark.parametrize("mx", [False, True])
+def test_triton_kernel_interpreted_bitwise(seed, nope, rope, w_out_in, mx):
+    x, w, cos, sin, kw = _problem(64, 64, 2, nope, rope, w_out_in, mx)
+    with env(GRAPHRT_BACKEND="triton"):
+        out = gemm_proj_rope_mxfp8(x, w, cos, sin, runtime=graphrt.Runtime("cpu"), **kw)
+    ref = gemm_proj_rope_mxfp8_reference(x, w, cos, sin, **kw)
+    # the kernel computes the same FP32 values (up to summation order) and the same rounding
+    _check(out, ref)
+    same = [(a.view(torch.uint8) == b.view(torch.uint8)).float().mean().item() for a, b in zip(out, ref)]
+    assert min(same) >= 0.99, same
+
+
+def test_functional_cpu_reference_path(seed):
+    x, w, cos, sin, kw = _problem(32, 64, 1)
+    out = gemm_proj_rope_mxfp8(x, w, cos, sin, **kw)
+    assert out.out_fp8_row.shape == (32, 1, 192) and out.out_scales_col.shape == (1, 1, 192)
+    assert out.out_fp8_row.dtype == FP8
+
+
+def _errors(device):
+    x, w, cos, sin, kw = _problem(64, 64, 1, device=device)
+    outs = dict(out_fp8_row=torch.zeros(64, 1, 192, dtype=FP8, device=device),
+                out_scales_row=torch.full((64, 1, 6), 7, dtype=torch.uint8, device=device),
+                out_fp8_col=torch.zeros(64, 1, 192, dtype=FP8, device=device),
+                out_scales_col=torch.full((2, 1, 192), 7, dtype=torch.uint8, device=device))
+    xq, xs = mxfp8_quantize(x.float(), 1)
+    cases = [
+        (dict(x=x[:48], cos=cos[:48], sin=sin[:48]), "multiple of 32"),
+        (dict(w=torch.randn(192, 72, device=device).to(BF16)), "w: expected K=64"),
+        (dict(x=xq), "w: expected dtype float8_e4m3fn"),
+        (dict(x_scale=xs), "x_scale: scales belong to the MXFP8 path"),
+        (dict(x=xq, w=mxfp8_quantize(w.float(), 1)[0]), "x_scale: the MXFP8 path needs"),
+        (dict(cos=cos.float()), "cos: expected bfloat16"),
+    ]
+    for over, pattern in cases:
+        args = dict(x=x, w=w, cos=cos, sin=sin, **kw, **outs)
+        args.update(over)
+        before = snapshot(*outs.values())
+        with pytest.raises(ContractError, match=pattern):
+            gemm_proj_rope_mxfp8(args.pop("x"), args.pop("w"), args.pop("cos"), args.pop("sin"), **args)
+        assert_unchanged(before, list(outs.values()))
+
+
+def test_error_paths_write_nothing_cpu():
+    _errors("cpu")
+
+
+# -- GPU --------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [32, 2048, 4096])
+@pytest.mark.parametrize("w_out_in", [True, False])
+@pytest.mark.parametrize("mx", [False, True])
+def test_gpu_matches_reference(seed, tokens, w_out_in, mx):
+    x, w, cos, sin, kw = _problem(tokens, 1536, 16, w_out_in=w_out_in, mx=mx, device="cuda")
+    out = gemm_proj_rope_mxfp8(x, w, cos, sin, **kw)
+    _check(out, gemm_proj_rope_mxfp8_reference(x, w, cos, sin, **kw))
+
+
+@pytest.mark.gpu
+def test_gpu_capture_replay(seed):
+    from graphrt.capture import capture, verify_replay
+    x, w, cos, sin, kw = _problem(256, 512, 4, device="cuda")
+    frag = capture(lambda x: tuple(gemm_proj_rope_mxfp8(x, w, cos, sin, **kw)), x)
+    report = verify_replay(frag, lambda x: tuple(gemm_proj_rope_mxfp8(x, w, cos, sin, **kw)),
+                           lambda i: (torch.randn_like(x),), steps=2)
+    assert report.ok, str(report)
+
+
+@pytest.mark.gpu
+def test_gpu_error_paths_write_nothing():
+    _errors("cuda")
