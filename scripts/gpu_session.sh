@@ -18,6 +18,7 @@ for step in $steps; do
     sweep) python3 scripts/sweep_rmsnorm.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep.log" ;;
     bench) python3 -m graphrt.cli bench rmsnorm 2>&1 | tee "$OUT/bench.log" | tail -52
            python3 -m graphrt.cli bench plan_store 2>&1 | tail -6 ;;
+    proj) python3 -m graphrt.cli bench proj 2>&1 | tee "$OUT/bench_proj.log" | tail -12 ;;
     wgrad) python3 -m graphrt.cli bench wgrad 2>&1 | tee "$OUT/bench_wgrad.log" | tail -14 ;;
     lmsd) python3 -m graphrt.cli bench lmsd 2>&1 | tee "$OUT/bench_lmsd.log" | tail -22 ;;
     mhc) python3 -m graphrt.cli bench mhc 2>&1 | tee "$OUT/bench_mhc.log" | tail -10 ;;

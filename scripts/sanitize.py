@@ -29,5 +29,12 @@ for counts in ([0, 17, 5, 0, 33], [64, 0]):
     tokens = sum(counts)
     graphrt.ops.grouped_gemm_wgrad(torch.randn(tokens, 136, dtype=torch.bfloat16, device="cuda").t(),
                                    torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda"), offsets)
+from graphrt.ops.proj_rope import mxfp8_quantize
+x = torch.randn(64, 64, dtype=torch.bfloat16, device="cuda")
+w = torch.randn(2 * 192, 64, dtype=torch.bfloat16, device="cuda")
+cs = torch.randn(64, 64, device="cuda").to(torch.bfloat16)
+graphrt.ops.gemm_proj_rope_mxfp8(x, w, cs, cs)
+(xq, xs), (wq, ws) = mxfp8_quantize(x.float(), 1), mxfp8_quantize(w.float(), 1)
+graphrt.ops.gemm_proj_rope_mxfp8(xq, wq, cs, cs, x_scale=xs, w_scale=ws)
 torch.cuda.synchronize()
 print("sanitize run done")

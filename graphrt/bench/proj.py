@@ -1,0 +1,54 @@
+"""Projection GEMM + RoPE + MXFP8 against the cuBLAS GEMM alone and the unfused pipeline
+(eager and torch.compile)."""
+from __future__ import annotations
+
+import torch
+
+from ..ops import GemmProjRopeMxfp8
+from ..ops.proj_rope import gemm_proj_rope_mxfp8_reference, mxfp8_quantize
+from . import report
+from .timing import BF16_GEMM_CEILING_TFLOPS, device_time_us, stream_time_us
+
+TOKENS, K, HEADS, NOPE, ROPE = 4096, 1536, 128, 128, 64
+
+
+def run(progress=print) -> list[dict]:
+    progress(f"proj tokens={TOKENS} K={K} heads={HEADS}x{NOPE + ROPE} ...")
+    d = NOPE + ROPE
+    x = torch.randn(TOKENS, K, dtype=torch.bfloat16, device="cuda")
+    w = (torch.randn(HEADS * d, K, device="cuda") / K ** 0.5).to(torch.bfloat16)
+    cos = torch.randn(TOKENS, ROPE, device="cuda").to(torch.bfloat16)
+    sin = torch.randn(TOKENS, ROPE, device="cuda").to(torch.bfloat16)
+    xq, xs = mxfp8_quantize(x.float(), 1)
+    wq, ws = mxfp8_quantize(w.float(), 1)
+    plans = {"graphrt (BF16)": (GemmProjRopeMxfp8(x, w, cos, sin).compile(), (x, w), {}),
+             "graphrt (MXFP8 in)": (GemmProjRopeMxfp8(xq, wq, cos, sin, x_scale=xs,
+                                                      w_scale=ws).compile(), (xq, wq),
+                                    {"x_scale": xs, "w_scale": ws})}
+    outs = plans["graphrt (BF16)"][0].allocate_outputs(x, w, cos, sin)
+
+    def pipeline(x, w):
+        return gemm_proj_rope_mxfp8_reference(x, w, cos, sin)
+
+    compiled = torch.compile(pipeline)
+    impls = {name: (lambda p=p, a=a, kw=kw: p.execute(*a, cos, sin, **kw, **outs))
+             for name, (p, a, kw) in plans.items()}
+    impls["cuBLAS GEMM alone"] = lambda: x @ w.t()
+    impls["eager pipeline"] = lambda: pipeline(x, w)
+    impls["torch.compile pipeline"] = lambda: compiled(x, w)
+    flops = 2.0 * TOKENS * K * HEADS * d
+    times = {k: stream_time_us(f) for k, f in impls.items()}
+    rows = []
+    for name, us in times.items():
+        tflops = flops / (us * 1e-6) / 1e12
+        rows.append({"impl": name, "us": us, "TFLOP/s": tflops,
+                     "of_ceiling": tflops / BF16_GEMM_CEILING_TFLOPS,
+                     "vs_gemm_alone": us / times["cuBLAS GEMM alone"],
+                     "do_bench_us": device_time_us(impls[name])})
+    return rows
+
+
+def main(progress=print) -> list[dict]:
+    return report.publish("proj", run(progress), progress,
+                          legend="vs_gemm_alone: time over the bf16 cuBLAS GEMM's (target: at most "
+                                 "1.15 for the BF16 path)")
