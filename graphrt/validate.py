@@ -12,7 +12,8 @@ from .errors import ContractError
 ALIGN_BYTES = 16
 
 
-def _dt(dtype: torch.dtype | None) -> str:
+def dtype_name(dtype: torch.dtype | None) -> str:
+    """'bfloat16' for torch.bfloat16: how error messages name dtypes."""
     return str(dtype).replace("torch.", "")
 
 
@@ -25,8 +26,8 @@ def require_tensor(name: str, t: object) -> torch.Tensor:
 def require_dtype(name: str, t: torch.Tensor, allowed: Iterable[torch.dtype]) -> None:
     allowed = tuple(allowed)
     if t.dtype not in allowed:
-        want = " or ".join(_dt(d) for d in allowed)
-        raise ContractError(f"{name}: expected dtype {want}, got {_dt(t.dtype)}")
+        want = " or ".join(dtype_name(d) for d in allowed)
+        raise ContractError(f"{name}: expected dtype {want}, got {dtype_name(t.dtype)}")
 
 
 def require_shape(name: str, t: torch.Tensor, shape: tuple) -> None:

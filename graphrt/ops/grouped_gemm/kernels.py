@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from ...kernel_utils import mma
+
 
 @dataclass(frozen=True)
 class GemmConfig:
@@ -69,10 +71,7 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, tokens_sum,
                     mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         b = tl.load(b_base + kk[:, None] * b_sk + n[None, :] * b_sn,
                     mask=k_mask[:, None] & n_mask[None, :], other=0.0)
-        if DOT_FP32:  # the Triton interpreter has no BF16 matrix product
-            acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-        else:
-            acc += tl.dot(a, b)
+        acc += mma(a, b, DOT_FP32)
     if DISCRETE:
         out = tl.load(OUT_PTRS + expert).to(tl.pointer_type(OUT_DTYPE))
     else:

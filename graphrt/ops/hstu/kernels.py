@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from ...kernel_utils import row_offsets
 from ...reduction import sum_partials
 
 
@@ -36,11 +37,6 @@ def backward_config(d: int) -> HstuConfig:
     block_d = triton.next_power_of_2(d)
     rows = max(1, 1024 // block_d)
     return HstuConfig(block_d, rows, max(4, min(16, block_d * rows // 256)))
-
-
-@triton.jit
-def _offsets(rows, stride):
-    return tl.multiple_of(rows * stride, 8)[:, None]
 
 
 @triton.jit
@@ -91,8 +87,8 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
     cols = tl.arange(0, BLOCK_D)
     col_mask = cols < D
     mask = row_mask[:, None] & col_mask[None, :]
-    x = tl.load(X + _offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(U + _offsets(rows, stride_u) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(X + row_offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(U + row_offsets(rows, stride_u) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     mean = tl.sum(x, axis=1) / D
     var = tl.maximum(tl.sum(x * x, axis=1) / D - mean * mean, 0.0)
     rstd = 1.0 / tl.sqrt(var + eps)
@@ -110,7 +106,7 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
                                         SEED_FROM_TENSORS)
         bits = _keep_bits(seed, offset, rows, cols, D, THRESHOLD, CONCAT_U, CONCAT_X)
         tl.store(MASK + rows[:, None] * D + cols[None, :], bits.to(tl.int8), mask=mask)
-    y_row = Y + _offsets(rows, stride_y) + cols[None, :]
+    y_row = Y + row_offsets(rows, stride_y) + cols[None, :]
     segment = 0
     if CONCAT_U:
         tl.store(y_row, _drop(a, bits, 2, SCALE, DROPOUT).to(Y.dtype.element_ty), mask=mask)
@@ -146,9 +142,9 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, n_rows,
         rows = r0 + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
-        dy_row = DY + _offsets(rows, stride_dy) + cols[None, :]
-        x = tl.load(X + _offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        u = tl.load(U + _offsets(rows, stride_u) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy_row = DY + row_offsets(rows, stride_dy) + cols[None, :]
+        x = tl.load(X + row_offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        u = tl.load(U + row_offsets(rows, stride_u) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
         bits = tl.zeros([BLOCK_ROWS, BLOCK_D], dtype=tl.int32)
@@ -181,8 +177,8 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, n_rows,
         mean_xwd = tl.sum(xhat * wd, axis=1) / D
         dx = g_x + rstd[:, None] * (wd - mean_wd[:, None] - xhat * mean_xwd[:, None])
         du = (g * lin + g_u) * a_prime
-        tl.store(DX + _offsets(rows, stride_dx) + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        tl.store(DU + _offsets(rows, stride_du) + cols[None, :], du.to(DU.dtype.element_ty), mask=mask)
+        tl.store(DX + row_offsets(rows, stride_dx) + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        tl.store(DU + row_offsets(rows, stride_du) + cols[None, :], du.to(DU.dtype.element_ty), mask=mask)
         if COMPUTE_DW:
             acc_w += dl * xhat
         acc_b += dl

@@ -9,8 +9,8 @@ from ...contract import Contract, TensorSpec, compact_spec
 from ...errors import ContractError, UnsupportedError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import (require_aligned, require_disjoint, require_dtype, require_tensor,
-                         sm_count, workspace_operand)
+from ...validate import (dtype_name, require_aligned, require_disjoint, require_dtype,
+                         require_tensor, sm_count, workspace_operand)
 from .reference import mhc_projection_backward_reference
 
 MAX_N = 64
@@ -30,9 +30,6 @@ def _config(device: torch.device, k: int):
         cfg = _config_cache[key] = mhc_config(k, sm_count(device) if device.type == "cuda" else 2)
     return cfg
 
-
-def _dt(dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 class MhcProjectionBackward(Plan):
@@ -76,7 +73,8 @@ class MhcProjectionBackward(Plan):
         specs = {name: c.spec(name) for name in _INPUTS}
         for name, spec in specs.items():
             if spec.dtype != _DTYPES[name]:
-                raise ContractError(f"{name}: expected dtype {_dt(_DTYPES[name])}, got {_dt(spec.dtype)}")
+                raise ContractError(f"{name}: expected dtype {dtype_name(_DTYPES[name])}, got "
+                                    f"{dtype_name(spec.dtype)}")
             if len(spec.shape) != 2:
                 raise ContractError(f"{name}: expected a 2-D tensor, got shape {spec.shape}")
             if spec.layout != "contiguous":

@@ -11,8 +11,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-BLOCK = 32
-BLOCK_K = 32
+from ...kernel_utils import mma
+
+BLOCK = tl.constexpr(32)    # tokens and features per program: one block in each direction
+BLOCK_K = tl.constexpr(32)
 
 
 @triton.jit
@@ -79,13 +81,6 @@ def _load_operand(PTR, SCALE, offs, scale_offs, mask, MX: tl.constexpr, DOT_FP32
     return v
 
 
-@triton.jit
-def _dot(a, b, DOT_FP32: tl.constexpr):
-    if DOT_FP32:  # the Triton interpreter has no BF16 matrix product
-        return tl.dot(a, b, input_precision="ieee")
-    return tl.dot(a, b)
-
-
 @triton.jit(do_not_specialize=["tokens"])
 def _proj_rope_kernel(X, XS, W, WS, COS, SIN, ROW, ROW_S, COL, COL_S, tokens,
                       K: tl.constexpr, HEADS: tl.constexpr, NOPE: tl.constexpr,
@@ -121,7 +116,7 @@ def _proj_rope_kernel(X, XS, W, WS, COS, SIN, ROW, ROW_S, COL, COL_S, tokens,
             w_off1 = k[:, None].to(tl.int64) * N_TOTAL + row1[None, :]
             w_s1 = (k // 32)[:, None].to(tl.int64) * N_TOTAL + row1[None, :]
         w1 = _load_operand(W, WS, w_off1, w_s1, k_mask[:, None], MX, DOT_FP32)
-        acc1 += _dot(x, w1, DOT_FP32)
+        acc1 += mma(x, w1, DOT_FP32)
         if has_rope:
             if W_OUT_IN:
                 w_off2 = row2[None, :] * K + k[:, None]
@@ -130,7 +125,7 @@ def _proj_rope_kernel(X, XS, W, WS, COS, SIN, ROW, ROW_S, COL, COL_S, tokens,
                 w_off2 = k[:, None].to(tl.int64) * N_TOTAL + row2[None, :]
                 w_s2 = (k // 32)[:, None].to(tl.int64) * N_TOTAL + row2[None, :]
             w2 = _load_operand(W, WS, w_off2, w_s2, k_mask[:, None], MX, DOT_FP32)
-            acc2 += _dot(x, w2, DOT_FP32)
+            acc2 += mma(x, w2, DOT_FP32)
     y = acc1
     if has_rope:
         rc = tl.where(is_rope, r, 0)
@@ -157,7 +152,7 @@ def launch(x, x_scale, w, w_scale, cos, sin, row, row_s, col, col_s, *, tokens: 
     if tokens == 0:
         return
     mx = x_scale is not None
-    grid = (triton.cdiv(tokens, BLOCK), heads, (nope + rope) // BLOCK)
+    grid = (triton.cdiv(tokens, BLOCK.value), heads, (nope + rope) // BLOCK.value)
     _proj_rope_kernel[grid](x, x_scale if mx else x, w, w_scale if mx else w, cos, sin, row,
                             row_s, col, col_s, tokens, K=k, HEADS=heads, NOPE=nope, ROPE=rope,
                             W_OUT_IN=w_out_in, MX=mx, DOT_FP32=dot_fp32, num_warps=4)

@@ -7,14 +7,11 @@ from ...contract import Contract, compact_spec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import require_aligned, require_disjoint, require_tensor
+from ...validate import dtype_name, require_aligned, require_disjoint, require_tensor
 from .reference import FP8, gemm_proj_rope_mxfp8_reference
 
 BF16 = torch.bfloat16
 
-
-def _dt(dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 class GemmProjRopeMxfp8(Plan):
@@ -58,9 +55,9 @@ class GemmProjRopeMxfp8(Plan):
             raise ContractError(f"qk_nope_dim, qk_rope_dim: the head dim must be a multiple of 32 "
                                 f"with an even, positive rope dim, got {nope} + {rope}")
         if x.dtype not in (BF16, FP8):
-            raise ContractError(f"x: expected dtype bfloat16 or float8_e4m3fn, got {_dt(x.dtype)}")
+            raise ContractError(f"x: expected dtype bfloat16 or float8_e4m3fn, got {dtype_name(x.dtype)}")
         if w.dtype != x.dtype:
-            raise ContractError(f"w: expected dtype {_dt(x.dtype)} (like x), got {_dt(w.dtype)}")
+            raise ContractError(f"w: expected dtype {dtype_name(x.dtype)} (like x), got {dtype_name(w.dtype)}")
         for name in ("x", "w", "cos", "sin"):
             spec = c.spec(name)
             if len(spec.shape) != 2 or spec.layout != "contiguous":
@@ -78,7 +75,7 @@ class GemmProjRopeMxfp8(Plan):
             spec = c.spec(name)
             if spec.dtype != BF16 or spec.shape[1] != rope:
                 raise ContractError(f"{name}: expected bfloat16 [tokens, {rope}], got "
-                                    f"{_dt(spec.dtype)} {spec.shape}")
+                                    f"{dtype_name(spec.dtype)} {spec.shape}")
         mx = x.dtype == FP8
         for name in ("x_scale", "w_scale"):
             spec = c.spec(name)
@@ -94,7 +91,7 @@ class GemmProjRopeMxfp8(Plan):
                 spec = c.spec(name)
                 if spec.dtype != torch.uint8 or spec.shape != want or spec.layout != "contiguous":
                     raise ContractError(f"{name}: expected a compact uint8 {want} tensor, got "
-                                        f"{_dt(spec.dtype)} {spec.shape} ({spec.layout})")
+                                        f"{dtype_name(spec.dtype)} {spec.shape} ({spec.layout})")
         self.k, self.n_total, self.heads, self.head_dim = k, n_total, n_total // head_dim, head_dim
         self.mx = mx
 
@@ -138,8 +135,8 @@ class GemmProjRopeMxfp8(Plan):
             tensor = require_tensor(name, given[name])
             if tuple(tensor.shape) != shape or tensor.dtype != dtype or not tensor.is_contiguous() \
                     or tensor.device != device:
-                raise ContractError(f"{name}: expected a contiguous {_dt(dtype)} {shape} tensor on "
-                                    f"{device}, got {_dt(tensor.dtype)} {tuple(tensor.shape)} on "
+                raise ContractError(f"{name}: expected a contiguous {dtype_name(dtype)} {shape} tensor on "
+                                    f"{device}, got {dtype_name(tensor.dtype)} {tuple(tensor.shape)} on "
                                     f"{tensor.device}")
             require_aligned(name, tensor)
         outputs = {n: given[n] for n in self.output_names}

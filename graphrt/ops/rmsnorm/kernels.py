@@ -14,6 +14,7 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
+from ...kernel_utils import row_offsets
 from ...reduction import sum_partials
 
 MAX_BLOCK_H = 8192
@@ -70,14 +71,6 @@ def backward_programs(hidden: int, sm_count: int) -> int:
 
 # -- forward -----------------------------------------------------------------------------------
 @triton.jit
-def _row_offsets(rows, stride):
-    """Element offsets of rows as a [rows, 1] column. Row strides are run-time values (never
-    specialized); the contract makes them multiples of 16 bytes, and saying so on the offsets
-    lets the compiler use 16-byte vector loads, stores and async copies."""
-    return tl.multiple_of(rows * stride, 8)[:, None]
-
-
-@triton.jit
 def _load_h(X, RES, H_NEW, x_off, res_off, h_off, col, mask,
             HAS_RESIDUAL: tl.constexpr, STORE_H: tl.constexpr):
     """x (or x + residual rounded to storage precision) as FP32; stores h_new when asked."""
@@ -108,10 +101,10 @@ def _rmsnorm_fwd_rows_kernel(X, RES, W, Y, RSTD, H_NEW, n_rows,
         rows = r0 + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask
-        x = _load_h(X, RES, H_NEW, _row_offsets(rows, stride_x), _row_offsets(rows, stride_res),
-                    _row_offsets(rows, stride_h), cols, mask, HAS_RESIDUAL, True)
+        x = _load_h(X, RES, H_NEW, row_offsets(rows, stride_x), row_offsets(rows, stride_res),
+                    row_offsets(rows, stride_h), cols, mask, HAS_RESIDUAL, True)
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / HIDDEN + eps)
-        tl.store(Y + _row_offsets(rows, stride_y) + cols,
+        tl.store(Y + row_offsets(rows, stride_y) + cols,
                  (x * rstd[:, None] * w).to(Y.dtype.element_ty), mask=mask)
         tl.store(RSTD + rows, rstd, mask=row_mask)
 
@@ -161,17 +154,17 @@ def _rmsnorm_bwd_rows_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows,
         rows = r0 + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask
-        g = tl.load(G + _row_offsets(rows, stride_g) + cols, mask=mask, other=0.0).to(tl.float32)
-        x = tl.load(X + _row_offsets(rows, stride_x) + cols, mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(G + row_offsets(rows, stride_g) + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(X + row_offsets(rows, stride_x) + cols, mask=mask, other=0.0).to(tl.float32)
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
         xhat = x * rstd[:, None]
         wg = g * w
         mean_wgx = tl.sum(wg * xhat, axis=1) / HIDDEN
         dx = rstd[:, None] * (wg - xhat * mean_wgx[:, None])
         if HAS_G_RESIDUAL:
-            dx += tl.load(G_RES + _row_offsets(rows, stride_gres) + cols, mask=mask,
+            dx += tl.load(G_RES + row_offsets(rows, stride_gres) + cols, mask=mask,
                           other=0.0).to(tl.float32)
-        tl.store(DX + _row_offsets(rows, stride_dx) + cols, dx.to(DX.dtype.element_ty), mask=mask)
+        tl.store(DX + row_offsets(rows, stride_dx) + cols, dx.to(DX.dtype.element_ty), mask=mask)
         dw_acc += g * xhat
     partial_row = PARTIAL + pid.to(tl.int64) * HIDDEN
     tl.store(partial_row + tl.arange(0, BLOCK_H), tl.sum(dw_acc, axis=0),

@@ -1,0 +1,22 @@
+"""Triton helpers shared by the ops' kernels."""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_offsets(rows, stride):
+    """Element offsets of ``rows`` as a [rows, 1] column. Row strides are run-time values (never
+    specialized); the contracts make them multiples of 16 bytes, and saying so on the offsets
+    lets the compiler use 16-byte vector loads, stores and async copies."""
+    return tl.multiple_of(rows * stride, 8)[:, None]
+
+
+@triton.jit
+def mma(a, b, DOT_FP32: tl.constexpr):
+    """a @ b with FP32 accumulation; ``DOT_FP32`` for the Triton interpreter, which has no BF16
+    matrix product (operands are then converted to FP32 first)."""
+    if DOT_FP32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b)

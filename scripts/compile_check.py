@@ -1,0 +1,123 @@
+"""Compile every graphrt Triton kernel for sm_90a on this machine (no GPU needed): catches
+kernels that the interpreter accepts but the compiler rejects, and reports registers, spills and
+shared memory per kernel (ptxas from Triton's package)."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from graphrt import reduction
+from graphrt.capture import random as capture_random
+from graphrt.ops.grouped_gemm import kernels as wgrad
+from graphrt.ops.hstu import kernels as hstu
+from graphrt.ops.mhc import kernels as mhc
+from graphrt.ops.proj_rope import kernels as proj
+from graphrt.ops.rmsnorm import kernels as rms
+
+TARGET = GPUTarget("cuda", 90, 32)
+PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+
+
+def check(name, fn, signature, constexprs, num_warps=4):
+    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values())
+             if t.startswith("*")}
+    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    try:
+        k = triton.compile(src, target=TARGET, options={"num_warps": num_warps})
+    except Exception as err:  # report and go on
+        print(f"FAIL {name}: {type(err).__name__}: {str(err).splitlines()[0][:200]}")
+        return False
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(k.asm["ptx"])
+    res = subprocess.run([PTXAS, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
+                         capture_output=True, text=True)
+    regs = re.findall(r"Used (\d+) registers", res.stderr)
+    spills = re.findall(r"(\d+) bytes spill stores", res.stderr)
+    print(f"ok   {name}: {regs[0] if regs else '?'} registers, {spills[0] if spills else '?'} B "
+          f"spilled, {k.metadata.shared} B shared")
+    return True
+
+
+def sig(**kinds):
+    return kinds
+
+
+def main():
+    ok = True
+    c = "constexpr"
+    ok &= check("rmsnorm fwd rows", rms._rmsnorm_fwd_rows_kernel, sig(
+        X="*bf16", RES="*bf16", W="*fp32", Y="*bf16", RSTD="*fp32", H_NEW="*bf16", n_rows="i32",
+        stride_x="i32", stride_res="i32", stride_y="i32", stride_h="i32", eps="fp32", HIDDEN=c,
+        BLOCK_H=c, BLOCK_ROWS=c, HAS_RESIDUAL=c, NUM_STAGES=c),
+        dict(HIDDEN=4096, BLOCK_H=4096, BLOCK_ROWS=2, HAS_RESIDUAL=True, NUM_STAGES=4))
+    ok &= check("rmsnorm bwd rows", rms._rmsnorm_bwd_rows_kernel, sig(
+        G="*bf16", X="*bf16", W="*fp32", RSTD="*fp32", G_RES="*bf16", DX="*bf16", PARTIAL="*fp32",
+        n_rows="i32", stride_g="i32", stride_x="i32", stride_gres="i32", stride_dx="i32",
+        HIDDEN=c, BLOCK_H=c, BLOCK_ROWS=c, HAS_G_RESIDUAL=c, NUM_STAGES=c),
+        dict(HIDDEN=5120, BLOCK_H=8192, BLOCK_ROWS=1, HAS_G_RESIDUAL=True, NUM_STAGES=4), 8)
+    ok &= check("rmsnorm fwd chunked", rms._rmsnorm_fwd_chunked_kernel, sig(
+        X="*bf16", RES="*bf16", W="*bf16", Y="*bf16", RSTD="*fp32", H_NEW="*bf16",
+        stride_x="i32", stride_res="i32", stride_y="i32", stride_h="i32", eps="fp32", HIDDEN=c,
+        BLOCK_H=c, NUM_CHUNKS=c, HAS_RESIDUAL=c),
+        dict(HIDDEN=16392, BLOCK_H=4096, NUM_CHUNKS=5, HAS_RESIDUAL=True), 8)
+    ok &= check("rmsnorm bwd chunked", rms._rmsnorm_bwd_chunked_kernel, sig(
+        G="*bf16", X="*bf16", W="*fp32", RSTD="*fp32", G_RES="*bf16", DX="*bf16", PARTIAL="*fp32",
+        n_rows="i32", rows_per_program="i32", stride_g="i32", stride_x="i32", stride_gres="i32",
+        stride_dx="i32", HIDDEN=c, BLOCK_H=c, NUM_CHUNKS=c, HAS_G_RESIDUAL=c),
+        dict(HIDDEN=16392, BLOCK_H=4096, NUM_CHUNKS=5, HAS_G_RESIDUAL=False), 8)
+    ok &= check("reduction", reduction._sum_partials_kernel, sig(
+        PARTIAL="*fp32", OUT="*bf16", n_parts="i32", COLS=c, BLOCK_P=c, BLOCK_C=c),
+        dict(COLS=512, BLOCK_P=32, BLOCK_C=64))
+    ok &= check("uniform", capture_random._uniform_kernel, sig(OUT="*fp32", STATE="*i64", n="i32",
+                                                              BLOCK=c), dict(BLOCK=1024))
+    ok &= check("mhc bwd", mhc._mhc_bwd_kernel, sig(
+        X="*bf16", W="*fp32", GP="*fp32", GR="*fp32", R="*fp32", DX="*bf16", PARTIAL="*fp32",
+        n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c, GROUPS=c, NUM_STAGES=c),
+        dict(K=20480, N=24, N_PAD=24, N_BLOCK=32, BLOCK_T=64, BLOCK_K=64, GROUPS=9, NUM_STAGES=3))
+    for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
+                                          (False, False, False)):
+        ok &= check(f"hstu fwd dropout={dropout} tensor_seed={from_tensors}", hstu._hstu_fwd_kernel, sig(
+            X="*bf16", U="*bf16", W="*bf16", B="*bf16", Y="*bf16", MEAN="*fp32", RSTD="*fp32",
+            MASK="*i8", SEED="*i64", OFFSET="*i64", n_rows="i32", stride_x="i32", stride_u="i32",
+            stride_y="i32", seed_lo="i32", seed_hi="i32", off_lo="i32", off_hi="i32", eps="fp32",
+            D=c, BLOCK_D=c, BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, THRESHOLD=c,
+            SCALE=c, SEED_FROM_TENSORS=c),
+            dict(D=512, BLOCK_D=512, BLOCK_ROWS=4, SILU=concat, CONCAT_U=concat, CONCAT_X=concat,
+                 DROPOUT=dropout, THRESHOLD=429496729, SCALE=1 / 0.9, SEED_FROM_TENSORS=from_tensors),
+            num_warps=4)
+    ok &= check("hstu bwd", hstu._hstu_bwd_kernel, sig(
+        DY="*bf16", X="*bf16", U="*bf16", W="*bf16", B="*bf16", MEAN="*fp32", RSTD="*fp32",
+        MASK="*i8", DX="*bf16", DU="*bf16", PARTIAL="*fp32", n_rows="i32", stride_dy="i32",
+        stride_x="i32", stride_u="i32", stride_dx="i32", stride_du="i32", D=c, BLOCK_D=c,
+        BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c,
+        NUM_STAGES=c),
+        dict(D=512, BLOCK_D=512, BLOCK_ROWS=2, SILU=True, CONCAT_U=True, CONCAT_X=True,
+             DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True, NUM_STAGES=2), num_warps=4)
+    import triton.language as tl
+    for a_k, b_k, ragged, discrete, acc in ((True, False, False, False, False),
+                                            (False, True, False, True, True),
+                                            (True, False, True, False, False)):
+        ok &= check(f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc}",
+                    wgrad._wgrad_kernel, sig(
+                        A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
+                        tokens_sum="i32", HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c,
+                        DISCRETE=c, ACCUMULATE=c, DOT_FP32=c, OUT_DTYPE=c, BLOCK_M=c, BLOCK_N=c,
+                        BLOCK_K=c, NUM_STAGES=c),
+                    dict(HIDDEN=7168, INTER=2048, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
+                         DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
+                         BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_STAGES=3), num_warps=8)
+    for mx, w_out_in in ((False, True), (True, False)):
+        ok &= check(f"proj rope mx={mx} w_out_in={w_out_in}", proj._proj_rope_kernel, sig(
+            X="*u8" if mx else "*bf16", XS="*u8", W="*u8" if mx else "*bf16", WS="*u8",
+            COS="*bf16", SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8", COL_S="*u8",
+            tokens="i32", K=c, HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, MX=c, DOT_FP32=c),
+            dict(K=1536, HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, MX=mx, DOT_FP32=False))
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
