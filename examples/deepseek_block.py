@@ -1,6 +1,10 @@
-"""A DeepSeek-V4-like block (mHC projection/RMS stage gating 4 residual streams, then an
-RMSNorm/MLP) whose whole forward and backward is captured as one CUDA graph; replays are checked
-against eager execution with verify_replay.
+"""DeepSeek-V4-like blocks captured as one CUDA graph each (forward + backward), replays checked
+against eager execution with verify_replay:
+
+1. the mHC projection/RMS stage gating 4 residual streams, then an RMSNorm/MLP;
+2. the same stage with RMSNorm, an MoE MLP of grouped expert weights (weight gradients on a side
+   stream, overlapped with the input gradients; routing changes every step) and the MLA Q
+   projection fused with RoPE and MXFP8 quantization.
 
     python examples/deepseek_block.py [--tokens 1024]
 """
@@ -10,17 +14,23 @@ import argparse
 
 import torch
 
-from graphrt.bench.models import MhcBlock, loss_and_grads
+from graphrt.bench.models import DeepSeekBlock, MhcBlock, loss_and_grads, mse
 from graphrt.capture import capture, verify_replay
+
+
+def _random_routing(rows: int, experts: int, step: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(step)
+    cuts = sorted(torch.randint(0, rows + 1, (experts - 1,), generator=gen).tolist())
+    return torch.tensor(cuts + [rows], dtype=torch.int32, device="cuda")
 
 
 def run(tokens: int = 1024, hidden: int = 1024, streams: int = 4, out=print):
     if not torch.cuda.is_available():
-        out("CUDA graphs need a GPU; running the block eagerly on the CPU reference path.")
+        out("CUDA graphs need a GPU; running the blocks eagerly on the CPU reference path.")
         block = MhcBlock(64, streams, 128)
         x = torch.randn(16, streams * 64, dtype=torch.bfloat16)
         loss, *grads = loss_and_grads(block)(x, x)
-        out(f"  loss {loss.item():.5f}, {len(grads)} gradients")
+        out(f"  mHC block: loss {loss.item():.5f}, {len(grads)} gradients")
         return None
     torch.manual_seed(0)
     block = MhcBlock(hidden, streams, 2 * hidden, device="cuda")
@@ -31,11 +41,30 @@ def run(tokens: int = 1024, hidden: int = 1024, streams: int = 4, out=print):
                 torch.randn(tokens, streams * hidden, dtype=torch.bfloat16, device="cuda"))
 
     fragment = capture(step, *batch())
-    out(f"deepseek_block: {tokens} tokens, {streams} streams x {hidden}; captured forward + "
-        f"backward: {fragment.nodes()}")
+    out(f"mHC block: {tokens} tokens, {streams} streams x {hidden}; captured forward + backward: "
+        f"{fragment.nodes()}")
     report = verify_replay(fragment, step, batch, steps=3)
     out(str(report))
-    return report
+
+    experts, rows = 8, tokens * streams
+    moe = DeepSeekBlock(hidden, streams, experts, 2 * hidden, heads=8, device="cuda")
+    params = list(moe.parameters())
+    cos = torch.randn(rows, 64, device="cuda").to(torch.bfloat16)
+
+    def moe_step(x, target, offsets):
+        y, q = moe(x, offsets, cos, cos)
+        loss = mse(y, target)
+        return (loss.detach(), q.out_fp8_row.view(torch.uint8), *torch.autograd.grad(loss, params))
+
+    def moe_batch(i=0):
+        return (*batch(), _random_routing(rows, experts, i))
+
+    fragment = capture(moe_step, *moe_batch())
+    out(f"MoE block (experts' wgrad on a side stream, Q projection + RoPE + MXFP8): "
+        f"{fragment.nodes()}, {fragment.shape()}")
+    moe_report = verify_replay(fragment, moe_step, moe_batch, steps=3)
+    out(str(moe_report))
+    return report, moe_report
 
 
 def main() -> None:

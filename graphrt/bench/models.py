@@ -80,11 +80,62 @@ class MhcBlock(torch.nn.Module):
         return self.mlp(h.reshape(tokens * self.streams, self.hidden)).view(tokens, -1)
 
 
-def loss_and_grads(model: torch.nn.Module):
-    """A function (x, target) -> (loss, *parameter gradients): a whole backward as one fragment."""
+def loss_and_grads(model: torch.nn.Module, forward=None):
+    """A function (x, target) -> (loss, *parameter gradients): a whole backward as one fragment.
+    ``forward`` (default: the model itself) maps x to the model's output."""
     params = [p for p in model.parameters() if p.requires_grad]
+    forward = forward or model
 
     def step(x, target):
-        loss = mse(model(x), target)
+        loss = mse(forward(x), target)
         return (loss.detach(), *torch.autograd.grad(loss, params))
     return step
+
+
+class DeepSeekBlock(torch.nn.Module):
+    """A DeepSeek-V4-like block: the mHC stage gates ``streams`` residual streams; each stream's
+    tokens (routed to experts, sorted by expert) go through RMSNorm and an MoE MLP of grouped
+    expert weights, whose weight gradients run on a side stream; the forward also produces the
+    MLA Q projection fused with RoPE and MXFP8 quantization (no gradient)."""
+
+    def __init__(self, hidden: int = 256, streams: int = 4, experts: int = 4, ffn: int = 512,
+                 heads: int = 2, device=None):
+        super().__init__()
+        from ..nn import GroupedLinear, MhcProjection, RMSNorm
+
+        self.hidden, self.streams = hidden, streams
+        n = (2 + streams) * streams
+        self.mhc = MhcProjection(streams * hidden, n, n_pad=n, device=device)
+        self.norm = RMSNorm(hidden, device=device)
+        self.up = GroupedLinear(experts, hidden, ffn, device=device, wgrad_on_side_stream=True)
+        self.down = GroupedLinear(experts, ffn, hidden, device=device, wgrad_on_side_stream=True)
+        self.register_buffer("wq", (torch.randn(heads * 192, hidden, device=device)
+                                    / hidden ** 0.5).to(torch.bfloat16))
+
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor):
+        from ..ops import gemm_proj_rope_mxfp8
+
+        tokens = x.shape[0]
+        proj, r = self.mhc(x)
+        gate = (torch.sigmoid(proj[:, :self.streams]) / r).to(x.dtype)
+        h = (x.view(tokens, self.streams, self.hidden) * gate.unsqueeze(-1)).reshape(-1, self.hidden)
+        normed = self.norm(h)
+        q = gemm_proj_rope_mxfp8(normed.detach(), self.wq, cos, sin)
+        mlp = self.down(torch.nn.functional.gelu(self.up(normed, offsets)), offsets)
+        return (h + mlp).view(tokens, -1), q
+
+
+class HstuBlock(torch.nn.Module):
+    """An HSTU-style block: the fused LayerNorm-Multiply-SiLU-Dropout stage over (x, u) and an
+    output projection of its three concatenated segments."""
+
+    def __init__(self, d: int = 256, dropout_ratio: float = 0.1, device=None):
+        super().__init__()
+        from ..nn import HstuLmsd
+
+        self.lmsd = HstuLmsd(d, dropout_ratio=dropout_ratio, device=device)
+        self.out = torch.nn.Linear(3 * d, d, bias=False, device=device, dtype=torch.bfloat16)
+
+    def forward(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        return x + self.out(self.lmsd(x, u))

@@ -72,3 +72,23 @@ def test_mhc_block_eager_cpu_reference_path():
                                          torch.randn(8, 128, dtype=torch.bfloat16))
     assert torch.isfinite(loss) and len(grads) == len(list(block.parameters()))
     assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_deepseek_block_eager_cpu_reference_path():
+    from graphrt.bench.models import DeepSeekBlock, mse
+    block = DeepSeekBlock(32, 4, 2, 64, 1)
+    x = torch.randn(8, 128, dtype=torch.bfloat16)              # 8 tokens x 4 streams = 32 rows
+    offsets = torch.tensor([12, 32], dtype=torch.int32)
+    cos = torch.randn(32, 64).to(torch.bfloat16)
+    out, q = block(x, offsets, cos, cos)
+    mse(out, x).backward()
+    assert q.out_fp8_row.shape == (32, 1, 192)
+    assert all(p.grad is not None for p in block.parameters())
+
+
+def test_hstu_block_eager_cpu_reference_path():
+    from graphrt.bench.models import HstuBlock, loss_and_grads
+    block = HstuBlock(16, 0.1)
+    step = loss_and_grads(block, lambda xu: block(*xu.chunk(2, dim=1)))
+    loss, *grads = step(torch.randn(8, 32, dtype=torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16))
+    assert torch.isfinite(loss) and len(grads) == 3
