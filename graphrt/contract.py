@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .validate import require_tensor, tensor_spec_layout
+from .errors import ContractError
+from .validate import dtype_name, require_tensor, tensor_spec_layout
 
 DYNAMIC = None  # marks a run-time extent in TensorSpec.shape
 
@@ -57,6 +58,21 @@ def row_spec(name: str, t) -> TensorSpec:
     shape = t.shape
     layout = "rows" if shape and t.is_contiguous() else tensor_spec_layout(name, t)
     return _new_spec(TensorSpec, (name, t.dtype, (DYNAMIC, shape[-1] if shape else 0), layout))
+
+
+def check_row_spec(spec: TensorSpec, dtypes: tuple, last_dim: int | None = None) -> None:
+    """check_support's side of ``row_spec``: raise ContractError for a wrong dtype, an
+    unsupported layout (with the reason recorded in the key) or a last dim other than
+    ``last_dim``. Absent optional operands pass."""
+    if not spec.present:
+        return
+    if spec.dtype not in dtypes:
+        want = " or ".join(dtype_name(d) for d in dtypes)
+        raise ContractError(f"{spec.name}: expected dtype {want}, got {dtype_name(spec.dtype)}")
+    if spec.layout.startswith("unsupported"):
+        raise ContractError(spec.layout.split(": ", 1)[1])
+    if last_dim is not None and spec.shape[1] != last_dim:
+        raise ContractError(f"{spec.name}: expected last dim {last_dim} (like x), got {spec.shape[1]}")
 
 
 def compact_spec(name: str, t, dynamic_dims: tuple[int, ...] = ()) -> TensorSpec:

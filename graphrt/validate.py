@@ -30,15 +30,6 @@ def require_dtype(name: str, t: torch.Tensor, allowed: Iterable[torch.dtype]) ->
         raise ContractError(f"{name}: expected dtype {want}, got {dtype_name(t.dtype)}")
 
 
-def require_shape(name: str, t: torch.Tensor, shape: tuple) -> None:
-    if tuple(t.shape) != tuple(shape):
-        raise ContractError(f"{name}: expected shape {tuple(shape)}, got {tuple(t.shape)}")
-
-
-def require_contiguous(name: str, t: torch.Tensor) -> None:
-    if not t.is_contiguous():
-        raise ContractError(f"{name}: expected a contiguous tensor, got shape {tuple(t.shape)} "
-                            f"with strides {t.stride()}")
 
 
 def require_aligned(name: str, t: torch.Tensor, align: int = ALIGN_BYTES) -> None:
@@ -46,18 +37,6 @@ def require_aligned(name: str, t: torch.Tensor, align: int = ALIGN_BYTES) -> Non
         raise ContractError(f"{name}: data pointer must be {align}-byte aligned, "
                             f"got address {t.data_ptr():#x}")
 
-
-def require_same_device(tensors: Mapping[str, torch.Tensor | None]) -> torch.device:
-    device = None
-    first = None
-    for name, t in tensors.items():
-        if t is None:
-            continue
-        if device is None:
-            device, first = t.device, name
-        elif t.device != device:
-            raise ContractError(f"{name}: expected device {device} (like {first}), got {t.device}")
-    return device
 
 
 def row_layout(name: str, t: torch.Tensor, hidden: int | None = None) -> tuple[int, int]:
@@ -134,14 +113,6 @@ def device_capability(device: torch.device) -> tuple[int, int] | None:
 def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
-
-def layout_class(t: torch.Tensor) -> str:
-    """Coarse layout of a tensor for plan keys: 'contiguous', 'rows' (padded rows) or 'strided'."""
-    if t.is_contiguous():
-        return "contiguous"
-    if t.dim() >= 1 and t.stride(-1) == 1:
-        return "rows"
-    return "strided"
 
 
 def rows_operand(name: str, t: object, dtypes: Iterable[torch.dtype], hidden: int,

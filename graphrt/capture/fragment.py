@@ -10,6 +10,7 @@ from ..errors import ArenaExhausted, CaptureError, ContractError, UnsupportedErr
 from ..runtime import Runtime
 from ..runtime import runtime as default_runtime
 from ..streams import join_open_branches
+from ..validate import dtype_name
 from .inspect import graph_shape, node_counts
 from .tree import flatten, unflatten
 
@@ -159,8 +160,8 @@ class Fragment:
                         or new.device != static.device):
                     raise ContractError(
                         f"args[{i}]: the fragment was captured with {tuple(static.shape)} "
-                        f"{str(static.dtype)[6:]} on {static.device}, got {tuple(new.shape)} "
-                        f"{str(new.dtype)[6:]} on {new.device}")
+                        f"{dtype_name(static.dtype)} on {static.device}, got {tuple(new.shape)} "
+                        f"{dtype_name(new.dtype)} on {new.device}")
             elif new != static:
                 raise ContractError(f"args[{i}]: the fragment was captured with {static!r}, "
                                     f"got {new!r} (non-tensor arguments are fixed at capture)")

@@ -7,7 +7,7 @@ import triton.language as tl
 
 from ..errors import ContractError
 from ..rng import RngState
-from ..validate import require_tensor
+from ..validate import dtype_name, require_tensor
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -31,7 +31,7 @@ def uniform_(out: torch.Tensor, rng: RngState) -> torch.Tensor:
     require_tensor("out", out)
     if out.dtype != torch.float32 or not out.is_contiguous() or out.device != rng.device:
         raise ContractError(f"out: expected a contiguous float32 tensor on {rng.device}, got "
-                            f"{str(out.dtype)[6:]} on {out.device}")
+                            f"{dtype_name(out.dtype)} on {out.device}")
     n = out.numel()
     if n:
         block = 1024

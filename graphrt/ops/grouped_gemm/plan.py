@@ -9,7 +9,8 @@ from ...contract import Contract, TensorSpec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import is_capturing, on_stream
-from ...validate import require_aligned, require_disjoint, require_tensor, vector_operand
+from ...validate import (dtype_name, require_aligned, require_disjoint, require_tensor,
+                         vector_operand)
 from .reference import grouped_gemm_wgrad_reference
 
 OUTPUT_MODES = ("dense", "discrete")
@@ -86,18 +87,18 @@ class GroupedGemmWgrad(Plan):
             raise ContractError(f"input_order: expected one of {INPUT_ORDERS}, got {c.flag('input_order')!r}")
         if c.flag("wgrad_dtype") not in OUT_DTYPES:
             raise ContractError(f"wgrad_dtype: expected bfloat16, float16 or float32, got "
-                                f"{str(c.flag('wgrad_dtype'))[6:]}")
+                                f"{dtype_name(c.flag('wgrad_dtype'))}")
         for name in ("a", "b"):
             spec = c.spec(name)
             if spec.dtype != torch.bfloat16:
-                raise ContractError(f"{name}: expected dtype bfloat16, got {str(spec.dtype)[6:]}")
+                raise ContractError(f"{name}: expected dtype bfloat16, got {dtype_name(spec.dtype)}")
             if spec.layout.startswith("unsupported"):
                 raise ContractError(f"{name}: layout not supported: expected tokens-major or "
                                     f"{'M' if name == 'a' else 'N'}-major, got {spec.layout.replace('unsupported', '').strip(': ')}")
         off = c.spec("offsets")
         if off.dtype != torch.int32 or len(off.shape) != 1 or off.layout != "contiguous":
             raise ContractError(f"offsets: expected a contiguous int32 [E] tensor, got "
-                                f"{str(off.dtype)[6:]} {off.shape}")
+                                f"{dtype_name(off.dtype)} {off.shape}")
         if c.flag("input_order") == "tensor_ragged" and (c.spec("a").layout != "k" or
                                                          c.spec("b").layout != "mn"):
             raise ContractError("a, b: tensor_ragged reads each buffer as compact per-expert "
@@ -151,7 +152,7 @@ class GroupedGemmWgrad(Plan):
         for name, t, want in (("a", a, c.spec("a")), ("b", b, c.spec("b"))):
             if t.dtype != torch.bfloat16 or _major(t, 1 if name == "a" else 0) != want.layout:
                 raise ContractError(f"{name}: expected bfloat16 with the plan's layout "
-                                    f"({want.layout}-major), got {str(t.dtype)[6:]} strides {t.stride()}")
+                                    f"({want.layout}-major), got {dtype_name(t.dtype)} strides {t.stride()}")
         if a.shape[0] != self.hidden or b.shape[1] != self.inter or a.shape[1] != b.shape[0]:
             raise ContractError(f"a, b: expected ({self.hidden}, T) and (T, {self.inter}), got "
                                 f"{tuple(a.shape)} and {tuple(b.shape)}")
@@ -169,8 +170,8 @@ class GroupedGemmWgrad(Plan):
             shape = (self.experts, self.hidden, self.inter)
             if wgrad.dtype != out_dtype or tuple(wgrad.shape) != shape or not wgrad.is_contiguous() \
                     or wgrad.device != device:
-                raise ContractError(f"wgrad: expected a contiguous {str(out_dtype)[6:]} {shape} "
-                                    f"tensor on {device}, got {str(wgrad.dtype)[6:]} "
+                raise ContractError(f"wgrad: expected a contiguous {dtype_name(out_dtype)} {shape} "
+                                    f"tensor on {device}, got {dtype_name(wgrad.dtype)} "
                                     f"{tuple(wgrad.shape)} on {wgrad.device}")
             require_aligned("wgrad", wgrad)
         if _validate_on_host() and not is_capturing(device):

@@ -5,11 +5,11 @@ import math
 
 import torch
 
-from ...contract import Contract, TensorSpec, row_spec, vector_spec
+from ...contract import Contract, check_row_spec, row_spec, vector_spec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import (require_disjoint, require_tensor, rows_operand, sm_count,
+from ...validate import (dtype_name, require_disjoint, require_tensor, rows_operand, sm_count,
                          vector_operand, workspace_operand)
 from .philox import keep_threshold
 from .reference import hstu_lmsd_backward_reference, hstu_lmsd_forward_reference
@@ -46,18 +46,12 @@ def _check_common(contract: Contract, rows_names: tuple[str, ...]) -> int:
     if d % 8 or not MIN_D <= d <= MAX_D:
         raise ContractError(f"x: D must be a multiple of 8 in [{MIN_D}, {MAX_D}], got {d}")
     for name in rows_names:
-        spec = contract.spec(name)
-        if spec.dtype != BF16:
-            raise ContractError(f"{name}: expected dtype bfloat16, got {str(spec.dtype)[6:]}")
-        if spec.layout.startswith("unsupported"):
-            raise ContractError(spec.layout.split(": ", 1)[1])
-        if len(spec.shape) != 2:
-            raise ContractError(f"{name}: expected a 2-D tensor")
+        check_row_spec(contract.spec(name), (BF16,))
     for name in ("weight", "bias"):
         spec = contract.spec(name)
         if spec.dtype != BF16 or tuple(spec.shape) != (d,) or spec.layout != "contiguous":
             raise ContractError(f"{name}: expected a contiguous bfloat16 [{d}] tensor, got "
-                                f"{str(spec.dtype)[6:]} {tuple(spec.shape)} ({spec.layout})")
+                                f"{dtype_name(spec.dtype)} {tuple(spec.shape)} ({spec.layout})")
     return d
 
 
@@ -72,7 +66,7 @@ def _rng_value(name: str, value, device: torch.device):
     if isinstance(value, torch.Tensor):
         if value.dtype != torch.int64 or value.numel() != 1 or value.device != device:
             raise ContractError(f"{name}: expected a one-element int64 tensor on {device}, got "
-                                f"{str(value.dtype)[6:]} {tuple(value.shape)} on {value.device}")
+                                f"{dtype_name(value.dtype)} {tuple(value.shape)} on {value.device}")
         return value
     raise ContractError(f"{name}: expected an int or a one-element int64 tensor, got "
                         f"{type(value).__name__}")
@@ -161,7 +155,7 @@ class HstuLmsdForward(Plan):
             if mask.dtype != torch.int8 or tuple(mask.shape) != (rows, d) or not mask.is_contiguous() \
                     or mask.device != device:
                 raise ContractError(f"mask: expected a contiguous int8 [{rows}, {d}] tensor on "
-                                    f"{device}, got {str(mask.dtype)[6:]} {tuple(mask.shape)}")
+                                    f"{device}, got {dtype_name(mask.dtype)} {tuple(mask.shape)}")
             seed = _rng_value("seed", seed, device)
             offset = _rng_value("offset", offset, device)
             if isinstance(seed, torch.Tensor) != isinstance(offset, torch.Tensor) or \
@@ -275,7 +269,7 @@ class HstuLmsdBackward(Plan):
             mask = require_tensor("mask", mask)
             if mask.dtype != torch.int8 or tuple(mask.shape) != (rows, d) or not mask.is_contiguous():
                 raise ContractError(f"mask: expected a contiguous int8 [{rows}, {d}] tensor, got "
-                                    f"{str(mask.dtype)[6:]} {tuple(mask.shape)}")
+                                    f"{dtype_name(mask.dtype)} {tuple(mask.shape)}")
         elif mask is not None:
             raise ContractError("mask: dropout_ratio is 0, so there is no mask; pass None")
         sdx = rows_operand("dx", dx, (BF16,), d, rows, device)

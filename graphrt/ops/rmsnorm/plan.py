@@ -5,29 +5,17 @@ import math
 
 import torch
 
-from ...contract import Contract, TensorSpec, row_spec, vector_spec
+from ...contract import Contract, check_row_spec, row_spec, vector_spec
 from ...errors import ContractError, UnsupportedError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import (require_disjoint, require_same_device,
-                         require_tensor, rows_operand, sm_count,
+from ...validate import (dtype_name, require_disjoint, require_tensor, rows_operand, sm_count,
                          vector_operand, workspace_operand)
 from .reference import rmsnorm_backward_reference, rmsnorm_forward_reference
 
 ACT_DTYPES = (torch.bfloat16,)
 WEIGHT_DTYPES = (torch.bfloat16, torch.float32)
 MIN_HIDDEN, MAX_HIDDEN = 8, 32768
-
-
-def _check_row_spec(spec: TensorSpec, hidden: int) -> None:
-    if not spec.present:
-        return
-    if spec.dtype not in ACT_DTYPES:
-        raise ContractError(f"{spec.name}: expected dtype bfloat16, got {str(spec.dtype)[6:]}")
-    if spec.layout.startswith("unsupported"):
-        raise ContractError(spec.layout.split(": ", 1)[1])
-    if spec.shape[1] != hidden:
-        raise ContractError(f"{spec.name}: expected last dim {hidden} (like x), got {spec.shape[1]}")
 
 
 def _check_hidden_and_weight(contract: Contract) -> int:
@@ -38,7 +26,7 @@ def _check_hidden_and_weight(contract: Contract) -> int:
                             f"{MAX_HIDDEN}], got {hidden}")
     w = contract.spec("w")
     if w.dtype not in WEIGHT_DTYPES:
-        raise ContractError(f"w: expected dtype bfloat16 or float32, got {str(w.dtype)[6:]}")
+        raise ContractError(f"w: expected dtype bfloat16 or float32, got {dtype_name(w.dtype)}")
     if w.shape != (hidden,) or w.layout != "contiguous":
         raise ContractError(f"w: expected a contiguous [{hidden}] tensor, got shape {w.shape} "
                             f"({w.layout})")
@@ -101,7 +89,7 @@ class RmsNormForward(Plan):
     def _check_support(self) -> None:
         hidden = _check_hidden_and_weight(self.contract)
         for name in ("x", "residual"):
-            _check_row_spec(self.contract.spec(name), hidden)
+            check_row_spec(self.contract.spec(name), ACT_DTYPES, hidden)
         eps = self.contract.flag("eps")
         if not (math.isfinite(eps) and eps > 0):
             raise ContractError(f"eps: expected a positive finite float, got {eps}")
@@ -190,10 +178,10 @@ class RmsNormBackward(Plan):
         c = self.contract
         hidden = _check_hidden_and_weight(c)
         for name in ("g", "x", "g_residual"):
-            _check_row_spec(c.spec(name), hidden)
+            check_row_spec(c.spec(name), ACT_DTYPES, hidden)
         dw_dtype = c.flag("dw_dtype")
         if dw_dtype not in (torch.float32, c.spec("w").dtype):
-            raise ContractError(f"dw: expected dtype float32 or w's dtype, got {str(dw_dtype)[6:]}")
+            raise ContractError(f"dw: expected dtype float32 or w's dtype, got {dtype_name(dw_dtype)}")
         self.hidden = hidden
 
     def _compile(self) -> None:
