@@ -1,6 +1,8 @@
 """Compile every graphrt Triton kernel for sm_90a on this machine (no GPU needed): catches
-kernels that the interpreter accepts but the compiler rejects, and reports registers, spills and
-shared memory per kernel (ptxas from Triton's package)."""
+kernels that the interpreter accepts but the compiler rejects, and reports registers, spills,
+shared memory and the global-memory instructions per kernel (are loads 16 bytes wide, are they
+async copies?), with ptxas from Triton's package."""
+import collections
 import os
 import re
 import subprocess
@@ -37,8 +39,10 @@ def check(name, fn, signature, constexprs, num_warps=4):
                          capture_output=True, text=True)
     regs = re.findall(r"Used (\d+) registers", res.stderr)
     spills = re.findall(r"(\d+) bytes spill stores", res.stderr)
+    memory = collections.Counter(re.findall(r"(ld\.global[\w.]*|st\.global[\w.]*|cp\.async\.c[ag]\w*)",
+                                            k.asm["ptx"]))
     print(f"ok   {name}: {regs[0] if regs else '?'} registers, {spills[0] if spills else '?'} B "
-          f"spilled, {k.metadata.shared} B shared")
+          f"spilled, {k.metadata.shared} B shared; {dict(memory)}")
     return True
 
 
