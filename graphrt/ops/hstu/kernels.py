@@ -10,6 +10,7 @@ dbias partials; the shared reduction sums them in a fixed order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import triton
 import triton.language as tl
@@ -37,6 +38,13 @@ def backward_config(d: int) -> HstuConfig:
     block_d = triton.next_power_of_2(d)
     rows = max(1, 1024 // block_d)
     return HstuConfig(block_d, rows, max(4, min(16, block_d * rows // 256)))
+
+
+@lru_cache(maxsize=None)
+def backward_programs(d: int, sm_count: int) -> int:
+    """Programs of the backward grid, each owning one row of dweight/dbias partials: a plan-time
+    fact, since the order of the reduction depends on it (cached: read on every plan lookup)."""
+    return sm_count * backward_config(d).programs_per_sm
 
 
 @triton.jit

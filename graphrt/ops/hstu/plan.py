@@ -208,8 +208,8 @@ class HstuLmsdBackward(Plan):
         d = x.shape[-1] if x.dim() else 0
         programs = 0
         if backend == "triton":
-            from .kernels import backward_config
-            programs = _sm(device) * backward_config(max(d, 1)).programs_per_sm
+            from .kernels import backward_programs
+            programs = backward_programs(max(d, 1), _sm(device))
         return Contract(cls.op, backend, device.type, cap, specs,
                         (("dropout_ratio", dropout_p32(dropout_ratio)),
                          ("compute_dweight", bool(compute_dweight)), ("programs", programs))
