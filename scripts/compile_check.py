@@ -89,20 +89,22 @@ def main():
             MASK="*i8", SEED="*i64", OFFSET="*i64", n_rows="i32", stride_x="i32", stride_u="i32",
             stride_y="i32", seed_lo="i32", seed_hi="i32", off_lo="i32", off_hi="i32", eps="fp32",
             D=c, BLOCK_D=c, BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, THRESHOLD=c,
-            SCALE=c, SEED_FROM_TENSORS=c),
+            SCALE=c, SEED_FROM_TENSORS=c, NUM_STAGES=c),
             dict(D=512, BLOCK_D=512, BLOCK_ROWS=4, SILU=concat, CONCAT_U=concat, CONCAT_X=concat,
-                 DROPOUT=dropout, THRESHOLD=429496729, SCALE=1 / 0.9, SEED_FROM_TENSORS=from_tensors),
-            num_warps=4)
+                 DROPOUT=dropout, THRESHOLD=6553, SCALE=1 / 0.9, SEED_FROM_TENSORS=from_tensors,
+                 NUM_STAGES=3),
+            num_warps=8)
     ok &= check("hstu bwd", hstu._hstu_bwd_kernel, sig(
         DY="*bf16", X="*bf16", U="*bf16", W="*bf16", B="*bf16", MEAN="*fp32", RSTD="*fp32",
         MASK="*i8", DX="*bf16", DU="*bf16", PARTIAL="*fp32", n_rows="i32", stride_dy="i32",
         stride_x="i32", stride_u="i32", stride_dx="i32", stride_du="i32", D=c, BLOCK_D=c,
         BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c,
         NUM_STAGES=c),
-        dict(D=512, BLOCK_D=512, BLOCK_ROWS=2, SILU=True, CONCAT_U=True, CONCAT_X=True,
-             DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True, NUM_STAGES=2), num_warps=4)
+        dict(D=512, BLOCK_D=512, BLOCK_ROWS=4, SILU=True, CONCAT_U=True, CONCAT_X=True,
+             DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True, NUM_STAGES=3), num_warps=4)
     import triton.language as tl
-    for a_k, b_k, ragged, discrete, acc in ((True, False, False, False, False),
+    for a_k, b_k, ragged, discrete, acc in ((False, False, False, False, False),
+                                            (True, False, False, False, False),
                                             (False, True, False, True, True),
                                             (True, False, True, False, False)):
         ok &= check(f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc}",
@@ -110,16 +112,30 @@ def main():
                         A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                         tokens_sum="i32", HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c,
                         DISCRETE=c, ACCUMULATE=c, DOT_FP32=c, OUT_DTYPE=c, BLOCK_M=c, BLOCK_N=c,
-                        BLOCK_K=c, NUM_STAGES=c),
+                        BLOCK_K=c, NUM_STAGES=c, GROUP_M=c),
                     dict(HIDDEN=7168, INTER=2048, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
                          DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
-                         BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_STAGES=3), num_warps=8)
-    for mx, w_out_in in ((False, True), (True, False)):
-        ok &= check(f"proj rope mx={mx} w_out_in={w_out_in}", proj._proj_rope_kernel, sig(
+                         BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_STAGES=3, GROUP_M=8),
+                    num_warps=8)
+    for mx, w_out_in in ((False, True), (True, True), (True, False)):
+        ok &= check(f"proj block mx={mx} w_out_in={w_out_in}", proj._proj_rope_block_kernel, sig(
             X="*u8" if mx else "*bf16", XS="*u8", W="*u8" if mx else "*bf16", WS="*u8",
             COS="*bf16", SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8", COL_S="*u8",
-            tokens="i32", K=c, HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, MX=c, DOT_FP32=c),
-            dict(K=1536, HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, MX=mx, DOT_FP32=False))
+            tokens="i32", K=c, HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, MX=c, HW_CVT=c, DOT_FP32=c),
+            dict(K=1536, HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, MX=mx, HW_CVT=True,
+                 DOT_FP32=False))
+        dt = "u8" if mx else "bf16"
+        bk = 32 if mx else 64
+        w_nope, w_rope = ((f"tensordesc<{dt}[128,{bk}]>", f"tensordesc<{dt}[64,{bk}]>") if w_out_in
+                          else (f"tensordesc<{dt}[{bk},128]>", f"tensordesc<{dt}[{bk},64]>"))
+        ok &= check(f"proj head mx={mx} w_out_in={w_out_in}", proj._proj_rope_head_kernel, sig(
+            X_DESC=f"tensordesc<{dt}[128,{bk}]>", XS="*u8", W_NOPE=w_nope, W_ROPE=w_rope, WS="*u8",
+            COS="*bf16", SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8", COL_S="*u8",
+            tokens="i32", K=c, HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, MX=c, HW_CVT=c, DOT_FP32=c,
+            FP8_MMA=c, BLOCK_M=c, BLOCK_K=c, NUM_STAGES=c),
+            dict(K=1536, HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, MX=mx, HW_CVT=True,
+                 DOT_FP32=False, FP8_MMA=mx, BLOCK_M=128, BLOCK_K=32 if mx else 64,
+                 NUM_STAGES=6 if mx else 3), num_warps=8)
     sys.exit(0 if ok else 1)
 
 

@@ -22,12 +22,13 @@ class GemmConfig:
     block_k: int
     num_warps: int
     num_stages: int
+    group_m: int = 8   # row tiles walked together, so neighbouring programs share B columns
 
 
 def gemm_config(interpreted: bool) -> GemmConfig:
     if interpreted:  # the interpreter runs every lane in numpy: keep tiles small
-        return GemmConfig(16, 16, 16, 1, 1)
-    return GemmConfig(128, 128, 64, 8, 3)
+        return GemmConfig(16, 16, 16, 1, 1, 1)
+    return GemmConfig(128, 256, 64, 8, 3)  # the best of scripts/sweep_wgrad.py on the H200
 
 
 @triton.jit(do_not_specialize=["tokens_sum"])
@@ -36,12 +37,19 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, tokens_sum,
                   B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
                   BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
+                  GROUP_M: tl.constexpr):
     tile = tl.program_id(0)
     expert = tl.program_id(1)
-    tiles_n = tl.cdiv(INTER, BLOCK_N)
-    m = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
-    n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    tiles_m: tl.constexpr = (HIDDEN + BLOCK_M - 1) // BLOCK_M
+    tiles_n: tl.constexpr = (INTER + BLOCK_N - 1) // BLOCK_N
+    group = tile // (GROUP_M * tiles_n)
+    first_m = group * GROUP_M
+    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
+    tile_m = first_m + (tile % (GROUP_M * tiles_n)) % rows_in_group
+    tile_n = (tile % (GROUP_M * tiles_n)) // rows_in_group
+    m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_mask, n_mask = m < HIDDEN, n < INTER
     end = tl.load(OFFSETS + expert).to(tl.int64)
     begin = tl.load(OFFSETS + expert - 1, mask=expert > 0, other=0).to(tl.int64)
@@ -101,4 +109,5 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, *, hi
         HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, RAGGED=ragged,
         DISCRETE=discrete, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
         OUT_DTYPE=_TL_DTYPES[str(out_dtype)], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
+        BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
+        num_warps=cfg.num_warps)

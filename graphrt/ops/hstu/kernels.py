@@ -1,9 +1,10 @@
 """Triton kernels for HSTU LayerNorm-Multiply-SiLU-Dropout, forward and backward.
 
 Rows are run-time extents and row strides run-time values (multiples of 8 elements, hinted so
-loads stay 16 bytes wide); offsets are 64-bit. Dropout is counter-addressed Philox: element
-e = row * D + col draws at counter (lo(e), hi(e), lo(offset), hi(offset)) under the 64-bit seed,
-and draw i decides mask bit i (0: l*a, 1: x, 2: a), so masks do not depend on the launch shape.
+loads stay 16 bytes wide); offsets are 64-bit. Dropout is counter-addressed Philox: each pair of
+adjacent columns makes one call at counter (pair index, offset) under the 64-bit seed and takes
+six 16-bit draws from it (philox.dropout_mask has the layout), so masks do not depend on the
+launch shape.
 The backward's programs each own rows interleaved over the grid and one row of FP32 dweight and
 dbias partials; the shared reduction sums them in a fixed order.
 """
@@ -31,13 +32,14 @@ class HstuConfig:
 def forward_config(d: int) -> HstuConfig:
     block_d = triton.next_power_of_2(d)
     rows = max(1, 2048 // block_d)
-    return HstuConfig(block_d, rows, max(4, min(16, block_d * rows // 512)))
+    return HstuConfig(block_d, rows, max(8, min(16, block_d * rows // 256)), programs_per_sm=4,
+                      num_stages=3)
 
 
 def backward_config(d: int) -> HstuConfig:
     block_d = triton.next_power_of_2(d)
-    rows = max(1, 1024 // block_d)
-    return HstuConfig(block_d, rows, max(4, min(16, block_d * rows // 256)))
+    rows = max(1, 2048 // block_d)
+    return HstuConfig(block_d, rows, max(4, min(16, block_d * rows // 512)), num_stages=3)
 
 
 @lru_cache(maxsize=None)
@@ -59,27 +61,33 @@ def _seed_and_offset(SEED, OFFSET, seed_lo, seed_hi, off_lo, off_hi, FROM_TENSOR
 
 
 @triton.jit
-def _keep_bits(seed, offset, rows, cols, D: tl.constexpr, THRESHOLD: tl.constexpr,
-               CONCAT_U: tl.constexpr, CONCAT_X: tl.constexpr):
-    e = rows[:, None] * D + cols[None, :]
+def _drop(v, bits, BIT: tl.constexpr, SCALE: tl.constexpr, DROPOUT: tl.constexpr):
+    if DROPOUT:
+        return tl.where(((bits >> BIT) & 1) != 0, v * SCALE, 0.0)
+    return v
+
+
+@triton.jit
+def _keep_bits(seed, offset, rows, BLOCK_D: tl.constexpr, D: tl.constexpr,
+               THRESHOLD: tl.constexpr, CONCAT_U: tl.constexpr, CONCAT_X: tl.constexpr):
+    """Keep bits of [rows, BLOCK_D]: one Philox call per pair of adjacent columns, six 16-bit
+    draws out of its words (the layout philox.dropout_mask spells out)."""
+    pairs = tl.arange(0, BLOCK_D // 2)
+    e = rows[:, None].to(tl.int64) * (D // 2) + pairs[None, :]
     c0 = (e & 0xFFFFFFFF).to(tl.uint32)
     c1 = (e >> 32).to(tl.uint32)
     c2 = (tl.zeros_like(c0) + (offset & 0xFFFFFFFF)).to(tl.uint32)
     c3 = (tl.zeros_like(c0) + ((offset >> 32) & 0xFFFFFFFF)).to(tl.uint32)
     r0, r1, r2, _ = tl.philox(seed, c0, c1, c2, c3)
-    bits = (r0 >= THRESHOLD).to(tl.int32)
+    even = ((r0 & 0xFFFF) >= THRESHOLD).to(tl.int32)
+    odd = ((r1 >> 16) >= THRESHOLD).to(tl.int32)
     if CONCAT_X:
-        bits |= (r1 >= THRESHOLD).to(tl.int32) << 1
+        even |= ((r0 >> 16) >= THRESHOLD).to(tl.int32) << 1
+        odd |= ((r2 & 0xFFFF) >= THRESHOLD).to(tl.int32) << 1
     if CONCAT_U:
-        bits |= (r2 >= THRESHOLD).to(tl.int32) << 2
-    return bits
-
-
-@triton.jit
-def _drop(v, bits, BIT: tl.constexpr, SCALE: tl.constexpr, DROPOUT: tl.constexpr):
-    if DROPOUT:
-        return tl.where(((bits >> BIT) & 1) != 0, v * SCALE, 0.0)
-    return v
+        even |= ((r1 & 0xFFFF) >= THRESHOLD).to(tl.int32) << 2
+        odd |= ((r2 >> 16) >= THRESHOLD).to(tl.int32) << 2
+    return tl.interleave(even, odd)
 
 
 @triton.jit(do_not_specialize=["n_rows", "stride_x", "stride_u", "stride_y", "seed_lo",
@@ -89,44 +97,49 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
                      D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_ROWS: tl.constexpr,
                      SILU: tl.constexpr, CONCAT_U: tl.constexpr, CONCAT_X: tl.constexpr,
                      DROPOUT: tl.constexpr, THRESHOLD: tl.constexpr, SCALE: tl.constexpr,
-                     SEED_FROM_TENSORS: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_mask = rows < n_rows
+                     SEED_FROM_TENSORS: tl.constexpr,
+                     NUM_STAGES: tl.constexpr):
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_D)
     col_mask = cols < D
-    mask = row_mask[:, None] & col_mask[None, :]
-    x = tl.load(X + row_offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(U + row_offsets(rows, stride_u) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    mean = tl.sum(x, axis=1) / D
-    var = tl.maximum(tl.sum(x * x, axis=1) / D - mean * mean, 0.0)
-    rstd = 1.0 / tl.sqrt(var + eps)
-    xhat = (x - mean[:, None]) * rstd[:, None]
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
-    lin = xhat * w[None, :] + b[None, :]
-    if SILU:
-        a = u * tl.sigmoid(u)
-    else:
-        a = u
-    bits = tl.zeros([BLOCK_ROWS, BLOCK_D], dtype=tl.int32)
-    if DROPOUT:
-        seed, offset = _seed_and_offset(SEED, OFFSET, seed_lo, seed_hi, off_lo, off_hi,
-                                        SEED_FROM_TENSORS)
-        bits = _keep_bits(seed, offset, rows, cols, D, THRESHOLD, CONCAT_U, CONCAT_X)
-        tl.store(MASK + rows[:, None] * D + cols[None, :], bits.to(tl.int8), mask=mask)
-    y_row = Y + row_offsets(rows, stride_y) + cols[None, :]
-    segment = 0
-    if CONCAT_U:
-        tl.store(y_row, _drop(a, bits, 2, SCALE, DROPOUT).to(Y.dtype.element_ty), mask=mask)
-        segment += 1
-    if CONCAT_X:
-        tl.store(y_row + segment * D, _drop(x, bits, 1, SCALE, DROPOUT).to(Y.dtype.element_ty),
-                 mask=mask)
-        segment += 1
-    tl.store(y_row + segment * D, _drop(lin * a, bits, 0, SCALE, DROPOUT).to(Y.dtype.element_ty),
-             mask=mask)
-    tl.store(MEAN + rows, mean, mask=row_mask)
-    tl.store(RSTD + rows, rstd, mask=row_mask)
+    seed, offset = _seed_and_offset(SEED, OFFSET, seed_lo, seed_hi, off_lo, off_hi,
+                                    SEED_FROM_TENSORS)
+    first = pid.to(tl.int64) * BLOCK_ROWS
+    for r0 in tl.range(first, n_rows, programs * BLOCK_ROWS, num_stages=NUM_STAGES):
+        rows = r0 + tl.arange(0, BLOCK_ROWS)
+        row_mask = rows < n_rows
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(X + row_offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        u = tl.load(U + row_offsets(rows, stride_u) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=1) / D
+        var = tl.maximum(tl.sum(x * x, axis=1) / D - mean * mean, 0.0)
+        rstd = 1.0 / tl.sqrt(var + eps)
+        xhat = (x - mean[:, None]) * rstd[:, None]
+        lin = xhat * w[None, :] + b[None, :]
+        if SILU:
+            a = u * tl.sigmoid(u)
+        else:
+            a = u
+        bits = tl.zeros([BLOCK_ROWS, BLOCK_D], dtype=tl.int32)
+        if DROPOUT:
+            bits = _keep_bits(seed, offset, rows, BLOCK_D, D, THRESHOLD, CONCAT_U, CONCAT_X)
+            tl.store(MASK + rows[:, None] * D + cols[None, :], bits.to(tl.int8), mask=mask)
+        y_row = Y + row_offsets(rows, stride_y) + cols[None, :]
+        segment = 0
+        if CONCAT_U:
+            tl.store(y_row, _drop(a, bits, 2, SCALE, DROPOUT).to(Y.dtype.element_ty), mask=mask)
+            segment += 1
+        if CONCAT_X:
+            tl.store(y_row + segment * D, _drop(x, bits, 1, SCALE, DROPOUT).to(Y.dtype.element_ty),
+                     mask=mask)
+            segment += 1
+        tl.store(y_row + segment * D,
+                 _drop(lin * a, bits, 0, SCALE, DROPOUT).to(Y.dtype.element_ty), mask=mask)
+        tl.store(MEAN + rows, mean, mask=row_mask)
+        tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit(do_not_specialize=["n_rows", "stride_dy", "stride_x", "stride_u", "stride_dx",
@@ -203,8 +216,8 @@ def _split64(value: int) -> tuple[int, int]:
     return (lo - (1 << 32) if lo >= 1 << 31 else lo), (hi - (1 << 32) if hi >= 1 << 31 else hi)
 
 
-def launch_forward(cfg: HstuConfig, x, u, weight, bias, y, mean, rstd, mask, seed, offset,
-                   n_rows: int, strides, eps: float, flags: dict, threshold: int,
+def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, rstd, mask,
+                   seed, offset, n_rows: int, strides, eps: float, flags: dict, threshold: int,
                    scale: float) -> None:
     """strides: row strides of x, u, y. seed/offset: ints, or one-element int64 tensors."""
     if n_rows == 0:
@@ -214,14 +227,14 @@ def launch_forward(cfg: HstuConfig, x, u, weight, bias, y, mean, rstd, mask, see
     off_lo, off_hi = (0, 0) if from_tensors else _split64(offset)
     seed_ptr, off_ptr = (seed, offset) if from_tensors else (mean, mean)
     dropout = mask is not None
-    grid = (triton.cdiv(n_rows, cfg.block_rows),)
-    _hstu_fwd_kernel[grid](
+    programs = min(triton.cdiv(n_rows, cfg.block_rows), sm_count * cfg.programs_per_sm)
+    _hstu_fwd_kernel[(programs,)](
         x, u, weight, bias, y, mean, rstd, mask if dropout else mean, seed_ptr, off_ptr, n_rows,
         *strides, seed_lo, seed_hi, off_lo, off_hi, eps, D=weight.shape[0],
         BLOCK_D=cfg.block_d, BLOCK_ROWS=cfg.block_rows, SILU=flags["apply_u_silu"],
         CONCAT_U=flags["concat_u"], CONCAT_X=flags["concat_x"], DROPOUT=dropout,
         THRESHOLD=threshold, SCALE=scale, SEED_FROM_TENSORS=from_tensors,
-        num_warps=cfg.num_warps)
+        NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
 
 
 def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean, rstd, mask,

@@ -37,24 +37,32 @@ def philox4x32(seed: int, c0, c1, c2, c3, rounds: int = 10):
 
 
 def keep_threshold(p: float) -> int:
-    """A uint32 draw r keeps its element when r >= threshold: P(keep) = 1 - p (p in FP32)."""
+    """A 16-bit draw r keeps its element when r >= threshold: P(keep) = 1 - p at a resolution
+    of 2^-16 (p in FP32)."""
     p32 = float(torch.tensor(p, dtype=torch.float32))
-    return int(p32 * 2 ** 32)
+    return int(p32 * 2 ** 16)
 
 
 def dropout_mask(rows: int, cols: int, p: float, seed: int, offset: int,
                  segments: tuple[bool, bool, bool], device="cpu") -> torch.Tensor:
     """int8 [rows, cols]: bit 0 keeps the l*a segment, bit 1 the x segment, bit 2 the a segment
-    (bits of disabled segments clear). Element e = row * cols + col draws Philox at counter
-    (lo(e), hi(e), lo(offset), hi(offset)) under ``seed``; output i decides bit i."""
-    e = torch.arange(rows * cols, dtype=torch.int64, device=device)
+    (bits of disabled segments clear). Columns 2j and 2j+1 of a row share one Philox call at
+    counter (lo(q), hi(q), lo(offset), hi(offset)) under ``seed``, q = (row * cols + 2j) / 2;
+    its words r0, r1, r2 give six 16-bit draws: the even column's segments take r0's low half,
+    r0's high half and r1's low half; the odd column's r1's high half, r2's low and high halves."""
+    if cols % 2:
+        raise ValueError(f"cols: draws come in column pairs, so cols must be even, got {cols}")
+    q = torch.arange(rows * cols // 2, dtype=torch.int64, device=device)
     offset &= (1 << 64) - 1
-    c2 = torch.full_like(e, offset & _M32)
-    c3 = torch.full_like(e, offset >> 32)
-    r0, r1, r2, _ = philox4x32(seed, e & _M32, e >> 32, c2, c3)
+    c2 = torch.full_like(q, offset & _M32)
+    c3 = torch.full_like(q, offset >> 32)
+    r0, r1, r2, _ = philox4x32(seed, q & _M32, q >> 32, c2, c3)
+    lo, hi = (lambda r: r & 0xFFFF), (lambda r: r >> 16)
+    draws = ((lo(r0), hi(r0), lo(r1)), (hi(r1), lo(r2), hi(r2)))   # [column parity][segment]
     threshold = keep_threshold(p)
-    mask = torch.zeros_like(e)
-    for bit, (draw, enabled) in enumerate(zip((r0, r1, r2), segments)):
-        if enabled:
-            mask |= (draw >= threshold).to(torch.int64) << bit
+    mask = torch.zeros(rows * cols // 2, 2, dtype=torch.int64, device=device)
+    for parity in range(2):
+        for bit, (draw, enabled) in enumerate(zip(draws[parity], segments)):
+            if enabled:
+                mask[:, parity] |= (draw >= threshold).to(torch.int64) << bit
     return mask.to(torch.int8).view(rows, cols)

@@ -72,10 +72,6 @@ def _rng_value(name: str, value, device: torch.device):
                         f"{type(value).__name__}")
 
 
-def _sm(device: torch.device) -> int:
-    return sm_count(device) if device.type == "cuda" else 2
-
-
 class HstuLmsdForward(Plan):
     """y = [drop(a) if concat_u, drop(x) if concat_x, drop(LayerNorm(x) * w + b) * a)] with
     a = SiLU(u) (or u), inverted dropout from counter-addressed Philox at (seed, offset).
@@ -179,7 +175,7 @@ class HstuLmsdForward(Plan):
             return
         from .kernels import launch_forward
         with on_stream(stream):
-            launch_forward(self.config, x, u, weight, bias, y, mean, rstd,
+            launch_forward(self.config, sm_count(x.device), x, u, weight, bias, y, mean, rstd,
                            mask if self.p > 0 else None, seed, offset, rows, (sx, su, sy),
                            c.flag("eps"), flags, keep_threshold(self.p), 1.0 / (1.0 - self.p))
 
@@ -209,7 +205,7 @@ class HstuLmsdBackward(Plan):
         programs = 0
         if backend == "triton":
             from .kernels import backward_programs
-            programs = backward_programs(max(d, 1), _sm(device))
+            programs = backward_programs(max(d, 1), sm_count(device))
         return Contract(cls.op, backend, device.type, cap, specs,
                         (("dropout_ratio", dropout_p32(dropout_ratio)),
                          ("compute_dweight", bool(compute_dweight)), ("programs", programs))

@@ -27,7 +27,7 @@ def _config(device: torch.device, k: int):
     cfg = _config_cache.get(key)
     if cfg is None:
         from .kernels import mhc_config
-        cfg = _config_cache[key] = mhc_config(k, sm_count(device) if device.type == "cuda" else 2)
+        cfg = _config_cache[key] = mhc_config(k, sm_count(device))
     return cfg
 
 

@@ -1,6 +1,8 @@
 """Plan for projection GEMM + YaRN RoPE + dual-direction MXFP8 quantize (DeepSeek MLA Q)."""
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from ...contract import Contract, compact_spec
@@ -95,6 +97,19 @@ class GemmProjRopeMxfp8(Plan):
         self.k, self.n_total, self.heads, self.head_dim = k, n_total, n_total // head_dim, head_dim
         self.mx = mx
 
+    def _compile(self) -> None:
+        self.config = None
+        if self.backend == "triton":
+            from .kernels import fits_head_kernel, head_config
+            c = self.contract
+            if fits_head_kernel(self.k, c.flag("qk_nope_dim"), c.flag("qk_rope_dim")):
+                self.config = head_config(c.device_type != "cuda", self.mx)
+
+    def describe(self) -> dict:
+        kernel = "head" if getattr(self, "config", None) else "block (32 x 32 per program)"
+        return {**super().describe(), "kernel": kernel if self.backend == "triton" else None,
+                "config": getattr(self, "config", None)}
+
     def allocate_outputs(self, x, w, cos, sin, *, out_fp8_row=None, out_scales_row=None,
                          out_fp8_col=None, out_scales_col=None, **_):
         t, h, d, dev = x.shape[0], self.heads, self.head_dim, x.device
@@ -148,8 +163,9 @@ class GemmProjRopeMxfp8(Plan):
             for out, value in zip(outputs.values(), ref):
                 out.copy_(value)
             return
-        from .kernels import launch
+        from .kernels import launch_block, launch_head
         as_bytes = (lambda t_: t_.view(torch.uint8)) if self.mx else (lambda t_: t_)
+        launch = partial(launch_head, self.config) if self.config else launch_block
         with on_stream(stream):
             launch(as_bytes(x), x_scale, as_bytes(w), w_scale, cos, sin,
                    out_fp8_row.view(torch.uint8), out_scales_row, out_fp8_col.view(torch.uint8),

@@ -33,10 +33,6 @@ def _check_hidden_and_weight(contract: Contract) -> int:
     return hidden
 
 
-def _sm_count(device: torch.device) -> int:
-    return sm_count(device) if device.type == "cuda" else 2  # CPU: the Triton interpreter
-
-
 _programs_cache: dict = {}
 
 
@@ -46,7 +42,7 @@ def _backward_programs(device: torch.device, hidden: int) -> int:
     programs = _programs_cache.get(key)
     if programs is None:
         from .kernels import backward_programs
-        programs = _programs_cache[key] = backward_programs(hidden, _sm_count(device))
+        programs = _programs_cache[key] = backward_programs(hidden, sm_count(device))
     return programs
 
 
@@ -138,7 +134,7 @@ class RmsNormForward(Plan):
             return
         from .kernels import launch_forward
         with on_stream(stream):
-            launch_forward(self.config, _sm_count(device), x, residual, w, y, rstd, h_new, rows,
+            launch_forward(self.config, sm_count(device), x, residual, w, y, rstd, h_new, rows,
                            (sx, sr, sy, sh), c.flag("eps"))
 
 
