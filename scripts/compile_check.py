@@ -117,25 +117,28 @@ def main():
                          DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                          BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_STAGES=3, GROUP_M=8),
                     num_warps=8)
-    for mx, w_out_in in ((False, True), (True, True), (True, False)):
-        ok &= check(f"proj block mx={mx} w_out_in={w_out_in}", proj._proj_rope_block_kernel, sig(
-            X="*u8" if mx else "*bf16", XS="*u8", W="*u8" if mx else "*bf16", WS="*u8",
-            COS="*bf16", SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8", COL_S="*u8",
-            tokens="i32", K=c, HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, MX=c, HW_CVT=c, DOT_FP32=c),
-            dict(K=1536, HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, MX=mx, HW_CVT=True,
+    for w_out_in in (True, False):
+        ok &= check(f"proj block w_out_in={w_out_in}", proj._proj_rope_block_kernel, sig(
+            X="*bf16", W="*bf16", COS="*bf16", SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8",
+            COL_S="*u8", tokens="i32", K=c, HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, HW_CVT=c,
+            DOT_FP32=c),
+            dict(K=1536, HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, HW_CVT=True,
                  DOT_FP32=False))
-        dt = "u8" if mx else "bf16"
-        bk = 32 if mx else 64
-        w_nope, w_rope = ((f"tensordesc<{dt}[128,{bk}]>", f"tensordesc<{dt}[64,{bk}]>") if w_out_in
-                          else (f"tensordesc<{dt}[{bk},128]>", f"tensordesc<{dt}[{bk},64]>"))
-        ok &= check(f"proj head mx={mx} w_out_in={w_out_in}", proj._proj_rope_head_kernel, sig(
-            X_DESC=f"tensordesc<{dt}[128,{bk}]>", XS="*u8", W_NOPE=w_nope, W_ROPE=w_rope, WS="*u8",
-            COS="*bf16", SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8", COL_S="*u8",
-            tokens="i32", K=c, HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, MX=c, HW_CVT=c, DOT_FP32=c,
-            FP8_MMA=c, BLOCK_M=c, BLOCK_K=c, NUM_STAGES=c),
-            dict(K=1536, HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, MX=mx, HW_CVT=True,
-                 DOT_FP32=False, FP8_MMA=mx, BLOCK_M=128, BLOCK_K=32 if mx else 64,
-                 NUM_STAGES=6 if mx else 3), num_warps=8)
+        w_nope, w_rope = (("tensordesc<bf16[128,64]>", "tensordesc<bf16[64,64]>") if w_out_in
+                          else ("tensordesc<bf16[64,128]>", "tensordesc<bf16[64,64]>"))
+        ok &= check(f"proj head w_out_in={w_out_in}", proj._proj_rope_head_kernel, sig(
+            X_DESC="tensordesc<bf16[64,64]>", W_NOPE=w_nope, W_ROPE=w_rope, COS="*bf16",
+            SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8", COL_S="*u8", tokens="i32", K=c,
+            HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, HW_CVT=c, DOT_FP32=c, BLOCK_M=c, BLOCK_K=c,
+            NUM_STAGES=c),
+            dict(K=1536, HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, HW_CVT=True,
+                 DOT_FP32=False, BLOCK_M=64, BLOCK_K=64, NUM_STAGES=3), num_warps=4)
+    for along_cols in (True, False):
+        ok &= check(f"mxfp8 dequant blocks_along_cols={along_cols}", proj._mxfp8_dequant_kernel,
+                    sig(CODES="*u8", SCALES="*u8", OUT="*bf16", rows="i32", COLS=c,
+                        BLOCKS_ALONG_COLS=c, HW_CVT=c, BLOCK_R=c, BLOCK_C=c),
+                    dict(COLS=1536, BLOCKS_ALONG_COLS=along_cols, HW_CVT=True, BLOCK_R=32,
+                         BLOCK_C=128))
     sys.exit(0 if ok else 1)
 
 

@@ -101,6 +101,21 @@ def test_triton_kernel_interpreted_bitwise(seed, nope, rope, w_out_in, mx):
     assert min(same) >= 0.99, same
 
 
+@needs_interpreter
+def test_mxfp8_path_in_token_chunks_interpreted(seed, monkeypatch):
+    """The MXFP8 path dequantizes x a chunk of tokens at a time: three chunks give the same
+    bytes as the reference."""
+    from graphrt.ops.proj_rope import plan as proj_plan
+    monkeypatch.setattr(proj_plan, "X_CHUNK", 32)
+    x, w, cos, sin, kw = _problem(96, 64, 1, mx=True)
+    with env(GRAPHRT_BACKEND="triton"):
+        out = gemm_proj_rope_mxfp8(x, w, cos, sin, runtime=graphrt.Runtime("cpu"), **kw)
+    ref = gemm_proj_rope_mxfp8_reference(x, w, cos, sin, **kw)
+    _check(out, ref)
+    same = [(a.view(torch.uint8) == b.view(torch.uint8)).float().mean().item() for a, b in zip(out, ref)]
+    assert min(same) >= 0.99, same
+
+
 def test_functional_cpu_reference_path(seed):
     x, w, cos, sin, kw = _problem(32, 64, 1)
     out = gemm_proj_rope_mxfp8(x, w, cos, sin, **kw)

@@ -68,6 +68,24 @@ def _drop(v, bits, BIT: tl.constexpr, SCALE: tl.constexpr, DROPOUT: tl.constexpr
 
 
 @triton.jit
+def _philox4x32_10(c0, c1, c2, c3, seed):
+    """Philox4x32-10 (the same words as tl.philox): each round's two 32 x 32 products are one
+    widening multiply apiece (hi and lo from one instruction, not two)."""
+    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    for _ in tl.static_range(10):
+        prod_b = c2.to(tl.uint64) * 0xCD9E8D57
+        prod_a = c0.to(tl.uint64) * 0xD2511F53
+        c0 = (prod_b >> 32).to(tl.uint32) ^ c1 ^ k0
+        c2 = (prod_a >> 32).to(tl.uint32) ^ c3 ^ k1
+        c1 = prod_b.to(tl.uint32)
+        c3 = prod_a.to(tl.uint32)
+        k0 = k0 + 0x9E3779B9
+        k1 = k1 + 0xBB67AE85
+    return c0, c1, c2, c3
+
+
+@triton.jit
 def _keep_bits(seed, offset, rows, BLOCK_D: tl.constexpr, D: tl.constexpr,
                THRESHOLD: tl.constexpr, CONCAT_U: tl.constexpr, CONCAT_X: tl.constexpr):
     """Keep bits of [rows, BLOCK_D]: one Philox call per pair of adjacent columns, six 16-bit
@@ -78,7 +96,7 @@ def _keep_bits(seed, offset, rows, BLOCK_D: tl.constexpr, D: tl.constexpr,
     c1 = (e >> 32).to(tl.uint32)
     c2 = (tl.zeros_like(c0) + (offset & 0xFFFFFFFF)).to(tl.uint32)
     c3 = (tl.zeros_like(c0) + ((offset >> 32) & 0xFFFFFFFF)).to(tl.uint32)
-    r0, r1, r2, _ = tl.philox(seed, c0, c1, c2, c3)
+    r0, r1, r2, _ = _philox4x32_10(c0, c1, c2, c3, seed)
     even = ((r0 & 0xFFFF) >= THRESHOLD).to(tl.int32)
     odd = ((r1 >> 16) >= THRESHOLD).to(tl.int32)
     if CONCAT_X:

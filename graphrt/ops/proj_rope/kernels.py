@@ -1,5 +1,9 @@
 """Triton kernels for projection GEMM + RoPE + dual-direction MXFP8 quantize.
 
+The GEMM kernels take BF16 operands; the MXFP8 path first dequantizes x and W into BF16 scratch
+(exact: an E4M3 code times a power of two fits BF16), which measured faster on the H200 than
+decoding in the K loop or FP8 products rescaled per 32-wide block.
+
 Head kernel (the fast path: power-of-two nope and rope halves of at least 32, K % 16 == 0): a
 program owns BLOCK_M tokens x one whole head. Operands come through TMA descriptors; the head's
 nope rows and its rope rows are two products, and the rope product keeps the interleaved
@@ -85,25 +89,11 @@ def _e4m3_bytes(q, HW_CVT: tl.constexpr):
     return _e4m3_codes(q)
 
 
-@triton.jit
-def _load_operand(PTR, SCALE, offs, scale_offs, mask, MX: tl.constexpr, DOT_FP32: tl.constexpr):
-    if MX:
-        v = _e4m3_decode(tl.load(PTR + offs, mask=mask, other=0))
-        v = v * _pow2(tl.load(SCALE + scale_offs, mask=mask, other=127).to(tl.int32) - 127)
-        if not DOT_FP32:
-            v = v.to(tl.bfloat16)  # exact: E4M3 times a power of two fits BF16
-    else:
-        v = tl.load(PTR + offs, mask=mask, other=0.0)
-        if DOT_FP32:
-            v = v.to(tl.float32)
-    return v
-
-
 @triton.jit(do_not_specialize=["tokens"])
-def _proj_rope_block_kernel(X, XS, W, WS, COS, SIN, ROW, ROW_S, COL, COL_S, tokens,
-                      K: tl.constexpr, HEADS: tl.constexpr, NOPE: tl.constexpr,
-                      ROPE: tl.constexpr, W_OUT_IN: tl.constexpr, MX: tl.constexpr,
-                      HW_CVT: tl.constexpr, DOT_FP32: tl.constexpr):
+def _proj_rope_block_kernel(X, W, COS, SIN, ROW, ROW_S, COL, COL_S, tokens,
+                            K: tl.constexpr, HEADS: tl.constexpr, NOPE: tl.constexpr,
+                            ROPE: tl.constexpr, W_OUT_IN: tl.constexpr, HW_CVT: tl.constexpr,
+                            DOT_FP32: tl.constexpr):
     D: tl.constexpr = NOPE + ROPE
     N_TOTAL: tl.constexpr = HEADS * D
     HALF: tl.constexpr = ROPE // 2
@@ -125,25 +115,18 @@ def _proj_rope_block_kernel(X, XS, W, WS, COS, SIN, ROW, ROW_S, COL, COL_S, toke
     for k0 in range(0, K, BLOCK_K):
         k = k0 + kk
         k_mask = k < K
-        x = _load_operand(X, XS, t[:, None] * K + k[None, :],
-                          t[:, None] * (K // 32) + (k // 32)[None, :], k_mask[None, :], MX, DOT_FP32)
-        if W_OUT_IN:   # W [N_total, K]: element (row, k); scales (N_total, K / 32)
+        x = tl.load(X + t[:, None] * K + k[None, :], mask=k_mask[None, :], other=0.0)
+        if W_OUT_IN:   # W [N_total, K]: element (row, k)
             w_off1 = row1[None, :] * K + k[:, None]
-            w_s1 = row1[None, :] * (K // 32) + (k // 32)[:, None]
-        else:          # W [K, N_total]: element (k, row); scales (K / 32, N_total)
+        else:          # W [K, N_total]: element (k, row)
             w_off1 = k[:, None].to(tl.int64) * N_TOTAL + row1[None, :]
-            w_s1 = (k // 32)[:, None].to(tl.int64) * N_TOTAL + row1[None, :]
-        w1 = _load_operand(W, WS, w_off1, w_s1, k_mask[:, None], MX, DOT_FP32)
-        acc1 += mma(x, w1, DOT_FP32)
+        acc1 += mma(x, tl.load(W + w_off1, mask=k_mask[:, None], other=0.0), DOT_FP32)
         if has_rope:
             if W_OUT_IN:
                 w_off2 = row2[None, :] * K + k[:, None]
-                w_s2 = row2[None, :] * (K // 32) + (k // 32)[:, None]
             else:
                 w_off2 = k[:, None].to(tl.int64) * N_TOTAL + row2[None, :]
-                w_s2 = (k // 32)[:, None].to(tl.int64) * N_TOTAL + row2[None, :]
-            w2 = _load_operand(W, WS, w_off2, w_s2, k_mask[:, None], MX, DOT_FP32)
-            acc2 += mma(x, w2, DOT_FP32)
+            acc2 += mma(x, tl.load(W + w_off2, mask=k_mask[:, None], other=0.0), DOT_FP32)
     y = acc1
     if has_rope:
         rc = tl.where(is_rope, r, 0)
@@ -162,39 +145,6 @@ def _proj_rope_block_kernel(X, XS, W, WS, COS, SIN, ROW, ROW_S, COL, COL_S, toke
     q_col = tl.minimum(tl.maximum(y * _pow2(-e_col)[None, :], -448.0), 448.0)
     tl.store(COL + t[:, None] * N_TOTAL + feature[None, :], _e4m3_bytes(q_col, HW_CVT))
     tl.store(COL_S + tl.program_id(0).to(tl.int64) * N_TOTAL + feature, (e_col + 127).to(tl.uint8))
-
-
-@triton.jit
-def _decode_tile(codes, SCALE, rows, n_rows, row_stride, k0, BLOCK_K: tl.constexpr,
-                 ROWS_MAJOR: tl.constexpr, HW_CVT: tl.constexpr, DOT_FP32: tl.constexpr):
-    """MXFP8 codes -> values (BF16, exact; FP32 for the interpreter). ``rows`` index the scale
-    rows (those from n_rows on are padding); ROWS_MAJOR: codes are [rows, BLOCK_K], else
-    [BLOCK_K, rows]."""
-    kb = (k0 + tl.arange(0, BLOCK_K)) // 32
-    if ROWS_MAJOR:
-        e = tl.load(SCALE + rows[:, None] * row_stride + kb[None, :],
-                    mask=(rows < n_rows)[:, None], other=127)
-    else:
-        e = tl.load(SCALE + kb[:, None].to(tl.int64) * row_stride + rows[None, :],
-                    mask=(rows < n_rows)[None, :], other=127)
-    if HW_CVT:
-        v = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    else:
-        v = _e4m3_decode(codes)
-    v = v * _pow2(e.to(tl.int32) - 127)
-    if DOT_FP32:
-        return v
-    return v.to(tl.bfloat16)
-
-
-@triton.jit
-def _block_scales(SCALE, rows, n_rows, row_stride, block, ROWS_MAJOR: tl.constexpr):
-    """FP32 factors 2^(e - 127) of one 32-wide K block for ``rows`` (padding rows: 1)."""
-    if ROWS_MAJOR:
-        e = tl.load(SCALE + rows * row_stride + block, mask=rows < n_rows, other=127)
-    else:
-        e = tl.load(SCALE + block * row_stride + rows, mask=rows < n_rows, other=127)
-    return _pow2(e.to(tl.int32) - 127)
 
 
 @triton.jit
@@ -224,11 +174,10 @@ def _quantize_store(y, t, t_block, feature0, ROW, ROW_S, COL, COL_S, tokens,
 
 
 @triton.jit(do_not_specialize=["tokens"])
-def _proj_rope_head_kernel(X_DESC, XS, W_NOPE, W_ROPE, WS, COS, SIN, ROW, ROW_S, COL, COL_S,
-                           tokens, K: tl.constexpr, HEADS: tl.constexpr, NOPE: tl.constexpr,
-                           ROPE: tl.constexpr, W_OUT_IN: tl.constexpr, MX: tl.constexpr,
-                           HW_CVT: tl.constexpr, DOT_FP32: tl.constexpr, FP8_MMA: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+def _proj_rope_head_kernel(X_DESC, W_NOPE, W_ROPE, COS, SIN, ROW, ROW_S, COL, COL_S, tokens,
+                           K: tl.constexpr, HEADS: tl.constexpr, NOPE: tl.constexpr,
+                           ROPE: tl.constexpr, W_OUT_IN: tl.constexpr, HW_CVT: tl.constexpr,
+                           DOT_FP32: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
                            NUM_STAGES: tl.constexpr):
     D: tl.constexpr = NOPE + ROPE
     N_TOTAL: tl.constexpr = HEADS * D
@@ -249,35 +198,13 @@ def _proj_rope_head_kernel(X_DESC, XS, W_NOPE, W_ROPE, WS, COS, SIN, ROW, ROW_S,
         else:
             w_nope = W_NOPE.load([k0, n0])
             w_rope = W_ROPE.load([k0, n0 + NOPE])
-        rows_nope = n0 + tl.arange(0, NOPE)
-        rows_rope = n0 + NOPE + tl.arange(0, ROPE)
-        w_stride: tl.constexpr = K // 32 if W_OUT_IN else N_TOTAL
-        if FP8_MMA:   # one 32-wide block per step: FP8 products, rescaled by both E8M0 scales
-            x = x.to(tl.float8e4nv, bitcast=True)
-            w_nope = w_nope.to(tl.float8e4nv, bitcast=True)
-            w_rope = w_rope.to(tl.float8e4nv, bitcast=True)
-            if W_OUT_IN:
-                w_nope = tl.trans(w_nope)
-                w_rope = tl.trans(w_rope)
-            sx = _block_scales(XS, t, tokens, K // 32, k0 // 32, True)
-            s_nope = _block_scales(WS, rows_nope, N_TOTAL, w_stride, k0 // 32, W_OUT_IN)
-            s_rope = _block_scales(WS, rows_rope, N_TOTAL, w_stride, k0 // 32, W_OUT_IN)
-            acc_nope += tl.dot(x, w_nope) * (sx[:, None] * s_nope[None, :])
-            acc_rope += tl.dot(x, w_rope) * (sx[:, None] * s_rope[None, :])
-        else:
-            if MX:
-                x = _decode_tile(x, XS, t, tokens, K // 32, k0, BLOCK_K, True, HW_CVT, DOT_FP32)
-                w_nope = _decode_tile(w_nope, WS, rows_nope, N_TOTAL, w_stride, k0, BLOCK_K,
-                                      W_OUT_IN, HW_CVT, DOT_FP32)
-                w_rope = _decode_tile(w_rope, WS, rows_rope, N_TOTAL, w_stride, k0, BLOCK_K,
-                                      W_OUT_IN, HW_CVT, DOT_FP32)
-            elif DOT_FP32:
-                x = x.to(tl.float32)
-            if W_OUT_IN:
-                w_nope = tl.trans(w_nope)
-                w_rope = tl.trans(w_rope)
-            acc_nope += mma(x, w_nope, DOT_FP32)
-            acc_rope += mma(x, w_rope, DOT_FP32)
+        if DOT_FP32:
+            x = x.to(tl.float32)
+        if W_OUT_IN:
+            w_nope = tl.trans(w_nope)
+            w_rope = tl.trans(w_rope)
+        acc_nope += mma(x, w_nope, DOT_FP32)
+        acc_rope += mma(x, w_rope, DOT_FP32)
     _quantize_store(acc_nope, t, t_block, n0, ROW, ROW_S, COL, COL_S, tokens, NOPE, BLOCK_M,
                     N_TOTAL, HW_CVT)
     x1, x2 = tl.split(tl.reshape(acc_rope, [BLOCK_M, HALF, 2]))   # interleaved pairs
@@ -301,15 +228,12 @@ class HeadConfig:
     block_k: int
     num_warps: int
     num_stages: int
-    fp8_mma: bool = False   # MXFP8 inputs: FP8 products per 32-wide block (block_k 32), not upcast
 
 
-def head_config(interpreted: bool, mx: bool = False) -> HeadConfig:
+def head_config(interpreted: bool) -> HeadConfig:
     if interpreted:
         return HeadConfig(32, 32, 1, 1)
-    if mx:
-        return HeadConfig(128, 32, 8, 6, fp8_mma=True)
-    return HeadConfig(128, 64, 8, 3)
+    return HeadConfig(64, 64, 4, 3)  # the best of scripts/sweep_proj.py on the H200
 
 
 def _power_of_two(v: int) -> bool:
@@ -322,10 +246,9 @@ def fits_head_kernel(k: int, nope: int, rope: int) -> bool:
         and rope >= 64
 
 
-def launch_head(cfg: HeadConfig, x, x_scale, w, w_scale, cos, sin, row, row_s, col, col_s, *,
-                tokens: int, k: int, heads: int, nope: int, rope: int, w_out_in: bool,
-                dot_fp32: bool) -> None:
-    """The head kernel; outputs are the uint8 views of the float8 tensors, scales uint8."""
+def launch_head(cfg: HeadConfig, x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, k: int,
+                heads: int, nope: int, rope: int, w_out_in: bool, dot_fp32: bool) -> None:
+    """The head kernel on BF16 x and w; outputs are the uint8 views of the float8 tensors."""
     if tokens == 0:
         return
     bm, bk = cfg.block_m, cfg.block_k
@@ -334,23 +257,54 @@ def launch_head(cfg: HeadConfig, x, x_scale, w, w_scale, cos, sin, row, row_s, c
         w_nope, w_rope = (TensorDescriptor.from_tensor(w, [n, bk]) for n in (nope, rope))
     else:
         w_nope, w_rope = (TensorDescriptor.from_tensor(w, [bk, n]) for n in (nope, rope))
-    mx = x_scale is not None
     grid = (triton.cdiv(tokens, bm) * heads,)
     _proj_rope_head_kernel[grid](
-        x_desc, x_scale if mx else x, w_nope, w_rope, w_scale if mx else x, cos, sin, row, row_s,
-        col, col_s, tokens, K=k, HEADS=heads, NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, MX=mx,
-        HW_CVT=not dot_fp32, DOT_FP32=dot_fp32, FP8_MMA=mx and cfg.fp8_mma, BLOCK_M=bm, BLOCK_K=bk,
-        NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
+        x_desc, w_nope, w_rope, cos, sin, row, row_s, col, col_s, tokens, K=k, HEADS=heads,
+        NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, HW_CVT=not dot_fp32, DOT_FP32=dot_fp32,
+        BLOCK_M=bm, BLOCK_K=bk, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
 
 
-def launch_block(x, x_scale, w, w_scale, cos, sin, row, row_s, col, col_s, *, tokens: int,
-                 k: int, heads: int, nope: int, rope: int, w_out_in: bool, dot_fp32: bool) -> None:
+def launch_block(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, k: int, heads: int,
+                 nope: int, rope: int, w_out_in: bool, dot_fp32: bool) -> None:
     """The block kernel (any legal head shape); arguments as launch_head's."""
     if tokens == 0:
         return
-    mx = x_scale is not None
     grid = (triton.cdiv(tokens, BLOCK.value), heads, (nope + rope) // BLOCK.value)
-    _proj_rope_block_kernel[grid](x, x_scale if mx else x, w, w_scale if mx else w, cos, sin, row,
-                            row_s, col, col_s, tokens, K=k, HEADS=heads, NOPE=nope, ROPE=rope,
-                            W_OUT_IN=w_out_in, MX=mx, HW_CVT=not dot_fp32, DOT_FP32=dot_fp32,
-                            num_warps=4)
+    _proj_rope_block_kernel[grid](x, w, cos, sin, row, row_s, col, col_s, tokens, K=k,
+                                  HEADS=heads, NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in,
+                                  HW_CVT=not dot_fp32, DOT_FP32=dot_fp32, num_warps=4)
+
+
+DEQUANT_ROWS, DEQUANT_COLS = 32, 128
+
+
+@triton.jit(do_not_specialize=["rows"])
+def _mxfp8_dequant_kernel(CODES, SCALES, OUT, rows, COLS: tl.constexpr,
+                          BLOCKS_ALONG_COLS: tl.constexpr, HW_CVT: tl.constexpr,
+                          BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (r < rows)[:, None] & (c < COLS)[None, :]
+    offs = r[:, None] * COLS + c[None, :]
+    codes = tl.load(CODES + offs, mask=mask, other=0)
+    if BLOCKS_ALONG_COLS:   # scales (rows, COLS / 32)
+        e = tl.load(SCALES + r[:, None] * (COLS // 32) + (c // 32)[None, :], mask=mask, other=127)
+    else:                   # scales (rows / 32, COLS)
+        e = tl.load(SCALES + (r // 32)[:, None] * COLS + c[None, :], mask=mask, other=127)
+    if HW_CVT:
+        v = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    else:
+        v = _e4m3_decode(codes)
+    tl.store(OUT + offs, (v * _pow2(e.to(tl.int32) - 127)).to(tl.bfloat16), mask=mask)
+
+
+def launch_dequant(codes, scales, out, *, blocks_along_cols: bool, dot_fp32: bool) -> None:
+    """BF16 ``out`` = uint8 E4M3 ``codes`` [rows, cols] times their E8M0 ``scales``, blocks of
+    32 along the columns (scales [rows, cols / 32]) or along the rows (scales [rows / 32, cols])."""
+    rows, cols = codes.shape
+    if rows == 0:
+        return
+    grid = (triton.cdiv(rows, DEQUANT_ROWS), triton.cdiv(cols, DEQUANT_COLS))
+    _mxfp8_dequant_kernel[grid](codes, scales, out, rows, COLS=cols,
+                                BLOCKS_ALONG_COLS=blocks_along_cols, HW_CVT=not dot_fp32,
+                                BLOCK_R=DEQUANT_ROWS, BLOCK_C=DEQUANT_COLS, num_warps=4)

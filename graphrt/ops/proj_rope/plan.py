@@ -9,10 +9,16 @@ from ...contract import Contract, compact_spec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import dtype_name, require_aligned, require_disjoint, require_tensor
+from ...validate import (dtype_name, require_aligned, require_disjoint, require_tensor,
+                         workspace_operand)
 from .reference import FP8, gemm_proj_rope_mxfp8_reference
 
 BF16 = torch.bfloat16
+X_CHUNK = 4096   # tokens of x dequantized per step on the MXFP8 path (a multiple of 32)
+
+
+def _round_up(n: int, align: int = 256) -> int:
+    return -(-n // align) * align
 
 
 
@@ -103,7 +109,13 @@ class GemmProjRopeMxfp8(Plan):
             from .kernels import fits_head_kernel, head_config
             c = self.contract
             if fits_head_kernel(self.k, c.flag("qk_nope_dim"), c.flag("qk_rope_dim")):
-                self.config = head_config(c.device_type != "cuda", self.mx)
+                self.config = head_config(c.device_type != "cuda")
+
+    def workspace_bytes(self) -> int:
+        """MXFP8 path: BF16 copies of W and of X_CHUNK tokens of x."""
+        if self.backend != "triton" or not self.mx:
+            return 0
+        return _round_up(self.n_total * self.k * 2) + X_CHUNK * self.k * 2
 
     def describe(self) -> dict:
         kernel = "head" if getattr(self, "config", None) else "block (32 x 32 per program)"
@@ -154,6 +166,7 @@ class GemmProjRopeMxfp8(Plan):
                                     f"{device}, got {dtype_name(tensor.dtype)} {tuple(tensor.shape)} on "
                                     f"{tensor.device}")
             require_aligned(name, tensor)
+        workspace = workspace_operand(workspace, self.workspace_bytes(), device)
         outputs = {n: given[n] for n in self.output_names}
         require_disjoint(outputs, {n: given[n] for n in ("x", "w", "cos", "sin", "x_scale", "w_scale")})
         if self.backend == "reference":
@@ -163,12 +176,24 @@ class GemmProjRopeMxfp8(Plan):
             for out, value in zip(outputs.values(), ref):
                 out.copy_(value)
             return
-        from .kernels import launch_block, launch_head
-        as_bytes = (lambda t_: t_.view(torch.uint8)) if self.mx else (lambda t_: t_)
-        launch = partial(launch_head, self.config) if self.config else launch_block
+        from .kernels import launch_block, launch_dequant, launch_head
+        dot_fp32 = c.device_type != "cuda"
+        gemm = partial(launch_head, self.config) if self.config else launch_block
+        gemm = partial(gemm, k=self.k, heads=h, nope=c.flag("qk_nope_dim"),
+                       rope=c.flag("qk_rope_dim"), w_out_in=c.flag("w_out_in"), dot_fp32=dot_fp32)
+        row, col = out_fp8_row.view(torch.uint8), out_fp8_col.view(torch.uint8)
         with on_stream(stream):
-            launch(as_bytes(x), x_scale, as_bytes(w), w_scale, cos, sin,
-                   out_fp8_row.view(torch.uint8), out_scales_row, out_fp8_col.view(torch.uint8),
-                   out_scales_col, tokens=t, k=self.k, heads=h, nope=c.flag("qk_nope_dim"),
-                   rope=c.flag("qk_rope_dim"), w_out_in=c.flag("w_out_in"),
-                   dot_fp32=c.device_type != "cuda")
+            if not self.mx:
+                gemm(x, w, cos, sin, row, out_scales_row, col, out_scales_col, tokens=t)
+                return
+            w_bytes = _round_up(self.n_total * self.k * 2)
+            w16 = workspace[:self.n_total * self.k * 2].view(BF16).view(w.shape)
+            launch_dequant(w.view(torch.uint8), w_scale, w16, blocks_along_cols=c.flag("w_out_in"),
+                           dot_fp32=dot_fp32)
+            x16 = workspace[w_bytes:w_bytes + X_CHUNK * self.k * 2].view(BF16).view(X_CHUNK, self.k)
+            for t0 in range(0, t, X_CHUNK):
+                t1 = min(t, t0 + X_CHUNK)
+                launch_dequant(x.view(torch.uint8)[t0:t1], x_scale[t0:t1], x16[:t1 - t0],
+                               blocks_along_cols=True, dot_fp32=dot_fp32)
+                gemm(x16[:t1 - t0], w16, cos[t0:t1], sin[t0:t1], row[t0:t1], out_scales_row[t0:t1],
+                     col[t0:t1], out_scales_col[t0 // 32:t1 // 32], tokens=t1 - t0)
