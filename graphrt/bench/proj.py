@@ -31,7 +31,10 @@ def run(progress=print) -> list[dict]:
         return gemm_proj_rope_mxfp8_reference(x, w, cos, sin)
 
     compiled = torch.compile(pipeline)
-    impls = {name: (lambda p=p, a=a, kw=kw: p.execute(*a, cos, sin, **kw, **outs))
+    scratch = {name: torch.empty(p.workspace_bytes(), dtype=torch.uint8, device="cuda")
+               for name, (p, _, _) in plans.items()}
+    impls = {name: (lambda p=p, a=a, kw=kw, ws=scratch[name]:
+                    p.execute(*a, cos, sin, **kw, **outs, workspace=ws))
              for name, (p, a, kw) in plans.items()}
     impls["cuBLAS GEMM alone"] = lambda: x @ w.t()
     impls["eager pipeline"] = lambda: pipeline(x, w)
