@@ -49,12 +49,14 @@ def test_quantizer_zero_block_subnormals_and_negative_zero():
     assert codes[0] == 0x80
 
 
-def test_quantize_dequantize_round_trip_and_rope_reference():
+def test_quantize_dequantize_round_trip_and_rope_reference(seed):
     v = torch.randn(64, 96)
     for dim in (0, 1):
         codes, scales = mxfp8_quantize(v, dim)
         back = mxfp8_dequantize(codes, scales, dim)
-        assert ((back - v).abs() <= v.abs() * 2 ** -3 + 1e-6).all()
+        # half an E4M3 step: 2^-4 relative for normal codes, 2^-10 of the block scale below them
+        step = torch.pow(2.0, scales.double() - 127 - 10).float().repeat_interleave(32, dim=dim)
+        assert ((back - v).abs() <= v.abs() * 2 ** -4 + step).all()
     y = torch.randn(4, 2, 16)
     cos, sin = torch.randn(4, 8), torch.randn(4, 8)
     out = apply_rope(y, cos, sin, nope=8)
@@ -177,27 +179,43 @@ def test_gpu_error_paths_write_nothing():
     _errors("cuda")
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("w_out_in", [True, False])
-def test_gpu_kernel_quantizes_exactly(seed, w_out_in):
+def _crafted_exact(device, w_out_in, runtime=None):
     """Crafted values through the kernel: a selector W makes Y = x exactly (one product per
     element) and cos = 1, sin = 0 leave the rope features unrotated, so every code and scale
-    byte must equal the reference quantizer's (hardware E4M3 rounding included)."""
-    gen = torch.Generator().manual_seed(seed)
+    byte must equal the reference quantizer's: E4M3 rounding, and block maxima at and around
+    448 * 2^k (where the E8M0 exponent steps)."""
+    gen = torch.Generator().manual_seed(7)
     magnitudes = torch.pow(2.0, torch.randint(-30, 30, (32, 32), generator=gen).float())
     x = torch.randn(32, 32, generator=gen) * magnitudes
     x[0, :8] = torch.tensor([448.0, -448.0, 15.5, 0.0, -0.0, 2.0 ** -9, 3 * 2.0 ** -10, 464.0])
     x[1] = 0.0
-    x = x.to(BF16).cuda()
+    x = x.to(BF16)
+    edges = torch.tensor([448.0, 448.0 * 1.00390625, 448.0 * 0.99609375, 896.0, 450.0, 446.0])
+    for i, v in enumerate(edges):   # a row whose block maximum sits on or beside a step
+        x[2 + i] = (torch.rand(32, generator=gen) * v * 2.0 ** (i - 3)).to(BF16)
+        x[2 + i, i] = (v * 2.0 ** (i - 3)).to(BF16)
     w = torch.zeros(192, 32)
     w[torch.arange(192), torch.arange(192) % 32] = 1.0
-    w = w.to(BF16).cuda()
+    w = w.to(BF16)
     if not w_out_in:
         w = w.t().contiguous()
-    cos = torch.ones(32, 64, dtype=BF16, device="cuda")
-    sin = torch.zeros(32, 64, dtype=BF16, device="cuda")
-    plan_kwargs = dict(w_out_in=w_out_in)
-    out = gemm_proj_rope_mxfp8(x, w, cos, sin, **plan_kwargs)
-    ref = gemm_proj_rope_mxfp8_reference(x, w, cos, sin, **plan_kwargs)
+    x, w = x.to(device), w.to(device)
+    cos = torch.ones(32, 64, dtype=BF16, device=device)
+    sin = torch.zeros(32, 64, dtype=BF16, device=device)
+    extra = {} if runtime is None else {"runtime": runtime}
+    out = gemm_proj_rope_mxfp8(x, w, cos, sin, w_out_in=w_out_in, **extra)
+    ref = gemm_proj_rope_mxfp8_reference(x, w, cos, sin, w_out_in=w_out_in)
     for got, want in zip(out, ref):
         assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+@needs_interpreter
+def test_kernel_quantizes_exactly_interpreted():
+    with env(GRAPHRT_BACKEND="triton"):
+        _crafted_exact("cpu", True, graphrt.Runtime("cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w_out_in", [True, False])
+def test_gpu_kernel_quantizes_exactly(w_out_in):
+    _crafted_exact("cuda", w_out_in)

@@ -56,10 +56,13 @@ def _e4m3_codes(v):
 
 @triton.jit
 def _block_exponent(amax):
-    """E8M0 exponent ceil(log2(max(amax, 1e-30) / 448)), clamped to [-127, 127]."""
-    ratio = tl.math.div_rn(tl.maximum(amax, 1e-30), tl.full(amax.shape, 448.0, tl.float32))
-    bits = ratio.to(tl.int32, bitcast=True)
-    e = ((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0).to(tl.int32)
+    """E8M0 exponent ceil(log2(max(amax, 1e-30) / 448)), clamped to [-127, 127], without a
+    division: with amax = m * 2^E (m in [1, 2)) and 448 = 1.75 * 2^8, the FP32 quotient's ceil
+    log2 is E - 8, plus one when m > 1.75 (the quotient never rounds onto a power of two)."""
+    bits = tl.maximum(amax, 1e-30).to(tl.int32, bitcast=True)
+    exponent = (bits >> 23) & 0xFF
+    e = exponent - 135 + ((bits & 0x7FFFFF) > 0x600000).to(tl.int32)
+    e = tl.where(exponent == 0xFF, 127, e)     # inf
     return tl.minimum(tl.maximum(e, -127), 127)
 
 
