@@ -1,7 +1,9 @@
 """CUDA-graph capture of training-step fragments and whole steps, with replay verification.
 
 - ``capture(fn, *sample_args)`` -> :class:`Fragment`: one graph, static inputs and outputs.
-- ``graph_step(model, loss_fn, batch, optimizer)``: forward, loss, backward, optimizer step.
+- ``graph_step(model, loss_fn, batch, optimizer)``: forward, loss, backward, optimizer step;
+  with ``process_group``, gradients averaged over data-parallel ranks inside the graph
+  (``GradientReducer``).
 - ``TokenBuckets``: a fragment per padded token count.
 - ``verify_replay``: replay against eager with NaN-poisoned outputs and in-place input mutation.
 - ``fork()``: a side-stream branch (e.g. weight gradients), joined with ``branch.join()``.
@@ -14,12 +16,13 @@ replaying any fragment captured before it.
 """
 from ..streams import Branch, fork
 from .buckets import TokenBuckets, bucket_for
+from .data_parallel import GradientReducer
 from .fragment import Fragment, capture
 from .step import StepGraph, graph_step
 from .verify import ReplayReport, verify_replay
 
-__all__ = ["Branch", "Fragment", "ReplayReport", "StepGraph", "TokenBuckets", "bucket_for", "capture",
-           "fork", "graph_step", "uniform_", "verify_replay"]
+__all__ = ["Branch", "Fragment", "GradientReducer", "ReplayReport", "StepGraph", "TokenBuckets",
+           "bucket_for", "capture", "fork", "graph_step", "uniform_", "verify_replay"]
 
 
 def __getattr__(name):

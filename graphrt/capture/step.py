@@ -7,6 +7,7 @@ import torch
 
 from ..errors import ContractError
 from ..runtime import Runtime
+from .data_parallel import DEFAULT_BUCKET_BYTES, GradientReducer
 from .fragment import Fragment, capture
 
 
@@ -61,9 +62,11 @@ class StepGraph:
     replays forward, loss, backward (and the optimizer step) and returns the static loss;
     gradients are in the parameters' static ``.grad`` buffers, overwritten every step."""
 
-    def __init__(self, fragment: Fragment, model: torch.nn.Module):
+    def __init__(self, fragment: Fragment, model: torch.nn.Module,
+                 reducer: GradientReducer | None = None):
         self.fragment = fragment
         self.model = model
+        self.reducer = reducer
 
     def step(self, *batch) -> torch.Tensor:
         return self.fragment(*batch)
@@ -79,16 +82,25 @@ class StepGraph:
 
     def release(self) -> None:
         self.fragment.release()
+        if self.reducer is not None:
+            self.reducer.remove()
 
 
 def graph_step(model: torch.nn.Module, loss_fn: Callable, sample_batch, optimizer=None, *,
-               warmup: int = 3, runtime: Runtime | None = None) -> StepGraph:
+               warmup: int = 3, runtime: Runtime | None = None, process_group=None,
+               bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> StepGraph:
     """Capture one training step of ``model`` as a CUDA graph.
 
     ``sample_batch`` is a tuple ``(*inputs, target)``: the step computes
     ``loss = loss_fn(model(*inputs), target)``, ``loss.backward()`` and, with an optimizer (built
     with ``capturable=True``), ``optimizer.step()``. The batch tensors become the static inputs.
     Warm-up runs are undone: parameters and optimizer state are as they were before the call.
+
+    Data parallel (one process per GPU, e.g. under torchrun, NCCL): with ``process_group`` (such
+    as ``torch.distributed.group.WORLD``) the gradients are averaged over the group inside the
+    graph, in buckets of ``bucket_bytes`` reduced on a side stream as the backward produces them,
+    before the optimizer step, as DistributedDataParallel would. Every rank must capture the same
+    model with the same batch shapes; initialize the group with ``data_parallel.NCCL_ENV`` set.
 
     >>> step = graphrt.capture.graph_step(model, F.mse_loss, (x, y), opt)   # doctest: +SKIP
     >>> for x, y in loader:
@@ -98,18 +110,29 @@ def graph_step(model: torch.nn.Module, loss_fn: Callable, sample_batch, optimize
     if len(batch) < 2:
         raise ContractError("sample_batch: expected a tuple (*inputs, target)")
     _check_optimizer(optimizer)
+    reducer = None if process_group is None else GradientReducer(
+        list(model.parameters()), process_group, bucket_bytes)
 
     def train_step(*b):
         loss = loss_fn(model(*b[:-1]), b[-1])
         loss.backward()
+        if reducer is not None:
+            reducer.finish()
         if optimizer is not None:
             optimizer.step()
         return loss.detach()
 
     def clear_grads():
         model.zero_grad(set_to_none=True)
+        if reducer is not None:
+            reducer.reset()
 
     state = _TrainingState(model, optimizer)
-    frag = capture(train_step, *batch, warmup=warmup, runtime=runtime, reset=clear_grads,
-                   after_warmup=state.restore)
-    return StepGraph(frag, model)
+    try:
+        frag = capture(train_step, *batch, warmup=warmup, runtime=runtime, reset=clear_grads,
+                       after_warmup=state.restore)
+    except BaseException:
+        if reducer is not None:
+            reducer.remove()
+        raise
+    return StepGraph(frag, model, reducer)
