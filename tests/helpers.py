@@ -73,3 +73,25 @@ def no_tensor_allocation():
     finally:
         for name, fn in saved.items():
             setattr(torch, name, fn)
+
+
+def assert_steps_equal_eager(step, graph_model, eager_model, eager_opt, loss_fn, x, y,
+                             steps: int = 5) -> None:
+    """Replay the captured ``step`` on fresh batches like ``x``, ``y`` (its gradients poisoned
+    first) next to an eager step of ``eager_model`` (a DDP wrapper is unwrapped for the
+    comparison): the loss, every gradient and every weight must be equal bitwise."""
+    eager_params = list(getattr(eager_model, "module", eager_model).named_parameters())
+    for i in range(steps):
+        bx, by = torch.randn_like(x), torch.randn_like(y)
+        for p in graph_model.parameters():
+            if p.grad is not None:
+                p.grad.fill_(float("nan"))
+        loss = step(bx, by).clone()
+        eager_opt.zero_grad(set_to_none=True)
+        eager_loss = loss_fn(eager_model(bx), by)
+        eager_loss.backward()
+        eager_opt.step()
+        assert torch.equal(loss, eager_loss.detach()), f"step {i}: loss differs"
+        for (name, p), q in zip(eager_params, graph_model.parameters()):
+            assert torch.equal(p.grad, q.grad), f"step {i}: grad of {name} differs"
+            assert torch.equal(p, q), f"step {i}: {name} differs after the optimizer step"

@@ -11,7 +11,7 @@ from graphrt.capture import TokenBuckets, capture, fork, graph_step, uniform_, v
 from graphrt.ops import rmsnorm_backward, rmsnorm_forward
 from graphrt.ops.rmsnorm import rmsnorm_backward_reference, rmsnorm_forward_reference
 
-from ..helpers import poison, rel_l2
+from ..helpers import assert_steps_equal_eager, poison, rel_l2
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16
@@ -66,20 +66,7 @@ def test_stack_backward_graph_equals_eager_bitwise(seed):
     for p, q in zip(eager_model.parameters(), graph_model.parameters()):
         assert torch.equal(p, q), "warm-up changed the model"
     assert step.nodes()["kernel"] > 20
-    for i in range(5):
-        bx, by = torch.randn_like(x), torch.randn_like(y)
-        for p in graph_model.parameters():
-            if p.grad is not None:
-                p.grad.fill_(float("nan"))
-        loss = step(bx, by).clone()
-        eager_opt.zero_grad(set_to_none=True)
-        eager_loss = mse(eager_model(bx), by)
-        eager_loss.backward()
-        eager_opt.step()
-        assert torch.equal(loss, eager_loss.detach()), f"step {i}: loss differs"
-        for (name, p), q in zip(eager_model.named_parameters(), graph_model.parameters()):
-            assert torch.equal(p.grad, q.grad), f"step {i}: grad of {name} differs"
-            assert torch.equal(p, q), f"step {i}: {name} differs after the optimizer step"
+    assert_steps_equal_eager(step, graph_model, eager_model, eager_opt, mse, x, y)
 
 
 def test_forward_and_backward_fragments_share_the_pool(seed):

@@ -11,6 +11,8 @@ import torch.multiprocessing as mp
 from graphrt import ContractError
 from graphrt.capture.data_parallel import NCCL_ENV, GradientReducer, assign_buckets
 
+from ..helpers import assert_steps_equal_eager
+
 
 def test_buckets_follow_reverse_order_and_split_on_dtype_and_size():
     params = [torch.zeros(10), torch.zeros(20), torch.zeros(5, dtype=torch.float64),
@@ -92,20 +94,7 @@ def test_gpu_graph_step_data_parallel_matches_eager_ddp(seed, tmp_path):
                           bucket_bytes=1 << 20)
         assert len(step.reducer.buckets) > 1
         assert step.fragment.shape()["max_parallel_kernels"] >= 2, "no parallel reduction branch"
-        for i in range(5):
-            bx, by = torch.randn_like(x), torch.randn_like(y)
-            for p in graph_model.parameters():
-                if p.grad is not None:
-                    p.grad.fill_(float("nan"))
-            loss = step(bx, by).clone()
-            eager_opt.zero_grad(set_to_none=True)
-            eager_loss = mse(eager_model(bx), by)
-            eager_loss.backward()
-            eager_opt.step()
-            assert torch.equal(loss, eager_loss.detach()), f"step {i}: loss differs"
-            for (name, p), q in zip(eager_model.module.named_parameters(), graph_model.parameters()):
-                assert torch.equal(p.grad, q.grad), f"step {i}: grad of {name} differs"
-                assert torch.equal(p, q), f"step {i}: {name} differs after the optimizer step"
+        assert_steps_equal_eager(step, graph_model, eager_model, eager_opt, mse, x, y)
         step.release()
     finally:
         dist.destroy_process_group()
