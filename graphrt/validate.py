@@ -110,7 +110,6 @@ def device_capability(device: torch.device) -> tuple[int, int] | None:
 
 
 @lru_cache(maxsize=None)
-@lru_cache(maxsize=None)
 def sm_count(device: torch.device) -> int:
     """Streaming multiprocessors of a CUDA device; 2 for the CPU (the Triton interpreter)."""
     if device.type != "cuda":

@@ -101,6 +101,8 @@ def graph_step(model: torch.nn.Module, loss_fn: Callable, sample_batch, optimize
     graph, in buckets of ``bucket_bytes`` reduced on a side stream as the backward produces them,
     before the optimizer step, as DistributedDataParallel would. Every rank must capture the same
     model with the same batch shapes; initialize the group with ``data_parallel.NCCL_ENV`` set.
+    The reduction hooks stay on the parameters (an eager backward would reduce too) until
+    ``step.release()``.
 
     >>> step = graphrt.capture.graph_step(model, F.mse_loss, (x, y), opt)   # doctest: +SKIP
     >>> for x, y in loader:

@@ -25,7 +25,8 @@ def _round_up(n: int, align: int = 256) -> int:
 class GemmProjRopeMxfp8(Plan):
     """out = MXFP8(RoPE(x @ W)) in both directions: rowwise blocks of 32 along head_dim and
     columnwise blocks of 32 along tokens, quantized from the FP32 values. The path follows x's
-    dtype: BF16 x and w, or float8_e4m3fn codes with E8M0 scales (x_scale, w_scale).
+    dtype: BF16 x and w, or float8_e4m3fn codes with E8M0 scales (x_scale, w_scale); the MXFP8
+    path takes ``workspace_bytes()`` of scratch for BF16 copies of W and of a chunk of x.
 
     >>> plan = GemmProjRopeMxfp8(x, w, cos, sin).compile()                       # doctest: +SKIP
     >>> plan.execute(x, w, cos, sin, out_fp8_row=r, out_scales_row=rs,
