@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|sanitize|sweep|bench|mhc|lmsd|wgrad|proj|capture|
-#                                          plan_store|examples|demo ...]
+#                                          ddp|plan_store|examples|demo ...]
 set -u
 python3 -m pip install -q --no-index --no-deps --upgrade --target .site .whl/*.whl
 export PYTHONPATH=$PWD:$PWD/.site PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT
@@ -25,6 +25,7 @@ for step in $steps; do
     mhc) python3 -m graphrt.cli bench mhc 2>&1 | tee "$OUT/bench_mhc.log" | tail -10 ;;
     plan_store) python3 -m graphrt.cli bench plan_store 2>&1 | tail -6 ;;
     capture) python3 -m graphrt.cli bench capture 2>&1 | tee "$OUT/bench_capture.log" | tail -12 ;;
+    ddp) python3 -m graphrt.cli bench ddp 2>&1 | tee "$OUT/bench_ddp.log" | tail -8 ;;
     examples) for e in deepseek_block hstu_block; do python3 examples/$e.py 2>&1 | tail -12; done ;;
     demo) python3 -m graphrt.cli demo 2>&1 | tee "$OUT/demo.log" | tail -22 ;;
   esac
