@@ -1,4 +1,4 @@
 """WorkspaceArena: one preallocated device buffer, handed out in aligned, scoped regions."""
-from .workspace import WorkspaceArena, ArenaHold
+from .workspace import ALIGNMENT, ArenaHold, WorkspaceArena, align_up
 
-__all__ = ["WorkspaceArena", "ArenaHold"]
+__all__ = ["ALIGNMENT", "ArenaHold", "WorkspaceArena", "align_up"]

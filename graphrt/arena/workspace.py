@@ -14,7 +14,8 @@ from ..streams import is_capturing
 ALIGNMENT = 256
 
 
-def _align_up(n: int, a: int = ALIGNMENT) -> int:
+def align_up(n: int, a: int = ALIGNMENT) -> int:
+    """``n`` rounded up to a multiple of ``a`` (the arena's 256-byte alignment by default)."""
     return (n + a - 1) // a * a
 
 
@@ -72,7 +73,7 @@ class WorkspaceArena:
         self.capacity = int(nbytes)
         # one spare alignment unit lets every region start on a 256-byte boundary
         self._buffer = torch.empty(self.capacity + ALIGNMENT, dtype=torch.uint8, device=self.device)
-        self._base = _align_up(self._buffer.data_ptr()) - self._buffer.data_ptr()
+        self._base = align_up(self._buffer.data_ptr()) - self._buffer.data_ptr()
         self._lock = threading.RLock()
         self._regions: list[_Region] = []
         self._top = 0
@@ -88,7 +89,7 @@ class WorkspaceArena:
         if nbytes < 0:
             raise ContractError(f"nbytes: expected a size >= 0, got {nbytes}")
         with self._lock:
-            start = _align_up(self._top)
+            start = align_up(self._top)
             end = start + nbytes
             if end > self.capacity:
                 raise ArenaExhausted(

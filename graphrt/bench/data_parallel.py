@@ -16,8 +16,8 @@ import torch.distributed as dist
 from ..capture import graph_step
 from ..capture.data_parallel import NCCL_ENV
 from . import report
-from .capture import _per_step_ms
 from .models import Stack, eager_step_fn, mse
+from .timing import wall_ms_per_step
 
 HIDDEN, FFN, LAYERS = 1024, 4096, 4
 
@@ -61,10 +61,10 @@ def run_rank(tokens: int = 1024, steps: int = 10, hidden: int = HIDDEN, ffn: int
     def reductions_alone():
         for buffer in step.reducer.flat:
             dist.all_reduce(buffer)
-    comm_ms = _per_step_ms(lambda *_: reductions_alone(), batches)
-    eager_ms = _per_step_ms(eager, batches)
-    graph_ms = _per_step_ms(step, batches)
-    local_ms = _per_step_ms(local, batches)
+    comm_ms = wall_ms_per_step(lambda *_: reductions_alone(), batches)
+    eager_ms = wall_ms_per_step(eager, batches)
+    graph_ms = wall_ms_per_step(step, batches)
+    local_ms = wall_ms_per_step(local, batches)
     row = {"world": world, "tokens": tokens, "eager_ddp_ms": eager_ms, "graph_ms": graph_ms,
            "speedup": eager_ms / graph_ms, "graph_no_reduction_ms": local_ms,
            "reductions_alone_ms": comm_ms,

@@ -70,3 +70,30 @@ def host_time_us(fn: Callable[[], object], iters: int = 20000, repeats: int = 5)
             fn()
         best = min(best, (time.perf_counter() - t0) / iters)
     return best * 1e6
+
+
+def wall_ms_per_step(fn, batches, repeats: int = 5) -> float:
+    """Median over ``repeats`` of the mean wall time of back-to-back steps (host and device)."""
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for x, y in batches:
+            fn(x, y)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3 / len(batches))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def host_enqueue_us(fn, iters: int = 10) -> float:
+    """Host time to enqueue one call. A 100 ms GPU sleep ahead of the calls keeps the host from
+    ever waiting on the device (ten steps of the capture bench's largest case take about 40 ms)."""
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(2e9 * 0.1))
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    host = (time.perf_counter() - t0) * 1e6 / iters
+    torch.cuda.synchronize()
+    return host

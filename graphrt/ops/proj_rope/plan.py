@@ -5,6 +5,7 @@ from functools import partial
 
 import torch
 
+from ...arena import align_up
 from ...contract import Contract, compact_spec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
@@ -15,10 +16,6 @@ from .reference import FP8, gemm_proj_rope_mxfp8_reference
 
 BF16 = torch.bfloat16
 X_CHUNK = 4096   # tokens of x dequantized per step on the MXFP8 path (a multiple of 32)
-
-
-def _round_up(n: int, align: int = 256) -> int:
-    return -(-n // align) * align
 
 
 
@@ -107,16 +104,21 @@ class GemmProjRopeMxfp8(Plan):
     def _compile(self) -> None:
         self.config = None
         if self.backend == "triton":
-            from .kernels import fits_head_kernel, head_config
+            from .kernels import fits_head_kernel, head_config, launch_block, launch_head
             c = self.contract
-            if fits_head_kernel(self.k, c.flag("qk_nope_dim"), c.flag("qk_rope_dim")):
-                self.config = head_config(c.device_type != "cuda")
+            nope, rope = c.flag("qk_nope_dim"), c.flag("qk_rope_dim")
+            self.dot_fp32 = c.device_type != "cuda"
+            if fits_head_kernel(self.k, nope, rope):
+                self.config = head_config(self.dot_fp32)
+            gemm = partial(launch_head, self.config) if self.config else launch_block
+            self._gemm = partial(gemm, k=self.k, heads=self.heads, nope=nope, rope=rope,
+                                 w_out_in=c.flag("w_out_in"), dot_fp32=self.dot_fp32)
 
     def workspace_bytes(self) -> int:
         """MXFP8 path: BF16 copies of W and of X_CHUNK tokens of x."""
         if self.backend != "triton" or not self.mx:
             return 0
-        return _round_up(self.n_total * self.k * 2) + X_CHUNK * self.k * 2
+        return align_up(self.n_total * self.k * 2) + X_CHUNK * self.k * 2
 
     def describe(self) -> dict:
         kernel = "head" if getattr(self, "config", None) else "block (32 x 32 per program)"
@@ -177,17 +179,14 @@ class GemmProjRopeMxfp8(Plan):
             for out, value in zip(outputs.values(), ref):
                 out.copy_(value)
             return
-        from .kernels import launch_block, launch_dequant, launch_head
-        dot_fp32 = c.device_type != "cuda"
-        gemm = partial(launch_head, self.config) if self.config else launch_block
-        gemm = partial(gemm, k=self.k, heads=h, nope=c.flag("qk_nope_dim"),
-                       rope=c.flag("qk_rope_dim"), w_out_in=c.flag("w_out_in"), dot_fp32=dot_fp32)
+        from .kernels import launch_dequant
+        gemm, dot_fp32 = self._gemm, self.dot_fp32
         row, col = out_fp8_row.view(torch.uint8), out_fp8_col.view(torch.uint8)
         with on_stream(stream):
             if not self.mx:
                 gemm(x, w, cos, sin, row, out_scales_row, col, out_scales_col, tokens=t)
                 return
-            w_bytes = _round_up(self.n_total * self.k * 2)
+            w_bytes = align_up(self.n_total * self.k * 2)
             w16 = workspace[:self.n_total * self.k * 2].view(BF16).view(w.shape)
             launch_dequant(w.view(torch.uint8), w_scale, w16, blocks_along_cols=c.flag("w_out_in"),
                            dot_fp32=dot_fp32)
