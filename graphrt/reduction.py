@@ -1,28 +1,52 @@
 """Fixed-order reductions shared by the ops (Triton): no atomics, bitwise reproducible."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import triton
 import triton.language as tl
 
+_TILE_ELEMENTS = 2048    # parts x columns loaded per step by one program (4 warps)
+_TARGET_PROGRAMS = 512   # enough programs to spread the partials over every SM
+
 
 @triton.jit(do_not_specialize=["n_parts"])
-def _sum_partials_kernel(PARTIAL, OUT, n_parts, COLS: tl.constexpr, BLOCK_P: tl.constexpr,
-                         BLOCK_C: tl.constexpr):
+def _sum_partials_kernel(PARTIAL, OUT_A, OUT_B, n_parts, COLS: tl.constexpr,
+                         BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, NUM_STAGES: tl.constexpr):
+    matrix = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_mask = cols < COLS
+    base = PARTIAL + matrix.to(tl.int64) * n_parts * COLS
     acc = tl.zeros([BLOCK_C], dtype=tl.float32)
-    for p0 in range(0, n_parts, BLOCK_P):
+    for p0 in tl.range(0, n_parts, BLOCK_P, num_stages=NUM_STAGES):
         parts = p0 + tl.arange(0, BLOCK_P)
         mask = (parts < n_parts)[:, None] & col_mask[None, :]
-        tile = tl.load(PARTIAL + parts[:, None] * COLS + cols[None, :], mask=mask, other=0.0)
+        tile = tl.load(base + parts[:, None].to(tl.int64) * COLS + cols[None, :], mask=mask,
+                       other=0.0)
         acc += tl.sum(tile, axis=0)
-    tl.store(OUT + cols, acc.to(OUT.dtype.element_ty), mask=col_mask)
+    if matrix == 0:
+        tl.store(OUT_A + cols, acc.to(OUT_A.dtype.element_ty), mask=col_mask)
+    else:
+        tl.store(OUT_B + cols, acc.to(OUT_B.dtype.element_ty), mask=col_mask)
 
 
-def sum_partials(partial, out, n_parts: int) -> None:
-    """out[c] = sum over p of partial[p, c] for partial [n_parts, C]: tiles of 32 parts are summed
-    as one tree and the tiles in order, the same way every run (no atomics)."""
-    cols = out.numel()
-    block_c = 64
-    _sum_partials_kernel[(triton.cdiv(cols, block_c),)](partial, out, n_parts, COLS=cols,
-                                                        BLOCK_P=32, BLOCK_C=block_c, num_warps=4)
+def partial_blocks(n_parts: int, cols: int, matrices: int = 1) -> tuple[int, int]:
+    """(parts, columns) per tile of the reduction: narrow column blocks when there are many
+    parts, so that enough programs share the work; the summation order follows from these."""
+    block_c = triton.next_power_of_2(max(1, triton.cdiv(cols * matrices, _TARGET_PROGRAMS)))
+    block_c = max(16, min(1024, block_c))
+    block_p = max(1, min(triton.next_power_of_2(n_parts), _TILE_ELEMENTS // block_c))
+    return block_p, block_c
+
+
+def sum_partials(partial, outs: Sequence, n_parts: int) -> None:
+    """outs[m][c] = sum over p of partial[m, p, c], for partial viewed as [len(outs), n_parts, C]
+    and one or two outputs of C elements each. Tiles of parts are summed as one tree and the
+    tiles in order, the same way every run (no atomics)."""
+    if not 1 <= len(outs) <= 2:
+        raise ValueError(f"sum_partials takes one or two outputs, got {len(outs)}")
+    cols = outs[0].numel()
+    block_p, block_c = partial_blocks(n_parts, cols, len(outs))
+    grid = (triton.cdiv(cols, block_c), len(outs))
+    _sum_partials_kernel[grid](partial, outs[0], outs[-1], n_parts, COLS=cols, BLOCK_P=block_p,
+                               BLOCK_C=block_c, NUM_STAGES=3, num_warps=4)

@@ -74,14 +74,15 @@ def main():
         stride_dx="i32", HIDDEN=c, BLOCK_H=c, NUM_CHUNKS=c, HAS_G_RESIDUAL=c),
         dict(HIDDEN=16392, BLOCK_H=4096, NUM_CHUNKS=5, HAS_G_RESIDUAL=False), 8)
     ok &= check("reduction", reduction._sum_partials_kernel, sig(
-        PARTIAL="*fp32", OUT="*bf16", n_parts="i32", COLS=c, BLOCK_P=c, BLOCK_C=c),
-        dict(COLS=512, BLOCK_P=32, BLOCK_C=64))
+        PARTIAL="*fp32", OUT_A="*bf16", OUT_B="*bf16", n_parts="i32", COLS=c, BLOCK_P=c,
+        BLOCK_C=c, NUM_STAGES=c), dict(COLS=512, BLOCK_P=64, BLOCK_C=16, NUM_STAGES=3))
     ok &= check("uniform", capture_random._uniform_kernel, sig(OUT="*fp32", STATE="*i64", n="i32",
                                                               BLOCK=c), dict(BLOCK=1024))
     ok &= check("mhc bwd", mhc._mhc_bwd_kernel, sig(
         X="*bf16", W="*fp32", GP="*fp32", GR="*fp32", R="*fp32", DX="*bf16", PARTIAL="*fp32",
-        n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c, GROUPS=c, NUM_STAGES=c),
-        dict(K=20480, N=24, N_PAD=24, N_BLOCK=32, BLOCK_T=64, BLOCK_K=64, GROUPS=9, NUM_STAGES=3))
+        n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c, NUM_STAGES=c,
+        DOT_FP32=c), dict(K=20480, N=24, N_PAD=24, N_BLOCK=32, BLOCK_T=64, BLOCK_K=64, NUM_STAGES=3,
+                          DOT_FP32=False))
     for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
                                           (False, False, False)):
         ok &= check(f"hstu fwd dropout={dropout} tensor_seed={from_tensors}", hstu._hstu_fwd_kernel, sig(

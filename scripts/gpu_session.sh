@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|sanitize|sweep|bench|mhc|lmsd|wgrad|proj|capture|
-#                                          ddp|plan_store|examples|demo ...]
+#                                          ddp|plan_store|examples|profile|demo ...]
 set -u
 python3 -m pip install -q --no-index --no-deps --upgrade --target .site .whl/*.whl
 export PYTHONPATH=$PWD:$PWD/.site PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT
@@ -27,6 +27,13 @@ for step in $steps; do
     capture) python3 -m graphrt.cli bench capture 2>&1 | tee "$OUT/bench_capture.log" | tail -12 ;;
     ddp) python3 -m graphrt.cli bench ddp 2>&1 | tee "$OUT/bench_ddp.log" | tail -8 ;;
     examples) for e in deepseek_block hstu_block; do python3 examples/$e.py 2>&1 | tail -12; done ;;
+    profile)
+      python3 scripts/profile_kernels.py --copies 2>&1 | tee "$OUT/copies.log"
+      ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+          python3 scripts/profile_kernels.py ${PROFILE_OPS:-} > "$OUT/ncu.txt" 2>&1
+      echo "ncu rc=$?"; grep -E '^  [_a-z]|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy' "$OUT/ncu.txt" | head -80 ;;
     demo) python3 -m graphrt.cli demo 2>&1 | tee "$OUT/demo.log" | tail -22 ;;
   esac
 done

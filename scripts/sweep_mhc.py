@@ -1,42 +1,61 @@
-"""Sweep mHC backward tile configs on the GPU: each checked against the FP64 reference (and for
-bitwise repeatability) before it is timed."""
+"""Sweep mHC backward tile configs and row-group counts on the GPU: each checked against the FP64
+reference (and for bitwise repeatability) before it is timed.
+
+Usage: python3 scripts/sweep_mhc.py [T K ...]   (default: 4096 20480 16384 28672)
+"""
+import sys
+
 import torch
 
 from graphrt.bench.timing import rotating, stream_time_us
 from graphrt.ops.mhc import mhc_projection_backward_reference
-from graphrt.ops.mhc.kernels import MhcConfig, launch_backward
+from graphrt.ops.mhc.kernels import MhcConfig, launch_backward, mhc_config
 from graphrt.validate import sm_count
 
-T, K, N = 4096, 20480, 24
-CONFIGS = [(64, 128, 8, 3), (64, 64, 4, 3), (64, 64, 8, 4), (32, 128, 4, 3), (128, 64, 8, 3),
-           (64, 128, 8, 4), (32, 64, 4, 4)]
+N = 24
+TILES = [(64, 64, 4, 3), (64, 64, 4, 4), (64, 128, 4, 3), (128, 64, 8, 3), (64, 128, 8, 3)]
+GROUPS = [2, 4, 6, 7, 8, 12]
+
+
+def sweep(t: int, k: int, sms: int) -> None:
+    sets = [(torch.randn(t, k, dtype=torch.bfloat16, device="cuda"),
+             torch.randn(N, k, device="cuda") / k ** 0.5, torch.randn(t, N, device="cuda"),
+             torch.randn(t, 1, device="cuda"), torch.rand(t, 1, device="cuda") + 0.5)
+            for _ in range(2)]
+    ref_dx, ref_dw = (r.double() for r in mhc_projection_backward_reference(*sets[0]))
+    dx, dw = torch.empty_like(sets[0][0]), torch.empty_like(sets[0][1])
+    floor = (2 * t * k * 2) / 4.25e12 * 1e6
+    default = mhc_config(k, N, sms)
+    print(f"T={t} K={k}: default groups {default.groups}", flush=True)
+    for bt, bk, warps, stages in TILES:
+        for groups in sorted(set(GROUPS + [default.groups])):
+            cfg = MhcConfig(bt, bk, groups, warps, stages)
+            part = torch.empty(groups * N * k, device="cuda")
+            try:
+                dx.fill_(float("nan")), dw.fill_(float("nan"))
+                launch_backward(cfg, *sets[0], dx, dw, part, t)
+                first = (dx.clone(), dw.clone())
+                launch_backward(cfg, *sets[0], dx, dw, part, t)
+                ok_rep = torch.equal(first[0], dx) and torch.equal(first[1], dw)
+                err = max(((dx.double() - ref_dx).norm() / ref_dx.norm()).item(),
+                          ((dw.double() - ref_dw).norm() / ref_dw.norm()).item())
+                us = stream_time_us(rotating(lambda *a: launch_backward(cfg, *a, dx, dw, part, t),
+                                             sets))
+                print(f"  bt={bt} bk={bk} warps={warps} stages={stages} groups={groups}: "
+                      f"{us:.1f} us ({floor / us:.2f} of floor) rel_err={err:.1e} "
+                      f"repeat_bitwise={ok_rep}", flush=True)
+            except Exception as e:  # out of resources and the like
+                print(f"  bt={bt} bk={bk} warps={warps} stages={stages} groups={groups}: failed "
+                      f"{type(e).__name__}: {e}"[:200], flush=True)
+    del sets
+    torch.cuda.empty_cache()
 
 
 def main():
+    args = [int(a) for a in sys.argv[1:]] or [4096, 20480, 16384, 28672]
     sms = sm_count(torch.device("cuda"))
-    sets = [(torch.randn(T, K, dtype=torch.bfloat16, device="cuda"), torch.randn(N, K, device="cuda") / K ** 0.5,
-             torch.randn(T, N, device="cuda"), torch.randn(T, 1, device="cuda"),
-             torch.rand(T, 1, device="cuda") + 0.5) for _ in range(2)]
-    ref_dx, ref_dw = mhc_projection_backward_reference(*sets[0])
-    dx, dw = torch.empty_like(sets[0][0]), torch.empty_like(sets[0][1])
-    floor = (2 * T * K * 2) / 4.25e12 * 1e6
-    for bt, bk, warps, stages in CONFIGS:
-        for per_sm in (4, 8):
-            groups = max(1, min(32, -(-per_sm * sms // -(-K // bk))))
-            cfg = MhcConfig(bt, bk, groups, warps, stages)
-            part = torch.empty(groups * N * K, device="cuda")
-            try:
-                launch_backward(cfg, *sets[0], dx, dw, part, T)
-                first = (dx.clone(), dw.clone())
-                launch_backward(cfg, *sets[0], dx, dw, part, T)
-                ok_rep = torch.equal(first[0], dx) and torch.equal(first[1], dw)
-                err = max(((dx.double() - ref_dx.double()).norm() / ref_dx.double().norm()).item(),
-                          ((dw.double() - ref_dw.double()).norm() / ref_dw.double().norm()).item())
-                t = stream_time_us(rotating(lambda *a: launch_backward(cfg, *a, dx, dw, part, T), sets))
-                print(f"bt={bt} bk={bk} warps={warps} stages={stages} groups={groups}: {t:.1f} us "
-                      f"({floor / t:.2f} of floor) rel_err={err:.1e} repeat_bitwise={ok_rep}", flush=True)
-            except Exception as e:  # out of resources and the like
-                print(f"bt={bt} bk={bk} warps={warps} stages={stages}: failed {type(e).__name__}: {e}"[:200])
+    for t, k in zip(args[::2], args[1::2]):
+        sweep(t, k, sms)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ class _MhcProjectionFunction(torch.autograd.Function):
 
 class MhcProjection(torch.nn.Module):
     """proj = x @ W^T (FP32, zero-padded to ``n_pad`` columns) and r = RMS of x over K, for
-    x BF16 [T, K]; the backward is graphrt's fused mHC projection/RMS backward (TF32 products).
+    x BF16 [T, K]; the backward is graphrt's fused mHC projection/RMS backward (products at least as
+    precise as TF32).
 
     >>> stage = graphrt.nn.MhcProjection(4 * 5120, 24, n_pad=32).cuda()    # doctest: +SKIP
     >>> proj, r = stage(x)

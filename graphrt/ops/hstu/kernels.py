@@ -268,5 +268,6 @@ def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean
         DROPOUT=mask is not None, SCALE=scale, COMPUTE_DW=compute_dw,
         NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
     if compute_dw:
-        sum_partials(partial[:programs * d], dweight, programs)
-    sum_partials(partial[programs * d:], dbias, programs)
+        sum_partials(partial, [dweight, dbias], programs)
+    else:
+        sum_partials(partial[programs * d:], [dbias], programs)

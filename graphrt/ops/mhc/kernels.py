@@ -1,9 +1,14 @@
 """Triton kernel for the mHC projection/RMS backward.
 
 One pass over x: a program owns a block of K columns and a group of row tiles (interleaved over
-the groups). Per row tile it writes dx = P @ W + grad_r / (r K) * x and accumulates P^T @ x into
+the groups). Per row tile it writes dx = P @ W + grad_r / (r K) * x and accumulates x^T @ P into
 its own FP32 dweight partial; the partials of all groups are then summed in a fixed order by the
 shared reduction kernel (no atomics: bitwise reproducible). Row counts are run-time values.
+
+The products run on BF16 tensor cores with FP32 operands split in two (v = hi + lo, both BF16):
+x is exact in BF16, P @ W takes hi*hi + hi*lo + lo*hi, and x^T @ P takes x*hi + x*lo, so every
+product keeps about 16 mantissa bits, more than TF32's 11. BF16 operands can be read transposed
+from shared memory, which lets x feed both products without a transpose through registers.
 """
 from __future__ import annotations
 
@@ -12,7 +17,11 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from ...kernel_utils import mma
 from ...reduction import sum_partials
+
+MAX_GROUPS = 32
+TYPICAL_ROWS = 4096  # the row count the group choice is tuned for (rows are a run-time extent)
 
 
 @dataclass(frozen=True)
@@ -24,12 +33,22 @@ class MhcConfig:
     num_stages: int
 
 
-def mhc_config(k: int, sm_count: int) -> MhcConfig:
-    """Tiles from scripts/sweep_mhc.py on an H200 (4096 x 20480: 64 x 64 tiles with 4 warps and
-    3 stages took 142 us; 64 x 128 with 8 warps 165 us; NOTES.md)."""
+def row_groups(k_blocks: int, n: int, slots: int) -> int:
+    """Row groups with the least estimated time, in units of one ideal pass over x: k_blocks *
+    groups programs run ``slots`` at a time (a part-filled last wave costs a whole one), and each
+    group adds a dweight partial of N rows to write and read back."""
+    def cost(g: int) -> float:
+        programs = k_blocks * g
+        fill = programs / (triton.cdiv(programs, slots) * slots)
+        return 1.0 / fill + 2.0 * g * n / TYPICAL_ROWS
+    return min(range(1, MAX_GROUPS + 1), key=cost)
+
+
+def mhc_config(k: int, n: int, sm_count: int) -> MhcConfig:
+    """64 x 64 tiles, 4 warps, 3 stages (168 registers: 3 programs per SM), row groups that fill
+    whole waves (scripts/sweep_mhc.py; NOTES.md has the figures)."""
     block_k = 64
-    k_blocks = triton.cdiv(k, block_k)
-    groups = max(1, min(32, triton.cdiv(4 * sm_count, k_blocks)))
+    groups = row_groups(triton.cdiv(k, block_k), n, 3 * sm_count)
     return MhcConfig(block_t=64, block_k=block_k, groups=groups, num_warps=4, num_stages=3)
 
 
@@ -38,11 +57,18 @@ def n_block(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
 
 
+@triton.jit
+def _split_bf16(v):
+    """v (FP32) as hi + lo, both BF16: about 16 mantissa bits together."""
+    hi = v.to(tl.bfloat16)
+    return hi, (v - hi.to(tl.float32)).to(tl.bfloat16)
+
+
 @triton.jit(do_not_specialize=["n_rows"])
 def _mhc_bwd_kernel(X, W, GP, GR, R, DX, PARTIAL, n_rows,
                     K: tl.constexpr, N: tl.constexpr, N_PAD: tl.constexpr, N_BLOCK: tl.constexpr,
-                    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, GROUPS: tl.constexpr,
-                    NUM_STAGES: tl.constexpr):
+                    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+                    NUM_STAGES: tl.constexpr, DOT_FP32: tl.constexpr):
     pid_k = tl.program_id(0)
     group = tl.program_id(1)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -51,26 +77,31 @@ def _mhc_bwd_kernel(X, W, GP, GR, R, DX, PARTIAL, n_rows,
     n_mask = ns < N
     w = tl.load(W + ns[:, None] * K + cols[None, :], mask=n_mask[:, None] & col_mask[None, :],
                 other=0.0)
-    acc = tl.zeros([N_BLOCK, BLOCK_K], dtype=tl.float32)
+    w_hi, w_lo = _split_bf16(w)
+    acc = tl.zeros([BLOCK_K, N_BLOCK], dtype=tl.float32)  # dweight^T of this program's rows
     first = group.to(tl.int64) * BLOCK_T  # 64-bit row indices: T * K may pass 2^31
-    for t0 in tl.range(first, n_rows, GROUPS * BLOCK_T, num_stages=NUM_STAGES):
+    for t0 in tl.range(first, n_rows, tl.num_programs(1) * BLOCK_T, num_stages=NUM_STAGES):
         rows = t0 + tl.arange(0, BLOCK_T)
         row_mask = rows < n_rows
         x_off = tl.multiple_of(rows * K, 8)[:, None]
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(X + x_off + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(X + x_off + cols[None, :], mask=mask, other=0.0)
         # columns of grad_proj from N on are ignored (masked to zero)
         p = tl.load(GP + rows[:, None] * N_PAD + ns[None, :],
                     mask=row_mask[:, None] & n_mask[None, :], other=0.0)
+        p_hi, p_lo = _split_bf16(p)
         gr = tl.load(GR + rows, mask=row_mask, other=0.0)
         r = tl.load(R + rows, mask=row_mask, other=1.0)
         rms_term = gr / (r * K)
-        dx = tl.dot(p, w, input_precision="tf32") + rms_term[:, None] * x
+        pw = mma(p_hi, w_hi, DOT_FP32) + mma(p_hi, w_lo, DOT_FP32) + mma(p_lo, w_hi, DOT_FP32)
+        dx = pw + rms_term[:, None] * x.to(tl.float32)
         tl.store(DX + x_off + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        acc = tl.dot(tl.trans(p), x, acc, input_precision="tf32")
+        x_t = tl.trans(x)
+        acc += mma(x_t, p_hi, DOT_FP32)
+        acc += mma(x_t, p_lo, DOT_FP32)
     partial = PARTIAL + group.to(tl.int64) * (N * K)
-    tl.store(partial + ns[:, None] * K + cols[None, :], acc,
-             mask=n_mask[:, None] & col_mask[None, :])
+    tl.store(partial + ns[None, :] * K + cols[:, None], acc,
+             mask=n_mask[None, :] & col_mask[:, None])
 
 
 def launch_backward(cfg: MhcConfig, x, weight, grad_proj, grad_r, r, dx, dweight, partial,
@@ -80,6 +111,6 @@ def launch_backward(cfg: MhcConfig, x, weight, grad_proj, grad_r, r, dx, dweight
     grid = (triton.cdiv(k, cfg.block_k), cfg.groups)
     _mhc_bwd_kernel[grid](x, weight, grad_proj, grad_r, r, dx, partial, n_rows, K=k, N=n,
                           N_PAD=grad_proj.shape[1], N_BLOCK=n_block(n), BLOCK_T=cfg.block_t,
-                          BLOCK_K=cfg.block_k, GROUPS=cfg.groups, NUM_STAGES=cfg.num_stages,
-                          num_warps=cfg.num_warps)
-    sum_partials(partial, dweight, cfg.groups)
+                          BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages,
+                          DOT_FP32=not x.is_cuda, num_warps=cfg.num_warps)
+    sum_partials(partial, [dweight], cfg.groups)

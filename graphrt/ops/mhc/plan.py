@@ -20,14 +20,14 @@ _DTYPES = {"x": torch.bfloat16, "weight": torch.float32, "grad_proj": torch.floa
 _config_cache: dict = {}
 
 
-def _config(device: torch.device, k: int):
-    """Kernel configuration for K columns on ``device``: a plan-time fact, since its number of
-    row groups fixes the order of the dweight reduction."""
-    key = (device, k)
+def _config(device: torch.device, k: int, n: int):
+    """Kernel configuration for K columns and N projections on ``device``: a plan-time fact,
+    since its number of row groups fixes the order of the dweight reduction."""
+    key = (device, k, n)
     cfg = _config_cache.get(key)
     if cfg is None:
         from .kernels import mhc_config
-        cfg = _config_cache[key] = mhc_config(k, sm_count(device))
+        cfg = _config_cache[key] = mhc_config(k, n, sm_count(device))
     return cfg
 
 
@@ -36,9 +36,10 @@ class MhcProjectionBackward(Plan):
     """dx = P @ W + grad_r / (r K) * x and dweight = P^T @ x, with P = grad_proj[:, :N].
 
     x: BF16 [T, K]; weight: FP32 [N, K]; grad_proj: FP32 [T, Npad] (columns from N on ignored);
-    grad_r, r: FP32 [T, 1]. The products use TF32 operands with FP32 accumulation
-    (``allow_tf32=True`` is required). dx is BF16, dweight FP32, reduced over rows in a fixed
-    order (bitwise reproducible); T is a run-time extent.
+    grad_r, r: FP32 [T, 1]. The products round their FP32 operands (``allow_tf32=True`` is
+    required to accept that): each is split into two BF16 halves for the tensor cores, about 16
+    mantissa bits, more than TF32 keeps; accumulation is FP32. dx is BF16, dweight FP32,
+    reduced over rows in a fixed order (bitwise reproducible); T is a run-time extent.
 
     >>> plan = MhcProjectionBackward(x, w, gp, gr, r, allow_tf32=True).compile()     # doctest: +SKIP
     >>> plan.execute(x, w, gp, gr, r, dx=dx, dweight=dw, workspace=ws)               # doctest: +SKIP
@@ -60,16 +61,17 @@ class MhcProjectionBackward(Plan):
                  compact_spec("grad_proj", grad_proj, (0,)), compact_spec("grad_r", grad_r, (0,)),
                  compact_spec("r", r, (0,)))
         groups = 0
-        if backend == "triton" and x.dim() == 2:
-            groups = _config(device, x.shape[1]).groups
+        if backend == "triton" and x.dim() == 2 and require_tensor("weight", weight).dim() == 2:
+            groups = _config(device, x.shape[1], weight.shape[0]).groups
         return Contract(cls.op, backend, device.type, cap, specs,
                         (("allow_tf32", bool(allow_tf32)), ("groups", groups)))
 
     def _check_support(self) -> None:
         c = self.contract
         if not c.flag("allow_tf32"):
-            raise UnsupportedError("allow_tf32: the matrix products use TF32 operands (FP32 "
-                                   "accumulation); pass allow_tf32=True to accept that precision")
+            raise UnsupportedError("allow_tf32: the matrix products round their FP32 operands "
+                                   "(to at least TF32 precision, FP32 accumulation); pass "
+                                   "allow_tf32=True to accept that")
         specs = {name: c.spec(name) for name in _INPUTS}
         for name, spec in specs.items():
             if spec.dtype != _DTYPES[name]:
@@ -99,7 +101,7 @@ class MhcProjectionBackward(Plan):
         self.groups = self.contract.flag("groups")
         if self.backend == "triton":
             from .kernels import mhc_config
-            self.config = dataclasses.replace(mhc_config(self.k, 1), groups=self.groups)
+            self.config = dataclasses.replace(mhc_config(self.k, self.n, 1), groups=self.groups)
 
     def workspace_bytes(self) -> int:
         return self.groups * self.n * self.k * 4 if self.backend == "triton" else 0

@@ -250,4 +250,4 @@ def launch_backward(cfg: RowConfig, n_programs: int, g, x, w, rstd, g_residual, 
         _rmsnorm_bwd_rows_kernel[(n_programs,)](
             *args, *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows,
             HAS_G_RESIDUAL=has_gres, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
-    sum_partials(partial, dw, n_programs)
+    sum_partials(partial, [dw], n_programs)
