@@ -24,12 +24,12 @@ TARGET = GPUTarget("cuda", 90, 32)
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 
 
-def check(name, fn, signature, constexprs, num_warps=4):
+def check(name, fn, signature, constexprs, num_warps=4, maxnreg=None):
     attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values())
              if t.startswith("*")}
     src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     try:
-        k = triton.compile(src, target=TARGET, options={"num_warps": num_warps})
+        k = triton.compile(src, target=TARGET, options={"num_warps": num_warps, "maxnreg": maxnreg})
     except Exception as err:  # report and go on
         print(f"FAIL {name}: {type(err).__name__}: {str(err).splitlines()[0][:200]}")
         return False
@@ -82,7 +82,7 @@ def main():
         X="*bf16", W="*fp32", GP="*fp32", GR="*fp32", R="*fp32", DX="*bf16", PARTIAL="*fp32",
         n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c, NUM_STAGES=c,
         DOT_FP32=c), dict(K=20480, N=24, N_PAD=24, N_BLOCK=32, BLOCK_T=64, BLOCK_K=64, NUM_STAGES=3,
-                          DOT_FP32=False))
+                          DOT_FP32=False), maxnreg=mhc.mhc_config(20480, 24, 132).max_registers)
     for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
                                           (False, False, False)):
         ok &= check(f"hstu fwd dropout={dropout} tensor_seed={from_tensors}", hstu._hstu_fwd_kernel, sig(

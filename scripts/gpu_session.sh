@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
-# Usage there: bash scripts/gpu_session.sh [tests|sanitize|sweep|bench|mhc|lmsd|wgrad|proj|capture|
+# Usage there: bash scripts/gpu_session.sh [tests|optests|sanitize|sweep|sweep_mhc|bench|mhc|lmsd|wgrad|proj|capture|
 #                                          ddp|plan_store|examples|profile|demo ...]
 set -u
 python3 -m pip install -q --no-index --no-deps --upgrade --target .site .whl/*.whl
@@ -17,6 +17,8 @@ for step in $steps; do
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' "$OUT/$tool.log" | tr '\n' ' ')"
       done ;;
     sweep) python3 scripts/sweep_rmsnorm.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep.log" ;;
+    sweep_mhc) python3 scripts/sweep_mhc.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep_mhc.log" ;;
+    optests) python3 -m pytest -q -m gpu ${TEST_PATHS:-tests/ops} -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_optests.log" | tail -15 ;;
     bench) python3 -m graphrt.cli bench rmsnorm 2>&1 | tee "$OUT/bench.log" | tail -52
            python3 -m graphrt.cli bench plan_store 2>&1 | tail -6 ;;
     proj) python3 -m graphrt.cli bench proj 2>&1 | tee "$OUT/bench_proj.log" | tail -12 ;;

@@ -13,7 +13,9 @@ from graphrt.ops.mhc.kernels import MhcConfig, launch_backward, mhc_config
 from graphrt.validate import sm_count
 
 N = 24
-TILES = [(64, 64, 4, 3), (64, 64, 4, 4), (64, 128, 4, 3), (128, 64, 8, 3), (64, 128, 8, 3)]
+# (rows, columns, warps, stages, register cap)
+TILES = [(64, 64, 4, 3, 168), (64, 64, 4, 3, None), (64, 64, 4, 4, 168), (64, 128, 8, 3, None),
+         (128, 64, 8, 3, None), (64, 128, 4, 3, None)]
 GROUPS = [2, 4, 6, 7, 8, 12]
 
 
@@ -27,9 +29,9 @@ def sweep(t: int, k: int, sms: int) -> None:
     floor = (2 * t * k * 2) / 4.25e12 * 1e6
     default = mhc_config(k, N, sms)
     print(f"T={t} K={k}: default groups {default.groups}", flush=True)
-    for bt, bk, warps, stages in TILES:
+    for bt, bk, warps, stages, max_regs in TILES:
         for groups in sorted(set(GROUPS + [default.groups])):
-            cfg = MhcConfig(bt, bk, groups, warps, stages)
+            cfg = MhcConfig(bt, bk, groups, warps, stages, max_regs)
             part = torch.empty(groups * N * k, device="cuda")
             try:
                 dx.fill_(float("nan")), dw.fill_(float("nan"))
@@ -41,7 +43,7 @@ def sweep(t: int, k: int, sms: int) -> None:
                           ((dw.double() - ref_dw).norm() / ref_dw.norm()).item())
                 us = stream_time_us(rotating(lambda *a: launch_backward(cfg, *a, dx, dw, part, t),
                                              sets))
-                print(f"  bt={bt} bk={bk} warps={warps} stages={stages} groups={groups}: "
+                print(f"  bt={bt} bk={bk} warps={warps} stages={stages} regs<={max_regs} groups={groups}: "
                       f"{us:.1f} us ({floor / us:.2f} of floor) rel_err={err:.1e} "
                       f"repeat_bitwise={ok_rep}", flush=True)
             except Exception as e:  # out of resources and the like

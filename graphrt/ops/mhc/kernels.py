@@ -31,6 +31,7 @@ class MhcConfig:
     groups: int       # programs along the rows: the number of dweight partials
     num_warps: int
     num_stages: int
+    max_registers: int | None = None  # a cap that keeps ``ctas_per_sm`` programs resident
 
 
 def row_groups(k_blocks: int, n: int, slots: int) -> int:
@@ -45,11 +46,12 @@ def row_groups(k_blocks: int, n: int, slots: int) -> int:
 
 
 def mhc_config(k: int, n: int, sm_count: int) -> MhcConfig:
-    """64 x 64 tiles, 4 warps, 3 stages (168 registers: 3 programs per SM), row groups that fill
-    whole waves (scripts/sweep_mhc.py; NOTES.md has the figures)."""
+    """64 x 64 tiles, 4 warps, 3 stages, at most 168 registers (3 programs per SM), row groups
+    that fill whole waves (scripts/sweep_mhc.py; NOTES.md has the figures)."""
     block_k = 64
     groups = row_groups(triton.cdiv(k, block_k), n, 3 * sm_count)
-    return MhcConfig(block_t=64, block_k=block_k, groups=groups, num_warps=4, num_stages=3)
+    return MhcConfig(block_t=64, block_k=block_k, groups=groups, num_warps=4, num_stages=3,
+                     max_registers=168)
 
 
 def n_block(n: int) -> int:
@@ -112,5 +114,6 @@ def launch_backward(cfg: MhcConfig, x, weight, grad_proj, grad_r, r, dx, dweight
     _mhc_bwd_kernel[grid](x, weight, grad_proj, grad_r, r, dx, partial, n_rows, K=k, N=n,
                           N_PAD=grad_proj.shape[1], N_BLOCK=n_block(n), BLOCK_T=cfg.block_t,
                           BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages,
-                          DOT_FP32=not x.is_cuda, num_warps=cfg.num_warps)
+                          DOT_FP32=not x.is_cuda, num_warps=cfg.num_warps,
+                          maxnreg=cfg.max_registers)
     sum_partials(partial, [dweight], cfg.groups)
