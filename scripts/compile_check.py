@@ -78,11 +78,15 @@ def main():
         BLOCK_C=c, NUM_STAGES=c), dict(COLS=512, BLOCK_P=64, BLOCK_C=16, NUM_STAGES=3))
     ok &= check("uniform", capture_random._uniform_kernel, sig(OUT="*fp32", STATE="*i64", n="i32",
                                                               BLOCK=c), dict(BLOCK=1024))
-    ok &= check("mhc bwd", mhc._mhc_bwd_kernel, sig(
-        X="*bf16", W="*fp32", GP="*fp32", GR="*fp32", R="*fp32", DX="*bf16", PARTIAL="*fp32",
-        n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c, NUM_STAGES=c,
-        DOT_FP32=c), dict(K=20480, N=24, N_PAD=24, N_BLOCK=32, BLOCK_T=64, BLOCK_K=64, NUM_STAGES=3,
-                          DOT_FP32=False), maxnreg=mhc.mhc_config(20480, 24, 132).max_registers)
+    mhc_cfg = mhc.mhc_config(20480, 24, 132)
+    for n_pad in (24, 25):
+        ok &= check(f"mhc bwd n_pad={n_pad}", mhc._mhc_bwd_kernel, sig(
+            X_DESC="tensordesc<bf16[64,64]>", DX_DESC="tensordesc<bf16[64,64]>",
+            P_DESC="tensordesc<fp32[64,32]>", GP="*fp32", W="*fp32", GR="*fp32", R="*fp32",
+            PARTIAL="*fp32", n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c,
+            NUM_STAGES=c, P_TMA=c, DOT_FP32=c),
+            dict(K=20480, N=24, N_PAD=n_pad, N_BLOCK=32, BLOCK_T=64, BLOCK_K=64, NUM_STAGES=3,
+                 P_TMA=mhc.p_through_tma(n_pad), DOT_FP32=False), maxnreg=mhc_cfg.max_registers)
     for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
                                           (False, False, False)):
         ok &= check(f"hstu fwd dropout={dropout} tensor_seed={from_tensors}", hstu._hstu_fwd_kernel, sig(

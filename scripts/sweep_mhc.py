@@ -14,9 +14,9 @@ from graphrt.validate import sm_count
 
 N = 24
 # (rows, columns, warps, stages, register cap)
-TILES = [(64, 64, 4, 3, 168), (64, 64, 4, 3, None), (64, 64, 4, 4, 168), (64, 128, 8, 3, None),
-         (128, 64, 8, 3, None), (64, 128, 4, 3, None)]
-GROUPS = [2, 4, 6, 7, 8, 12]
+TILES = [(64, 64, 4, 3, None), (64, 64, 4, 4, None), (64, 64, 4, 2, 128), (64, 128, 8, 3, None),
+         (64, 128, 4, 3, None), (128, 64, 8, 3, None), (128, 128, 8, 3, None)]
+GROUPS = [4, 8]
 
 
 def sweep(t: int, k: int, sms: int) -> None:

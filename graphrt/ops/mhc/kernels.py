@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ...kernel_utils import mma
 from ...reduction import sum_partials
@@ -46,12 +47,11 @@ def row_groups(k_blocks: int, n: int, slots: int) -> int:
 
 
 def mhc_config(k: int, n: int, sm_count: int) -> MhcConfig:
-    """64 x 64 tiles, 4 warps, 3 stages, at most 168 registers (3 programs per SM), row groups
-    that fill whole waves (scripts/sweep_mhc.py; NOTES.md has the figures)."""
+    """64 x 64 tiles, 4 warps, 3 stages (145 registers, 57 KB of shared memory: 3 programs per
+    SM), row groups that fill whole waves (scripts/sweep_mhc.py; NOTES.md has the figures)."""
     block_k = 64
     groups = row_groups(triton.cdiv(k, block_k), n, 3 * sm_count)
-    return MhcConfig(block_t=64, block_k=block_k, groups=groups, num_warps=4, num_stages=3,
-                     max_registers=168)
+    return MhcConfig(block_t=64, block_k=block_k, groups=groups, num_warps=4, num_stages=3)
 
 
 def n_block(n: int) -> int:
@@ -67,13 +67,16 @@ def _split_bf16(v):
 
 
 @triton.jit(do_not_specialize=["n_rows"])
-def _mhc_bwd_kernel(X, W, GP, GR, R, DX, PARTIAL, n_rows,
+def _mhc_bwd_kernel(X_DESC, DX_DESC, P_DESC, GP, W, GR, R, PARTIAL, n_rows,
                     K: tl.constexpr, N: tl.constexpr, N_PAD: tl.constexpr, N_BLOCK: tl.constexpr,
-                    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
-                    NUM_STAGES: tl.constexpr, DOT_FP32: tl.constexpr):
+                    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
+                    P_TMA: tl.constexpr, DOT_FP32: tl.constexpr):
+    # x, dx and (when its row stride allows) grad_proj move through TMA: the hardware computes
+    # addresses and bounds (rows past T and columns past N read as zero, and are not written)
     pid_k = tl.program_id(0)
     group = tl.program_id(1)
-    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    k0 = pid_k * BLOCK_K
+    cols = k0 + tl.arange(0, BLOCK_K)
     col_mask = cols < K
     ns = tl.arange(0, N_BLOCK)
     n_mask = ns < N
@@ -81,23 +84,23 @@ def _mhc_bwd_kernel(X, W, GP, GR, R, DX, PARTIAL, n_rows,
                 other=0.0)
     w_hi, w_lo = _split_bf16(w)
     acc = tl.zeros([BLOCK_K, N_BLOCK], dtype=tl.float32)  # dweight^T of this program's rows
-    first = group.to(tl.int64) * BLOCK_T  # 64-bit row indices: T * K may pass 2^31
-    for t0 in tl.range(first, n_rows, tl.num_programs(1) * BLOCK_T, num_stages=NUM_STAGES):
+    for t0 in tl.range(group * BLOCK_T, n_rows, tl.num_programs(1) * BLOCK_T,
+                       num_stages=NUM_STAGES):
         rows = t0 + tl.arange(0, BLOCK_T)
         row_mask = rows < n_rows
-        x_off = tl.multiple_of(rows * K, 8)[:, None]
-        mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(X + x_off + cols[None, :], mask=mask, other=0.0)
-        # columns of grad_proj from N on are ignored (masked to zero)
-        p = tl.load(GP + rows[:, None] * N_PAD + ns[None, :],
-                    mask=row_mask[:, None] & n_mask[None, :], other=0.0)
+        x = X_DESC.load([t0, k0])
+        if P_TMA:
+            p = P_DESC.load([t0, 0])
+        else:
+            p = tl.load(GP + rows.to(tl.int64)[:, None] * N_PAD + ns[None, :],
+                        mask=row_mask[:, None] & n_mask[None, :], other=0.0)
         p_hi, p_lo = _split_bf16(p)
         gr = tl.load(GR + rows, mask=row_mask, other=0.0)
         r = tl.load(R + rows, mask=row_mask, other=1.0)
         rms_term = gr / (r * K)
         pw = mma(p_hi, w_hi, DOT_FP32) + mma(p_hi, w_lo, DOT_FP32) + mma(p_lo, w_hi, DOT_FP32)
         dx = pw + rms_term[:, None] * x.to(tl.float32)
-        tl.store(DX + x_off + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        DX_DESC.store([t0, k0], dx.to(tl.bfloat16))
         x_t = tl.trans(x)
         acc += mma(x_t, p_hi, DOT_FP32)
         acc += mma(x_t, p_lo, DOT_FP32)
@@ -106,14 +109,28 @@ def _mhc_bwd_kernel(X, W, GP, GR, R, DX, PARTIAL, n_rows,
              mask=n_mask[None, :] & col_mask[:, None])
 
 
+def p_through_tma(n_pad: int) -> bool:
+    """TMA needs grad_proj's row stride to be a multiple of 16 bytes."""
+    return n_pad * 4 % 16 == 0
+
+
 def launch_backward(cfg: MhcConfig, x, weight, grad_proj, grad_r, r, dx, dweight, partial,
                     n_rows: int) -> None:
     """partial: FP32 workspace of cfg.groups * N * K elements."""
+    if n_rows == 0:
+        dweight.zero_()
+        return
     n, k = weight.shape
+    n_pad, nb = grad_proj.shape[1], n_block(n)
+    x_desc = TensorDescriptor.from_tensor(x, [cfg.block_t, cfg.block_k])
+    dx_desc = TensorDescriptor.from_tensor(dx, [cfg.block_t, cfg.block_k])
+    p_tma = p_through_tma(n_pad)
+    p_desc = (TensorDescriptor(grad_proj, [n_rows, n], [n_pad, 1], [cfg.block_t, nb]) if p_tma
+              else x_desc)
     grid = (triton.cdiv(k, cfg.block_k), cfg.groups)
-    _mhc_bwd_kernel[grid](x, weight, grad_proj, grad_r, r, dx, partial, n_rows, K=k, N=n,
-                          N_PAD=grad_proj.shape[1], N_BLOCK=n_block(n), BLOCK_T=cfg.block_t,
-                          BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages,
+    _mhc_bwd_kernel[grid](x_desc, dx_desc, p_desc, grad_proj, weight, grad_r, r, partial, n_rows,
+                          K=k, N=n, N_PAD=n_pad, N_BLOCK=nb, BLOCK_T=cfg.block_t,
+                          BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, P_TMA=p_tma,
                           DOT_FP32=not x.is_cuda, num_warps=cfg.num_warps,
                           maxnreg=cfg.max_registers)
     sum_partials(partial, [dweight], cfg.groups)
