@@ -81,11 +81,12 @@ def main():
     mhc_cfg = mhc.mhc_config(20480, 24, 132)
     for n_pad in (24, 25):
         ok &= check(f"mhc bwd n_pad={n_pad}", mhc._mhc_bwd_kernel, sig(
-            X_DESC="tensordesc<bf16[64,64]>", DX_DESC="tensordesc<bf16[64,64]>",
+            X_DESC="tensordesc<bf16[64,128]>", DX_DESC="tensordesc<bf16[64,128]>",
             P_DESC="tensordesc<fp32[64,32]>", GP="*fp32", W="*fp32", GR="*fp32", R="*fp32",
             PARTIAL="*fp32", n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c,
             NUM_STAGES=c, P_TMA=c, DOT_FP32=c),
-            dict(K=20480, N=24, N_PAD=n_pad, N_BLOCK=32, BLOCK_T=64, BLOCK_K=64, NUM_STAGES=3,
+            dict(K=20480, N=24, N_PAD=n_pad, N_BLOCK=32, BLOCK_T=mhc_cfg.block_t,
+                 BLOCK_K=mhc_cfg.block_k, NUM_STAGES=mhc_cfg.num_stages,
                  P_TMA=mhc.p_through_tma(n_pad), DOT_FP32=False), maxnreg=mhc_cfg.max_registers)
     for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
                                           (False, False, False)):

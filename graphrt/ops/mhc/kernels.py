@@ -47,10 +47,10 @@ def row_groups(k_blocks: int, n: int, slots: int) -> int:
 
 
 def mhc_config(k: int, n: int, sm_count: int) -> MhcConfig:
-    """64 x 64 tiles, 4 warps, 3 stages (145 registers, 57 KB of shared memory: 3 programs per
-    SM), row groups that fill whole waves (scripts/sweep_mhc.py; NOTES.md has the figures)."""
-    block_k = 64
-    groups = row_groups(triton.cdiv(k, block_k), n, 3 * sm_count)
+    """64 x 128 tiles, 4 warps, 3 stages (89 KB of shared memory: 2 programs per SM), row groups
+    that fill whole waves. Swept on an H200 (scripts/sweep_mhc.py; NOTES.md has the figures)."""
+    block_k = 128
+    groups = row_groups(triton.cdiv(k, block_k), n, 2 * sm_count)
     return MhcConfig(block_t=64, block_k=block_k, groups=groups, num_warps=4, num_stages=3)
 
 
