@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -20,3 +21,20 @@ def mma(a, b, DOT_FP32: tl.constexpr):
     if DOT_FP32:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     return tl.dot(a, b)
+
+
+@triton.jit
+def allow_dependent_launch(ENABLED: tl.constexpr):
+    """Lets the next kernel in the stream, launched as a programmatic dependent launch, start
+    (it waits in ``wait_for_prior_kernel`` until this grid's writes are visible). Off in the
+    Triton interpreter, which has no inline assembly."""
+    if ENABLED:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def wait_for_prior_kernel(ENABLED: tl.constexpr):
+    """Blocks until the previous kernel in the stream has finished and its writes are visible:
+    the other half of ``allow_dependent_launch``."""
+    if ENABLED:
+        gdc_wait()

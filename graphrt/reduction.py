@@ -6,18 +6,22 @@ from typing import Sequence
 import triton
 import triton.language as tl
 
+from .kernel_utils import wait_for_prior_kernel
+
 _TILE_ELEMENTS = 2048    # parts x columns loaded per step by one program (4 warps)
 _TARGET_PROGRAMS = 512   # enough programs to spread the partials over every SM
 
 
 @triton.jit(do_not_specialize=["n_parts"])
 def _sum_partials_kernel(PARTIAL, OUT_A, OUT_B, n_parts, COLS: tl.constexpr,
-                         BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, NUM_STAGES: tl.constexpr):
+                         BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, NUM_STAGES: tl.constexpr,
+                         AFTER_PRIMARY: tl.constexpr):
     matrix = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_mask = cols < COLS
     base = PARTIAL + matrix.to(tl.int64) * n_parts * COLS
     acc = tl.zeros([BLOCK_C], dtype=tl.float32)
+    wait_for_prior_kernel(AFTER_PRIMARY)  # the partials come from the kernel just before
     for p0 in tl.range(0, n_parts, BLOCK_P, num_stages=NUM_STAGES):
         parts = p0 + tl.arange(0, BLOCK_P)
         mask = (parts < n_parts)[:, None] & col_mask[None, :]
@@ -42,11 +46,14 @@ def partial_blocks(n_parts: int, cols: int, matrices: int = 1) -> tuple[int, int
 def sum_partials(partial, outs: Sequence, n_parts: int) -> None:
     """outs[m][c] = sum over p of partial[m, p, c], for partial viewed as [len(outs), n_parts, C]
     and one or two outputs of C elements each. Tiles of parts are summed as one tree and the
-    tiles in order, the same way every run (no atomics)."""
+    tiles in order, the same way every run (no atomics). On a GPU it is a programmatic dependent
+    launch: its programs may start while the kernel that wrote the partials finishes (that kernel
+    calls ``allow_dependent_launch``), and wait for its writes before reading them."""
     if not 1 <= len(outs) <= 2:
         raise ValueError(f"sum_partials takes one or two outputs, got {len(outs)}")
     cols = outs[0].numel()
     block_p, block_c = partial_blocks(n_parts, cols, len(outs))
     grid = (triton.cdiv(cols, block_c), len(outs))
     _sum_partials_kernel[grid](partial, outs[0], outs[-1], n_parts, COLS=cols, BLOCK_P=block_p,
-                               BLOCK_C=block_c, NUM_STAGES=3, num_warps=4)
+                               BLOCK_C=block_c, NUM_STAGES=3, AFTER_PRIMARY=partial.is_cuda,
+                               launch_pdl=partial.is_cuda, num_warps=4)

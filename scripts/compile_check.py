@@ -61,8 +61,8 @@ def main():
     ok &= check("rmsnorm bwd rows", rms._rmsnorm_bwd_rows_kernel, sig(
         G="*bf16", X="*bf16", W="*fp32", RSTD="*fp32", G_RES="*bf16", DX="*bf16", PARTIAL="*fp32",
         n_rows="i32", stride_g="i32", stride_x="i32", stride_gres="i32", stride_dx="i32",
-        HIDDEN=c, BLOCK_H=c, BLOCK_ROWS=c, HAS_G_RESIDUAL=c, NUM_STAGES=c),
-        dict(HIDDEN=5120, BLOCK_H=8192, BLOCK_ROWS=1, HAS_G_RESIDUAL=True, NUM_STAGES=4), 8)
+        HIDDEN=c, BLOCK_H=c, BLOCK_ROWS=c, HAS_G_RESIDUAL=c, NUM_STAGES=c, PDL=c),
+        dict(HIDDEN=5120, BLOCK_H=8192, BLOCK_ROWS=1, HAS_G_RESIDUAL=True, NUM_STAGES=4, PDL=True), 8)
     ok &= check("rmsnorm fwd chunked", rms._rmsnorm_fwd_chunked_kernel, sig(
         X="*bf16", RES="*bf16", W="*bf16", Y="*bf16", RSTD="*fp32", H_NEW="*bf16",
         stride_x="i32", stride_res="i32", stride_y="i32", stride_h="i32", eps="fp32", HIDDEN=c,
@@ -71,11 +71,12 @@ def main():
     ok &= check("rmsnorm bwd chunked", rms._rmsnorm_bwd_chunked_kernel, sig(
         G="*bf16", X="*bf16", W="*fp32", RSTD="*fp32", G_RES="*bf16", DX="*bf16", PARTIAL="*fp32",
         n_rows="i32", rows_per_program="i32", stride_g="i32", stride_x="i32", stride_gres="i32",
-        stride_dx="i32", HIDDEN=c, BLOCK_H=c, NUM_CHUNKS=c, HAS_G_RESIDUAL=c),
-        dict(HIDDEN=16392, BLOCK_H=4096, NUM_CHUNKS=5, HAS_G_RESIDUAL=False), 8)
+        stride_dx="i32", HIDDEN=c, BLOCK_H=c, NUM_CHUNKS=c, HAS_G_RESIDUAL=c, PDL=c),
+        dict(HIDDEN=16392, BLOCK_H=4096, NUM_CHUNKS=5, HAS_G_RESIDUAL=False, PDL=True), 8)
     ok &= check("reduction", reduction._sum_partials_kernel, sig(
         PARTIAL="*fp32", OUT_A="*bf16", OUT_B="*bf16", n_parts="i32", COLS=c, BLOCK_P=c,
-        BLOCK_C=c, NUM_STAGES=c), dict(COLS=512, BLOCK_P=64, BLOCK_C=16, NUM_STAGES=3))
+        BLOCK_C=c, NUM_STAGES=c, AFTER_PRIMARY=c),
+        dict(COLS=512, BLOCK_P=64, BLOCK_C=16, NUM_STAGES=3, AFTER_PRIMARY=True))
     ok &= check("uniform", capture_random._uniform_kernel, sig(OUT="*fp32", STATE="*i64", n="i32",
                                                               BLOCK=c), dict(BLOCK=1024))
     mhc_cfg = mhc.mhc_config(20480, 24, 132)
@@ -84,10 +85,10 @@ def main():
             X_DESC="tensordesc<bf16[64,128]>", DX_DESC="tensordesc<bf16[64,128]>",
             P_DESC="tensordesc<fp32[64,32]>", GP="*fp32", W="*fp32", GR="*fp32", R="*fp32",
             PARTIAL="*fp32", n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c,
-            NUM_STAGES=c, P_TMA=c, DOT_FP32=c),
+            NUM_STAGES=c, P_TMA=c, DOT_FP32=c, PDL=c),
             dict(K=20480, N=24, N_PAD=n_pad, N_BLOCK=32, BLOCK_T=mhc_cfg.block_t,
                  BLOCK_K=mhc_cfg.block_k, NUM_STAGES=mhc_cfg.num_stages,
-                 P_TMA=mhc.p_through_tma(n_pad), DOT_FP32=False), maxnreg=mhc_cfg.max_registers)
+                 P_TMA=mhc.p_through_tma(n_pad), DOT_FP32=False, PDL=True), maxnreg=mhc_cfg.max_registers)
     for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
                                           (False, False, False)):
         ok &= check(f"hstu fwd dropout={dropout} tensor_seed={from_tensors}", hstu._hstu_fwd_kernel, sig(
@@ -105,9 +106,9 @@ def main():
         MASK="*i8", DX="*bf16", DU="*bf16", PARTIAL="*fp32", n_rows="i32", stride_dy="i32",
         stride_x="i32", stride_u="i32", stride_dx="i32", stride_du="i32", D=c, BLOCK_D=c,
         BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c,
-        NUM_STAGES=c),
+        NUM_STAGES=c, PDL=c),
         dict(D=512, BLOCK_D=512, BLOCK_ROWS=4, SILU=True, CONCAT_U=True, CONCAT_X=True,
-             DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True, NUM_STAGES=3), num_warps=4)
+             DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True, NUM_STAGES=3, PDL=True), num_warps=4)
     import triton.language as tl
     for a_k, b_k, ragged, discrete, acc in ((False, False, False, False, False),
                                             (True, False, False, False, False),

@@ -16,7 +16,7 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import row_offsets
+from ...kernel_utils import allow_dependent_launch, row_offsets
 from ...reduction import sum_partials
 
 
@@ -167,7 +167,7 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, n_rows,
                      D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_ROWS: tl.constexpr,
                      SILU: tl.constexpr, CONCAT_U: tl.constexpr, CONCAT_X: tl.constexpr,
                      DROPOUT: tl.constexpr, SCALE: tl.constexpr, COMPUTE_DW: tl.constexpr,
-                     NUM_STAGES: tl.constexpr):
+                     NUM_STAGES: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_D)
@@ -221,6 +221,7 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, n_rows,
         if COMPUTE_DW:
             acc_w += dl * xhat
         acc_b += dl
+    allow_dependent_launch(PDL)
     partial = PARTIAL + pid.to(tl.int64) * D
     if COMPUTE_DW:
         tl.store(partial + cols, tl.sum(acc_w, axis=0), mask=col_mask)
@@ -266,7 +267,7 @@ def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean
         n_rows, *strides, D=d, BLOCK_D=cfg.block_d, BLOCK_ROWS=cfg.block_rows,
         SILU=flags["apply_u_silu"], CONCAT_U=flags["concat_u"], CONCAT_X=flags["concat_x"],
         DROPOUT=mask is not None, SCALE=scale, COMPUTE_DW=compute_dw,
-        NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
+        NUM_STAGES=cfg.num_stages, PDL=x.is_cuda, num_warps=cfg.num_warps)
     if compute_dw:
         sum_partials(partial, [dweight, dbias], programs)
     else:

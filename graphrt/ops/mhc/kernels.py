@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ...kernel_utils import mma
+from ...kernel_utils import allow_dependent_launch, mma
 from ...reduction import sum_partials
 
 MAX_GROUPS = 32
@@ -70,7 +70,7 @@ def _split_bf16(v):
 def _mhc_bwd_kernel(X_DESC, DX_DESC, P_DESC, GP, W, GR, R, PARTIAL, n_rows,
                     K: tl.constexpr, N: tl.constexpr, N_PAD: tl.constexpr, N_BLOCK: tl.constexpr,
                     BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
-                    P_TMA: tl.constexpr, DOT_FP32: tl.constexpr):
+                    P_TMA: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr):
     # x, dx and (when its row stride allows) grad_proj move through TMA: the hardware computes
     # addresses and bounds (rows past T and columns past N read as zero, and are not written)
     pid_k = tl.program_id(0)
@@ -104,6 +104,7 @@ def _mhc_bwd_kernel(X_DESC, DX_DESC, P_DESC, GP, W, GR, R, PARTIAL, n_rows,
         x_t = tl.trans(x)
         acc += mma(x_t, p_hi, DOT_FP32)
         acc += mma(x_t, p_lo, DOT_FP32)
+    allow_dependent_launch(PDL)
     partial = PARTIAL + group.to(tl.int64) * (N * K)
     tl.store(partial + ns[None, :] * K + cols[:, None], acc,
              mask=n_mask[None, :] & col_mask[:, None])
@@ -131,6 +132,6 @@ def launch_backward(cfg: MhcConfig, x, weight, grad_proj, grad_r, r, dx, dweight
     _mhc_bwd_kernel[grid](x_desc, dx_desc, p_desc, grad_proj, weight, grad_r, r, partial, n_rows,
                           K=k, N=n, N_PAD=n_pad, N_BLOCK=nb, BLOCK_T=cfg.block_t,
                           BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, P_TMA=p_tma,
-                          DOT_FP32=not x.is_cuda, num_warps=cfg.num_warps,
+                          DOT_FP32=not x.is_cuda, PDL=x.is_cuda, num_warps=cfg.num_warps,
                           maxnreg=cfg.max_registers)
     sum_partials(partial, [dweight], cfg.groups)

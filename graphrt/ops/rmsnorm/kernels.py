@@ -14,7 +14,7 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import row_offsets
+from ...kernel_utils import allow_dependent_launch, row_offsets
 from ...reduction import sum_partials
 
 MAX_BLOCK_H = 8192
@@ -141,7 +141,7 @@ def _rmsnorm_bwd_rows_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows,
                              stride_g, stride_x, stride_gres, stride_dx,
                              HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
                              BLOCK_ROWS: tl.constexpr, HAS_G_RESIDUAL: tl.constexpr,
-                             NUM_STAGES: tl.constexpr):
+                             NUM_STAGES: tl.constexpr, PDL: tl.constexpr):
     # tiles are interleaved over programs; each program sums its own tiles' dw in tile order
     pid = tl.program_id(0)
     step = tl.num_programs(0).to(tl.int64) * BLOCK_ROWS
@@ -166,6 +166,7 @@ def _rmsnorm_bwd_rows_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows,
                           other=0.0).to(tl.float32)
         tl.store(DX + row_offsets(rows, stride_dx) + cols, dx.to(DX.dtype.element_ty), mask=mask)
         dw_acc += g * xhat
+    allow_dependent_launch(PDL)
     partial_row = PARTIAL + pid.to(tl.int64) * HIDDEN
     tl.store(partial_row + tl.arange(0, BLOCK_H), tl.sum(dw_acc, axis=0),
              mask=tl.arange(0, BLOCK_H) < HIDDEN)
@@ -176,7 +177,8 @@ def _rmsnorm_bwd_rows_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows,
 def _rmsnorm_bwd_chunked_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows, rows_per_program,
                                 stride_g, stride_x, stride_gres, stride_dx,
                                 HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
-                                NUM_CHUNKS: tl.constexpr, HAS_G_RESIDUAL: tl.constexpr):
+                                NUM_CHUNKS: tl.constexpr, HAS_G_RESIDUAL: tl.constexpr,
+                                PDL: tl.constexpr):
     pid = tl.program_id(0)
     row_begin = pid.to(tl.int64) * rows_per_program
     row_end = tl.minimum(row_begin + rows_per_program, n_rows)
@@ -214,6 +216,7 @@ def _rmsnorm_bwd_chunked_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows, rows_
             # each thread re-reads only the partials it wrote itself (same layout every pass)
             acc = tl.load(partial_row + col, mask=col_mask, other=0.0)
             tl.store(partial_row + col, acc + g * xhat, mask=col_mask)
+    allow_dependent_launch(PDL)
 
 
 # -- launchers ---------------------------------------------------------------------------------
@@ -245,9 +248,10 @@ def launch_backward(cfg: RowConfig, n_programs: int, g, x, w, rstd, g_residual, 
     if cfg.num_chunks > 1:
         _rmsnorm_bwd_chunked_kernel[(n_programs,)](
             *args, triton.cdiv(n_rows, n_programs), *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h, NUM_CHUNKS=cfg.num_chunks,
-            HAS_G_RESIDUAL=has_gres, num_warps=cfg.num_warps)
+            HAS_G_RESIDUAL=has_gres, PDL=x.is_cuda, num_warps=cfg.num_warps)
     else:
         _rmsnorm_bwd_rows_kernel[(n_programs,)](
             *args, *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows,
-            HAS_G_RESIDUAL=has_gres, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
+            HAS_G_RESIDUAL=has_gres, NUM_STAGES=cfg.num_stages, PDL=x.is_cuda,
+            num_warps=cfg.num_warps)
     sum_partials(partial, [dw], n_programs)
