@@ -62,13 +62,13 @@ def _gloo_worker(rank: int, world: int, init_file: str) -> None:
             everyone = [torch.empty_like(flat) for _ in range(world)]
             dist.all_gather(everyone, flat)
             assert all(torch.equal(everyone[0], f) for f in everyone), "ranks differ"
-        # an ordered teardown: without it about one run in six aborted in a gloo thread
-        # (std::terminate) as the process group went away
         reducer.remove()
-        del reference
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    # exit without the interpreter's teardown: in about one run in twenty a gloo thread left
+    # behind aborted it (std::terminate) after every check had passed
+    os._exit(0)
 
 
 def test_reducer_matches_ddp_on_two_cpu_ranks(tmp_path):
