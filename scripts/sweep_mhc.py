@@ -1,4 +1,4 @@
-"""Sweep mHC backward tile configs and program counts on the GPU: each checked against the FP64
+"""Sweep mHC backward tile configs and row-group counts on the GPU: each checked against the FP64
 reference (and for bitwise repeatability) before it is timed.
 
 Usage: python3 scripts/sweep_mhc.py [T K ...]   (default: 4096 20480 16384 28672)
@@ -9,13 +9,14 @@ import torch
 
 from graphrt.bench.timing import rotating, stream_time_us
 from graphrt.ops.mhc import mhc_projection_backward_reference
-from graphrt.ops.mhc.kernels import MhcConfig, launch_backward, n_block, segment_slots
+from graphrt.ops.mhc.kernels import MhcConfig, launch_backward, mhc_config
 from graphrt.validate import sm_count
 
 N = 24
-# (rows, columns, warps, stages, register cap, programs per SM)
-TILES = [(64, 128, 4, 3, None, 2), (64, 128, 4, 4, None, 2), (64, 64, 4, 3, 168, 3),
-         (64, 64, 4, 4, 168, 3), (128, 128, 8, 3, None, 1), (64, 128, 4, 2, 168, 3)]
+# (rows, columns, warps, stages, register cap)
+TILES = [(64, 64, 4, 3, None), (64, 64, 4, 4, None), (64, 64, 4, 2, 128), (64, 128, 8, 3, None),
+         (64, 128, 4, 3, None), (128, 64, 8, 3, None), (128, 128, 8, 3, None)]
+GROUPS = [4, 8]
 
 
 def sweep(t: int, k: int, sms: int) -> None:
@@ -26,26 +27,28 @@ def sweep(t: int, k: int, sms: int) -> None:
     ref_dx, ref_dw = (r.double() for r in mhc_projection_backward_reference(*sets[0]))
     dx, dw = torch.empty_like(sets[0][0]), torch.empty_like(sets[0][1])
     floor = (2 * t * k * 2) / 4.25e12 * 1e6
-    print(f"T={t} K={k}", flush=True)
-    for bt, bk, warps, stages, max_regs, per_sm in TILES:
-        cfg = MhcConfig(bt, bk, per_sm * sms, warps, stages, max_regs)
-        segments = torch.empty(segment_slots(cfg, k) * n_block(N) * bk, device="cuda")
-        name = (f"bt={bt} bk={bk} warps={warps} stages={stages} regs<={max_regs} "
-                f"programs={per_sm}/SM")
-        try:
-            dx.fill_(float("nan")), dw.fill_(float("nan"))
-            launch_backward(cfg, *sets[0], dx, dw, segments, t)
-            first = (dx.clone(), dw.clone())
-            launch_backward(cfg, *sets[0], dx, dw, segments, t)
-            ok_rep = torch.equal(first[0], dx) and torch.equal(first[1], dw)
-            err = max(((dx.double() - ref_dx).norm() / ref_dx.norm()).item(),
-                      ((dw.double() - ref_dw).norm() / ref_dw.norm()).item())
-            us = stream_time_us(rotating(
-                lambda *a: launch_backward(cfg, *a, dx, dw, segments, t), sets))
-            print(f"  {name}: {us:.1f} us ({floor / us:.2f} of floor) rel_err={err:.1e} "
-                  f"repeat_bitwise={ok_rep}", flush=True)
-        except Exception as e:  # out of resources and the like
-            print(f"  {name}: failed {type(e).__name__}: {e}"[:200], flush=True)
+    default = mhc_config(k, N, sms)
+    print(f"T={t} K={k}: default groups {default.groups}", flush=True)
+    for bt, bk, warps, stages, max_regs in TILES:
+        for groups in sorted(set(GROUPS + [default.groups])):
+            cfg = MhcConfig(bt, bk, groups, warps, stages, max_regs)
+            part = torch.empty(groups * N * k, device="cuda")
+            try:
+                dx.fill_(float("nan")), dw.fill_(float("nan"))
+                launch_backward(cfg, *sets[0], dx, dw, part, t)
+                first = (dx.clone(), dw.clone())
+                launch_backward(cfg, *sets[0], dx, dw, part, t)
+                ok_rep = torch.equal(first[0], dx) and torch.equal(first[1], dw)
+                err = max(((dx.double() - ref_dx).norm() / ref_dx.norm()).item(),
+                          ((dw.double() - ref_dw).norm() / ref_dw.norm()).item())
+                us = stream_time_us(rotating(lambda *a: launch_backward(cfg, *a, dx, dw, part, t),
+                                             sets))
+                print(f"  bt={bt} bk={bk} warps={warps} stages={stages} regs<={max_regs} groups={groups}: "
+                      f"{us:.1f} us ({floor / us:.2f} of floor) rel_err={err:.1e} "
+                      f"repeat_bitwise={ok_rep}", flush=True)
+            except Exception as e:  # out of resources and the like
+                print(f"  bt={bt} bk={bk} warps={warps} stages={stages} groups={groups}: failed "
+                      f"{type(e).__name__}: {e}"[:200], flush=True)
     del sets
     torch.cuda.empty_cache()
 

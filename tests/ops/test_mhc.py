@@ -105,26 +105,6 @@ def test_triton_kernel_interpreted(seed, t, k, n, n_pad):
     _check(dx, dw, *mhc_projection_backward_reference(x, w, gp, gr, r), rel=6e-3)
 
 
-@needs_interpreter
-@pytest.mark.parametrize("programs", [1, 4, 7, 50])
-def test_shares_of_the_work_interpreted(seed, programs):
-    """Programs spanning several column blocks, column blocks split among programs, and more
-    programs than tiles (some with no work) all give the reference, the same way twice."""
-    from graphrt.ops.mhc.kernels import MhcConfig, launch_backward, n_block, segment_slots
-    t, k, n = 129, 520, 24  # 3 row tiles x 5 column blocks of 128
-    x, w, gp, gr, r = _inputs(t, k, n, 24)
-    cfg = MhcConfig(block_t=64, block_k=128, programs=programs, num_warps=4, num_stages=2)
-    segments = torch.full((segment_slots(cfg, k) * n_block(n) * 128,), float("nan"))
-    outs = []
-    for _ in range(2):
-        dx, dw = torch.empty(t, k, dtype=torch.bfloat16), torch.empty(n, k)
-        poison(dx, dw)
-        launch_backward(cfg, x, w, gp, gr, r, dx, dw, segments, t)
-        outs.append((dx, dw))
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
-    _check(*outs[0], *mhc_projection_backward_reference(x, w, gp, gr, r), rel=6e-3)
-
-
 # -- GPU --------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("t,k,n,n_pad", [(1, 20480, 24, 24), (129, 20480, 24, 32), (4096, 20480, 24, 24),

@@ -17,13 +17,19 @@ MAX_N = 64
 _INPUTS = ("x", "weight", "grad_proj", "grad_r", "r")
 _DTYPES = {"x": torch.bfloat16, "weight": torch.float32, "grad_proj": torch.float32,
            "grad_r": torch.float32, "r": torch.float32}
+_config_cache: dict = {}
 
 
-def _programs(device: torch.device) -> int:
-    """Resident programs of the kernel on ``device``: a plan-time fact, since the split of the
-    rows among them fixes the order of the dweight reduction."""
-    from .kernels import mhc_config
-    return mhc_config(sm_count(device)).programs
+def _config(device: torch.device, k: int, n: int):
+    """Kernel configuration for K columns and N projections on ``device``: a plan-time fact,
+    since its number of row groups fixes the order of the dweight reduction."""
+    key = (device, k, n)
+    cfg = _config_cache.get(key)
+    if cfg is None:
+        from .kernels import mhc_config
+        cfg = _config_cache[key] = mhc_config(k, n, sm_count(device))
+    return cfg
+
 
 
 class MhcProjectionBackward(Plan):
@@ -54,9 +60,11 @@ class MhcProjectionBackward(Plan):
         specs = (compact_spec("x", x, (0,)), compact_spec("weight", weight),
                  compact_spec("grad_proj", grad_proj, (0,)), compact_spec("grad_r", grad_r, (0,)),
                  compact_spec("r", r, (0,)))
-        programs = _programs(device) if backend == "triton" else 0
+        groups = 0
+        if backend == "triton" and x.dim() == 2 and require_tensor("weight", weight).dim() == 2:
+            groups = _config(device, x.shape[1], weight.shape[0]).groups
         return Contract(cls.op, backend, device.type, cap, specs,
-                        (("allow_tf32", bool(allow_tf32)), ("programs", programs)))
+                        (("allow_tf32", bool(allow_tf32)), ("groups", groups)))
 
     def _check_support(self) -> None:
         c = self.contract
@@ -90,15 +98,13 @@ class MhcProjectionBackward(Plan):
         self.k, self.n = k, n
 
     def _compile(self) -> None:
+        self.groups = self.contract.flag("groups")
         if self.backend == "triton":
-            from .kernels import mhc_config, n_block, segment_slots
-            self.config = dataclasses.replace(mhc_config(1),
-                                              programs=self.contract.flag("programs"))
-            self.segment_elements = (segment_slots(self.config, self.k) * n_block(self.n)
-                                     * self.config.block_k)
+            from .kernels import mhc_config
+            self.config = dataclasses.replace(mhc_config(self.k, self.n, 1), groups=self.groups)
 
     def workspace_bytes(self) -> int:
-        return self.segment_elements * 4 if self.backend == "triton" else 0
+        return self.groups * self.n * self.k * 4 if self.backend == "triton" else 0
 
     def allocate_outputs(self, x, weight, grad_proj, grad_r, r, *, dx=None, dweight=None, **_):
         out = {}
@@ -140,7 +146,7 @@ class MhcProjectionBackward(Plan):
             dweight.copy_(ref_dw)
             return
         from .kernels import launch_backward
-        segments = workspace[:self.workspace_bytes()].view(torch.float32)
+        partial = workspace[:self.workspace_bytes()].view(torch.float32)
         with on_stream(stream):
-            launch_backward(self.config, x, weight, grad_proj, grad_r, r, dx, dweight, segments,
+            launch_backward(self.config, x, weight, grad_proj, grad_r, r, dx, dweight, partial,
                             rows)
