@@ -26,10 +26,8 @@ def mma(a, b, DOT_FP32: tl.constexpr):
 @triton.jit
 def allow_dependent_launch(ENABLED: tl.constexpr):
     """Lets the next kernel in the stream, launched as a programmatic dependent launch, start
-    once every program of this grid has called this: its programs become resident and wait in
-    ``wait_for_prior_kernel`` until this whole grid has finished and its writes are visible, so
-    calling it first thing is safe and hides that kernel's launch. Off in the Triton
-    interpreter, which has no inline assembly."""
+    (it waits in ``wait_for_prior_kernel`` until this grid's writes are visible). Off in the
+    Triton interpreter, which has no inline assembly."""
     if ENABLED:
         gdc_launch_dependents()
 

@@ -168,7 +168,6 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, n_rows,
                      SILU: tl.constexpr, CONCAT_U: tl.constexpr, CONCAT_X: tl.constexpr,
                      DROPOUT: tl.constexpr, SCALE: tl.constexpr, COMPUTE_DW: tl.constexpr,
                      NUM_STAGES: tl.constexpr, PDL: tl.constexpr):
-    allow_dependent_launch(PDL)  # the reduction's programs may take their places now
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_D)
@@ -222,6 +221,7 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, n_rows,
         if COMPUTE_DW:
             acc_w += dl * xhat
         acc_b += dl
+    allow_dependent_launch(PDL)
     partial = PARTIAL + pid.to(tl.int64) * D
     if COMPUTE_DW:
         tl.store(partial + cols, tl.sum(acc_w, axis=0), mask=col_mask)

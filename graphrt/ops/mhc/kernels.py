@@ -73,7 +73,6 @@ def _mhc_bwd_kernel(X_DESC, DX_DESC, P_DESC, GP, W, GR, R, PARTIAL, n_rows,
                     P_TMA: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr):
     # x, dx and (when its row stride allows) grad_proj move through TMA: the hardware computes
     # addresses and bounds (rows past T and columns past N read as zero, and are not written)
-    allow_dependent_launch(PDL)  # the reduction's programs may take their places now
     pid_k = tl.program_id(0)
     group = tl.program_id(1)
     k0 = pid_k * BLOCK_K
@@ -105,6 +104,7 @@ def _mhc_bwd_kernel(X_DESC, DX_DESC, P_DESC, GP, W, GR, R, PARTIAL, n_rows,
         x_t = tl.trans(x)
         acc += mma(x_t, p_hi, DOT_FP32)
         acc += mma(x_t, p_lo, DOT_FP32)
+    allow_dependent_launch(PDL)
     partial = PARTIAL + group.to(tl.int64) * (N * K)
     tl.store(partial + ns[None, :] * K + cols[:, None], acc,
              mask=n_mask[None, :] & col_mask[:, None])

@@ -143,7 +143,6 @@ def _rmsnorm_bwd_rows_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows,
                              BLOCK_ROWS: tl.constexpr, HAS_G_RESIDUAL: tl.constexpr,
                              NUM_STAGES: tl.constexpr, PDL: tl.constexpr):
     # tiles are interleaved over programs; each program sums its own tiles' dw in tile order
-    allow_dependent_launch(PDL)  # the reduction's programs may take their places now
     pid = tl.program_id(0)
     step = tl.num_programs(0).to(tl.int64) * BLOCK_ROWS
     first = pid.to(tl.int64) * BLOCK_ROWS
@@ -167,6 +166,7 @@ def _rmsnorm_bwd_rows_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows,
                           other=0.0).to(tl.float32)
         tl.store(DX + row_offsets(rows, stride_dx) + cols, dx.to(DX.dtype.element_ty), mask=mask)
         dw_acc += g * xhat
+    allow_dependent_launch(PDL)
     partial_row = PARTIAL + pid.to(tl.int64) * HIDDEN
     tl.store(partial_row + tl.arange(0, BLOCK_H), tl.sum(dw_acc, axis=0),
              mask=tl.arange(0, BLOCK_H) < HIDDEN)
@@ -179,7 +179,6 @@ def _rmsnorm_bwd_chunked_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows, rows_
                                 HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
                                 NUM_CHUNKS: tl.constexpr, HAS_G_RESIDUAL: tl.constexpr,
                                 PDL: tl.constexpr):
-    allow_dependent_launch(PDL)  # the reduction's programs may take their places now
     pid = tl.program_id(0)
     row_begin = pid.to(tl.int64) * rows_per_program
     row_end = tl.minimum(row_begin + rows_per_program, n_rows)
@@ -217,6 +216,7 @@ def _rmsnorm_bwd_chunked_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows, rows_
             # each thread re-reads only the partials it wrote itself (same layout every pass)
             acc = tl.load(partial_row + col, mask=col_mask, other=0.0)
             tl.store(partial_row + col, acc + g * xhat, mask=col_mask)
+    allow_dependent_launch(PDL)
 
 
 # -- launchers ---------------------------------------------------------------------------------
