@@ -1,5 +1,5 @@
 """Sweep RMSNorm kernel tile configs on the GPU; prints the best per shape (device machine)."""
-import itertools
+import os
 import sys
 
 import torch
@@ -13,7 +13,18 @@ CASES = [(16384, 2048), (16384, 4096), (16384, 5120), (16384, 7168), (4096, 5120
 if len(sys.argv) > 1:  # e.g. "16384x2048,16384x4096"
     CASES = [tuple(int(v) for v in c.split("x")) for c in sys.argv[1].split(",")]
 FORWARD = [(r, w, p, s) for r in (1, 2, 4) for w in (4, 8) for p in (2, 4, 8) for s in (4, 6)]
-BACKWARD = [(r, w, p, s) for r in (1, 2) for w in (4, 8) for p in (2, 3, 4) for s in (4, 6, 8)]
+BACKWARD = [(r, w, p, s) for r in (1, 2) for w in (4, 8) for p in (1, 2, 3, 4) for s in (4, 6, 8)]
+
+
+def _configs(name: str, default: list) -> list:
+    """A config list from the environment ("rows,warps,per_sm,stages;..."; empty: none)."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    return [tuple(int(v) for v in c.split(",")) for c in text.split(";") if c]
+
+
+FORWARD, BACKWARD = _configs("SWEEP_FORWARD", FORWARD), _configs("SWEEP_BACKWARD", BACKWARD)
 
 
 def main():
@@ -33,8 +44,9 @@ def main():
             t = stream_time_us(rotating(lambda x, g: launch_forward(
                 cfg, sms, x, None, w, y, rstd, None, T, (H, 0, H, 0), 1e-6), sets))
             res.append((t, f"rows={rows} warps={warps} per_sm={per_sm} stages={stages}"))
-        best = sorted(res)[:3]
-        print(f"T={T} H={H} forward: " + "; ".join(f"{n} {t:.1f}us {T*H*4/t/1e6:.2f}TB/s" for t, n in best))
+        best = sorted(res)[:int(os.environ.get("SWEEP_TOP", 3))]
+        if best:
+            print(f"T={T} H={H} forward: " + "; ".join(f"{n} {t:.1f}us {T*H*4/t/1e6:.2f}TB/s" for t, n in best))
         res = []
         for rows, warps, per_sm, stages in BACKWARD:
             cfg = RowConfig(bh, 1, rows, warps, per_sm, stages)
@@ -43,8 +55,9 @@ def main():
             t = stream_time_us(rotating(lambda x, g: launch_backward(
                 cfg, P, g, x, w, rstd, None, dx, dw, part, T, (H, H, 0, H)), sets))
             res.append((t, f"rows={rows} warps={warps} per_sm={per_sm} stages={stages}"))
-        best = sorted(res)[:3]
-        print(f"T={T} H={H} backward: " + "; ".join(f"{n} {t:.1f}us {T*H*6/t/1e6:.2f}TB/s" for t, n in best))
+        best = sorted(res)[:int(os.environ.get("SWEEP_TOP", 3))]
+        if best:
+            print(f"T={T} H={H} backward: " + "; ".join(f"{n} {t:.1f}us {T*H*6/t/1e6:.2f}TB/s" for t, n in best))
         sys.stdout.flush()
 
 
