@@ -80,15 +80,16 @@ def main():
     ok &= check("uniform", capture_random._uniform_kernel, sig(OUT="*fp32", STATE="*i64", n="i32",
                                                               BLOCK=c), dict(BLOCK=1024))
     mhc_cfg = mhc.mhc_config(20480, 24, 132)
+    bt, bk = mhc_cfg.block_t, mhc_cfg.block_k
     for n_pad in (24, 25):
         ok &= check(f"mhc bwd n_pad={n_pad}", mhc._mhc_bwd_kernel, sig(
-            X_DESC="tensordesc<bf16[64,128]>", DX_DESC="tensordesc<bf16[64,128]>",
-            P_DESC="tensordesc<fp32[64,32]>", GP="*fp32", W="*fp32", GR="*fp32", R="*fp32",
+            X_DESC=f"tensordesc<bf16[{bt},{bk}]>", DX_DESC=f"tensordesc<bf16[{bt},{bk}]>",
+            P_DESC=f"tensordesc<fp32[{bt},32]>", GP="*fp32", W="*fp32", GR="*fp32", R="*fp32",
             PARTIAL="*fp32", n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c,
             NUM_STAGES=c, P_TMA=c, DOT_FP32=c, PDL=c),
-            dict(K=20480, N=24, N_PAD=n_pad, N_BLOCK=32, BLOCK_T=mhc_cfg.block_t,
-                 BLOCK_K=mhc_cfg.block_k, NUM_STAGES=mhc_cfg.num_stages,
-                 P_TMA=mhc.p_through_tma(n_pad), DOT_FP32=False, PDL=True), maxnreg=mhc_cfg.max_registers)
+            dict(K=20480, N=24, N_PAD=n_pad, N_BLOCK=32, BLOCK_T=bt, BLOCK_K=bk,
+                 NUM_STAGES=mhc_cfg.num_stages, P_TMA=mhc.p_through_tma(n_pad), DOT_FP32=False,
+                 PDL=True), mhc_cfg.num_warps, maxnreg=mhc_cfg.max_registers)
     for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
                                           (False, False, False)):
         ok &= check(f"hstu fwd dropout={dropout} tensor_seed={from_tensors}", hstu._hstu_fwd_kernel, sig(

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
-# Usage there: bash scripts/gpu_session.sh [tests|optests|sanitize|sweep|sweep_mhc|bench|mhc|lmsd|wgrad|proj|capture|
-#                                          ddp|plan_store|examples|profile|demo ...]
+# Usage there: bash scripts/gpu_session.sh [tests|optests|sanitize|sweep|sweep_mhc|bench|mhc|lmsd|
+#                                          wgrad|proj|capture|ddp|plan_store|examples|profile|demo ...]
+# optests runs the GPU tests under $TEST_PATHS; sweep and sweep_mhc take $SWEEP_CASES; profile
+# runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS.
 set -u
 python3 -m pip install -q --no-index --no-deps --upgrade --target .site .whl/*.whl
 export PYTHONPATH=$PWD:$PWD/.site PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT

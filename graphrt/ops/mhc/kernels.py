@@ -32,7 +32,7 @@ class MhcConfig:
     groups: int       # programs along the rows: the number of dweight partials
     num_warps: int
     num_stages: int
-    max_registers: int | None = None  # a cap that keeps ``ctas_per_sm`` programs resident
+    max_registers: int | None = None  # ptxas register cap (None: the compiler's choice)
 
 
 def row_groups(k_blocks: int, n: int, slots: int) -> int:
