@@ -12,7 +12,9 @@ from shared memory, which lets x feed both products without a transpose through 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 
 import triton
 import triton.language as tl
@@ -46,12 +48,18 @@ def row_groups(k_blocks: int, n: int, slots: int) -> int:
     return min(range(1, MAX_GROUPS + 1), key=cost)
 
 
+# The tile swept on an H200 (scripts/sweep_mhc.py; NOTES.md has the figures): 64 x 128 tiles,
+# 4 warps, 3 stages, 89 KB of shared memory, so 2 programs per SM.
+TILE = MhcConfig(block_t=64, block_k=128, groups=1, num_warps=4, num_stages=3)
+PROGRAMS_PER_SM = 2
+
+
+@lru_cache(maxsize=None)
 def mhc_config(k: int, n: int, sm_count: int) -> MhcConfig:
-    """64 x 128 tiles, 4 warps, 3 stages (89 KB of shared memory: 2 programs per SM), row groups
-    that fill whole waves. Swept on an H200 (scripts/sweep_mhc.py; NOTES.md has the figures)."""
-    block_k = 128
-    groups = row_groups(triton.cdiv(k, block_k), n, 2 * sm_count)
-    return MhcConfig(block_t=64, block_k=block_k, groups=groups, num_warps=4, num_stages=3)
+    """TILE with the row groups that fill whole waves on ``sm_count`` SMs: a plan-time fact,
+    since the groups fix the order of the dweight reduction (cached: read on every lookup)."""
+    groups = row_groups(triton.cdiv(k, TILE.block_k), n, PROGRAMS_PER_SM * sm_count)
+    return dataclasses.replace(TILE, groups=groups)
 
 
 def n_block(n: int) -> int:

@@ -5,7 +5,7 @@ import dataclasses
 
 import torch
 
-from ...contract import Contract, TensorSpec, compact_spec
+from ...contract import Contract, compact_spec
 from ...errors import ContractError, UnsupportedError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
@@ -17,19 +17,6 @@ MAX_N = 64
 _INPUTS = ("x", "weight", "grad_proj", "grad_r", "r")
 _DTYPES = {"x": torch.bfloat16, "weight": torch.float32, "grad_proj": torch.float32,
            "grad_r": torch.float32, "r": torch.float32}
-_config_cache: dict = {}
-
-
-def _config(device: torch.device, k: int, n: int):
-    """Kernel configuration for K columns and N projections on ``device``: a plan-time fact,
-    since its number of row groups fixes the order of the dweight reduction."""
-    key = (device, k, n)
-    cfg = _config_cache.get(key)
-    if cfg is None:
-        from .kernels import mhc_config
-        cfg = _config_cache[key] = mhc_config(k, n, sm_count(device))
-    return cfg
-
 
 
 class MhcProjectionBackward(Plan):
@@ -62,7 +49,9 @@ class MhcProjectionBackward(Plan):
                  compact_spec("r", r, (0,)))
         groups = 0
         if backend == "triton" and x.dim() == 2 and require_tensor("weight", weight).dim() == 2:
-            groups = _config(device, x.shape[1], weight.shape[0]).groups
+            # the row groups fix the order of the dweight reduction: part of the key
+            from .kernels import mhc_config
+            groups = mhc_config(x.shape[1], weight.shape[0], sm_count(device)).groups
         return Contract(cls.op, backend, device.type, cap, specs,
                         (("allow_tf32", bool(allow_tf32)), ("groups", groups)))
 
@@ -100,8 +89,8 @@ class MhcProjectionBackward(Plan):
     def _compile(self) -> None:
         self.groups = self.contract.flag("groups")
         if self.backend == "triton":
-            from .kernels import mhc_config
-            self.config = dataclasses.replace(mhc_config(self.k, self.n, 1), groups=self.groups)
+            from .kernels import TILE
+            self.config = dataclasses.replace(TILE, groups=self.groups)
 
     def workspace_bytes(self) -> int:
         return self.groups * self.n * self.k * 4 if self.backend == "triton" else 0
