@@ -11,6 +11,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 import torch
+from torch import Tensor
 
 from .errors import ContractError
 from .validate import dtype_name, require_tensor, tensor_spec_layout
@@ -54,10 +55,13 @@ def row_spec(name: str, t) -> TensorSpec:
     'rows' or 'unsupported: <reason>' (reported by check_support)."""
     if t is None:
         return TensorSpec.absent(name)
-    require_tensor(name, t)
+    if not isinstance(t, Tensor):
+        require_tensor(name, t)
     shape = t.shape
-    layout = "rows" if shape and t.is_contiguous() else tensor_spec_layout(name, t)
-    return _new_spec(TensorSpec, (name, t.dtype, (DYNAMIC, shape[-1] if shape else 0), layout))
+    if shape and t.is_contiguous():
+        return _new_spec(TensorSpec, (name, t.dtype, (DYNAMIC, shape[-1]), "rows"))
+    return _new_spec(TensorSpec, (name, t.dtype, (DYNAMIC, shape[-1] if shape else 0),
+                                  tensor_spec_layout(name, t)))
 
 
 def check_row_spec(spec: TensorSpec, dtypes: tuple, last_dim: int | None = None) -> None:
@@ -88,7 +92,8 @@ def compact_spec(name: str, t, dynamic_dims: tuple[int, ...] = ()) -> TensorSpec
 
 def vector_spec(name: str, t) -> TensorSpec:
     """Spec of a fully static operand such as a weight: its whole shape is part of the key."""
-    require_tensor(name, t)
+    if not isinstance(t, Tensor):
+        require_tensor(name, t)
     # torch.Size is a tuple: equal to, and hashed like, the plain tuple of its dims
     return _new_spec(TensorSpec, (name, t.dtype, t.shape,
                                   "contiguous" if t.is_contiguous() else "strided"))
@@ -111,8 +116,11 @@ class Contract(tuple):
     def __new__(cls, op: str, backend: str, device_type: str, capability: tuple | None,
                 tensors: tuple[TensorSpec, ...], flags: dict[str, Any] | tuple | None = None):
         # a tuple of (name, value) pairs is taken in the order given (plans pass a fixed order)
-        flags = flags if type(flags) is tuple else tuple(sorted((flags or {}).items()))
-        return tuple.__new__(cls, (op, backend, device_type, capability, tuple(tensors), flags))
+        if type(flags) is not tuple:
+            flags = tuple(sorted((flags or {}).items()))
+        if type(tensors) is not tuple:
+            tensors = tuple(tensors)
+        return tuple.__new__(cls, (op, backend, device_type, capability, tensors, flags))
 
     op = property(itemgetter(0))
     backend = property(itemgetter(1))

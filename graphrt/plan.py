@@ -11,6 +11,7 @@ any number of times with no allocation, no host sync and no recompile. Lifecycle
 """
 from __future__ import annotations
 
+import collections
 import os
 import threading
 from functools import lru_cache
@@ -39,12 +40,19 @@ def triton_available() -> bool:
     return _triton_available()
 
 
+# os.environ.get decodes on every call; plan-store hits read the raw mapping, which setenv and
+# os.environ[...] = ... update in place
+_ENVIRON_RAW = getattr(os.environ, "_data", None)
+if isinstance(_ENVIRON_RAW, dict):
+    _raw_env_get = _ENVIRON_RAW.get
+    _BACKEND_VAR = b"GRAPHRT_BACKEND" if os.name != "nt" else "GRAPHRT_BACKEND"
+else:  # pragma: no cover - other interpreters
+    _raw_env_get = os.environ.get
+    _BACKEND_VAR = "GRAPHRT_BACKEND"
+
+
 def _env_backend() -> str | None:
-    # os.environ.get decodes on every call; the raw mapping keeps plan-store hits cheap
-    raw = getattr(os.environ, "_data", None)
-    if raw is None:
-        return os.environ.get("GRAPHRT_BACKEND") or None
-    value = raw.get(b"GRAPHRT_BACKEND") if os.name != "nt" else raw.get("GRAPHRT_BACKEND")
+    value = _raw_env_get(_BACKEND_VAR)
     if not value:
         return None
     return value.decode() if isinstance(value, bytes) else value
@@ -69,16 +77,19 @@ _facts_cache: dict = {}
 
 
 def tensor_facts(t: torch.Tensor, requested: str | None = None):
-    """(device, backend, compute capability) for a call on ``t``'s device; cached per device and
-    backend choice, since plan-store hits must stay within a few microseconds (``get_device()``
-    is an int, cheaper than building a torch.device)."""
+    """(device, backend, compute capability, device type) for a call on ``t``'s device; cached
+    per device and backend choice, since plan-store hits must stay within a few microseconds
+    (``get_device()`` is an int, cheaper than building a torch.device, and ``device.type`` builds
+    a new string on every read)."""
     index = t.get_device()
-    key = (index if index >= 0 else t.device.type, requested, _env_backend())
+    if index < 0:
+        index = "cpu" if t.is_cpu else t.device.type
+    key = (index, requested, _raw_env_get(_BACKEND_VAR))
     facts = _facts_cache.get(key)
     if facts is None:
         device = t.device
         facts = _facts_cache[key] = (device, select_backend(device, requested),
-                                     device_capability(device))
+                                     device_capability(device), device.type)
     return facts
 
 
@@ -161,11 +172,24 @@ class _CountingLRU(LRUCache):
     def __init__(self, maxsize: int):
         super().__init__(maxsize)
         self.evictions = 0
+        # A hit reads the entry and moves its key to the recent end straight through the cache's
+        # dict and order (C calls); LRUCache.get does the same through three Python frames and
+        # twice the hashing. Another cachetools layout falls back to get(), which also refreshes.
+        data = getattr(self, "_Cache__data", None)
+        order = getattr(self, "_LRUCache__order", None)
+        if type(data) is dict and isinstance(order, collections.OrderedDict):
+            self.peek, self.refresh = data.get, order.move_to_end
+        else:  # pragma: no cover - depends on the installed cachetools
+            self.peek, self.refresh = self.get, _refreshed_by_get
 
     def popitem(self):
         item = super().popitem()
         self.evictions += 1
         return item
+
+
+def _refreshed_by_get(key) -> None:
+    pass
 
 
 class PlanStore:
@@ -190,11 +214,9 @@ class PlanStore:
         """The compiled plan for these arguments' contract; builds and compiles it on a miss."""
         key = plan_cls.contract_for(*args, **kwargs)
         with self._lock:
-            try:
-                plan = self._cache[key]
-            except KeyError:
-                pass
-            else:
+            plan = self._cache.peek(key)
+            if plan is not None:
+                self._cache.refresh(key)
                 self._hits += 1
                 return plan
             self._misses += 1
@@ -207,7 +229,10 @@ class PlanStore:
 
     def lookup(self, key: Contract) -> Plan | None:
         with self._lock:
-            return self._cache.get(key)
+            plan = self._cache.peek(key)
+            if plan is not None:
+                self._cache.refresh(key)
+            return plan
 
     def stats(self) -> dict[str, int]:
         with self._lock:

@@ -69,6 +69,19 @@ def test_plan_store_hits_misses_and_lru_eviction():
     assert len(store) == 0
 
 
+def test_plan_store_hit_and_lookup_make_a_plan_recent():
+    store = PlanStore(maxsize=2)
+    a = store.get(_Toy, torch.zeros(3, 4))
+    b = store.get(_Toy, torch.zeros(3, 8))
+    assert store.get(_Toy, torch.zeros(5, 4)) is a                # a is now the most recent
+    store.get(_Toy, torch.zeros(3, 16))                           # so b is evicted
+    assert store.lookup(_Toy.contract_for(torch.zeros(1, 8))) is None
+    assert store.lookup(_Toy.contract_for(torch.zeros(1, 4))) is a  # a refreshed again
+    store.get(_Toy, torch.zeros(3, 32))                           # evicts the 16-wide plan
+    assert store.lookup(_Toy.contract_for(torch.zeros(1, 4))) is a
+    assert store.stats()["evictions"] == 2 and b is not a
+
+
 def test_plan_store_thread_safe():
     store = PlanStore(maxsize=8)
     plans = []

@@ -69,13 +69,13 @@ class GroupedGemmWgrad(Plan):
                      wgrad_ptrs=None, wgrad_dtype=torch.bfloat16,
                      accumulate_on_output: bool = False, input_order: str = "tensor2d",
                      backend: str | None = None) -> Contract:
-        device, backend, cap = tensor_facts(require_tensor("a", a), backend)
+        device, backend, cap, device_type = tensor_facts(require_tensor("a", a), backend)
         out_dtype = wgrad.dtype if isinstance(wgrad, torch.Tensor) else wgrad_dtype
         offsets = require_tensor("offsets", offsets)
         specs = (_spec("a", a, 1), _spec("b", b, 0),
                  TensorSpec("offsets", offsets.dtype, tuple(offsets.shape),
                             "contiguous" if offsets.is_contiguous() else "strided"))
-        return Contract(cls.op, backend, device.type, cap, specs,
+        return Contract(cls.op, backend, device_type, cap, specs,
                         (("output_mode", output_mode), ("wgrad_dtype", out_dtype),
                          ("accumulate", bool(accumulate_on_output)), ("input_order", input_order)))
 

@@ -96,11 +96,11 @@ class HstuLmsdForward(Plan):
                      seed=0, offset=0, apply_u_silu: bool = True, concat_u: bool = True,
                      concat_x: bool = True, y=None, mean=None, rstd=None, mask=None,
                      backend: str | None = None) -> Contract:
-        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
+        _, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
         specs = (row_spec("x", x), row_spec("u", u), vector_spec("weight", weight),
                  vector_spec("bias", bias))
         tensor_rng = isinstance(seed, torch.Tensor) or isinstance(offset, torch.Tensor)
-        return Contract(cls.op, backend, device.type, cap, specs,
+        return Contract(cls.op, backend, device_type, cap, specs,
                         (("eps", float(eps)), ("dropout_ratio", dropout_p32(dropout_ratio)),
                          ("rng_tensors", tensor_rng)) + _flags(apply_u_silu, concat_u, concat_x))
 
@@ -198,7 +198,7 @@ class HstuLmsdBackward(Plan):
     def contract_for(cls, dy, x, u, weight, bias, mean, rstd, mask, *, dropout_ratio,
                      apply_u_silu, concat_u, concat_x, compute_dweight: bool = True, dx=None,
                      du=None, dweight=None, dbias=None, backend: str | None = None) -> Contract:
-        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
+        device, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
         specs = (row_spec("dy", dy), row_spec("x", x), row_spec("u", u),
                  vector_spec("weight", weight), vector_spec("bias", bias))
         d = x.shape[-1] if x.dim() else 0
@@ -206,7 +206,7 @@ class HstuLmsdBackward(Plan):
         if backend == "triton":
             from .kernels import backward_programs
             programs = backward_programs(max(d, 1), sm_count(device))
-        return Contract(cls.op, backend, device.type, cap, specs,
+        return Contract(cls.op, backend, device_type, cap, specs,
                         (("dropout_ratio", dropout_p32(dropout_ratio)),
                          ("compute_dweight", bool(compute_dweight)), ("programs", programs))
                         + _flags(apply_u_silu, concat_u, concat_x))

@@ -43,7 +43,7 @@ class MhcProjectionBackward(Plan):
     @classmethod
     def contract_for(cls, x, weight, grad_proj, grad_r, r, *, allow_tf32: bool = False, dx=None,
                      dweight=None, backend: str | None = None) -> Contract:
-        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
+        device, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
         specs = (compact_spec("x", x, (0,)), compact_spec("weight", weight),
                  compact_spec("grad_proj", grad_proj, (0,)), compact_spec("grad_r", grad_r, (0,)),
                  compact_spec("r", r, (0,)))
@@ -52,7 +52,7 @@ class MhcProjectionBackward(Plan):
             # the row groups fix the order of the dweight reduction: part of the key
             from .kernels import mhc_config
             groups = mhc_config(x.shape[1], weight.shape[0], sm_count(device)).groups
-        return Contract(cls.op, backend, device.type, cap, specs,
+        return Contract(cls.op, backend, device_type, cap, specs,
                         (("allow_tf32", bool(allow_tf32)), ("groups", groups)))
 
     def _check_support(self) -> None:

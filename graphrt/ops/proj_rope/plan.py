@@ -44,11 +44,11 @@ class GemmProjRopeMxfp8(Plan):
     def contract_for(cls, x, w, cos, sin, *, x_scale=None, w_scale=None, w_out_in: bool = True,
                      qk_nope_dim: int = 128, qk_rope_dim: int = 64, backend: str | None = None,
                      **_outputs) -> Contract:
-        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
+        _, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
         specs = (compact_spec("x", x, (0,)), compact_spec("w", w), compact_spec("cos", cos, (0,)),
                  compact_spec("sin", sin, (0,)), compact_spec("x_scale", x_scale, (0,)),
                  compact_spec("w_scale", w_scale))
-        return Contract(cls.op, backend, device.type, cap, specs,
+        return Contract(cls.op, backend, device_type, cap, specs,
                         (("w_out_in", bool(w_out_in)), ("qk_nope_dim", int(qk_nope_dim)),
                          ("qk_rope_dim", int(qk_rope_dim))))
 

@@ -73,9 +73,9 @@ class RmsNormForward(Plan):
     @classmethod
     def contract_for(cls, x, w, *, eps: float = 1e-6, residual=None, y=None, rstd=None,
                      h_new=None, backend: str | None = None) -> Contract:
-        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
+        _, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
         specs = (row_spec("x", x), vector_spec("w", w), row_spec("residual", residual))
-        return Contract(cls.op, backend, device.type, cap, specs,
+        return Contract(cls.op, backend, device_type, cap, specs,
                         (("eps", float(eps)), ("residual", residual is not None)))
 
     @property
@@ -160,13 +160,13 @@ class RmsNormBackward(Plan):
     @classmethod
     def contract_for(cls, g, x, w, rstd, *, g_residual=None, dx=None, dw=None,
                      backend: str | None = None) -> Contract:
-        device, backend, cap = tensor_facts(require_tensor("x", x), backend)
+        device, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
         dw_dtype = torch.float32 if dw is None else require_tensor("dw", dw).dtype
         specs = (row_spec("g", g), row_spec("x", x), vector_spec("w", w),
                  row_spec("g_residual", g_residual))
         # the dw partials are summed over a fixed number of programs: part of the plan
         programs = _backward_programs(device, x.shape[-1]) if backend == "triton" and x.dim() else 0
-        return Contract(cls.op, backend, device.type, cap, specs,
+        return Contract(cls.op, backend, device_type, cap, specs,
                         (("g_residual", g_residual is not None), ("dw_dtype", dw_dtype),
                          ("programs", programs)))
 
