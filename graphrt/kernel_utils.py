@@ -6,6 +6,21 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
+def persistent_grid(tiles: int, max_programs: int) -> int:
+    """Programs for a persistent loop over ``tiles`` interleaved tiles: as few as still take
+    the same number of steps as ``max_programs`` would, so no step at the end runs only a few
+    programs (16384 rows over 528 programs: 512 programs of 32 rows, not 16 programs finishing a
+    32nd row alone).
+
+    >>> persistent_grid(16384, 528), persistent_grid(100, 528)
+    (512, 100)
+    """
+    if tiles <= max_programs:
+        return max(tiles, 1)
+    steps = -(-tiles // max_programs)
+    return -(-tiles // steps)
+
+
 @triton.jit
 def row_offsets(rows, stride):
     """Element offsets of ``rows`` as a [rows, 1] column. Row strides are run-time values (never

@@ -6,6 +6,8 @@ import torch
 import triton
 
 from graphrt.bench.timing import rotating, stream_time_us
+from graphrt.kernel_utils import persistent_grid
+from graphrt.ops.rmsnorm import kernels
 from graphrt.ops.rmsnorm.kernels import RowConfig, launch_backward, launch_forward
 from graphrt.validate import sm_count
 
@@ -25,6 +27,10 @@ def _configs(name: str, default: list) -> list:
 
 
 FORWARD, BACKWARD = _configs("SWEEP_FORWARD", FORWARD), _configs("SWEEP_BACKWARD", BACKWARD)
+# SWEEP_GRID=full: every persistent program the config allows, not kernel_utils.persistent_grid
+FULL_GRID = os.environ.get("SWEEP_GRID") == "full"
+if FULL_GRID:
+    kernels.persistent_grid = lambda tiles, max_programs: min(tiles, max_programs)
 
 
 def main():
@@ -50,7 +56,7 @@ def main():
         res = []
         for rows, warps, per_sm, stages in BACKWARD:
             cfg = RowConfig(bh, 1, rows, warps, per_sm, stages)
-            P = sms * per_sm
+            P = sms * per_sm if FULL_GRID else persistent_grid(triton.cdiv(T, rows), sms * per_sm)
             part = torch.empty(P, H, device=dev)
             t = stream_time_us(rotating(lambda x, g: launch_backward(
                 cfg, P, g, x, w, rstd, None, dx, dw, part, T, (H, H, 0, H)), sets))

@@ -16,7 +16,7 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import allow_dependent_launch, row_offsets
+from ...kernel_utils import allow_dependent_launch, persistent_grid, row_offsets
 from ...reduction import sum_partials
 
 
@@ -246,7 +246,8 @@ def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, 
     off_lo, off_hi = (0, 0) if from_tensors else _split64(offset)
     seed_ptr, off_ptr = (seed, offset) if from_tensors else (mean, mean)
     dropout = mask is not None
-    programs = min(triton.cdiv(n_rows, cfg.block_rows), sm_count * cfg.programs_per_sm)
+    programs = persistent_grid(triton.cdiv(n_rows, cfg.block_rows),
+                               sm_count * cfg.programs_per_sm)
     _hstu_fwd_kernel[(programs,)](
         x, u, weight, bias, y, mean, rstd, mask if dropout else mean, seed_ptr, off_ptr, n_rows,
         *strides, seed_lo, seed_hi, off_lo, off_hi, eps, D=weight.shape[0],

@@ -14,7 +14,7 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import allow_dependent_launch, row_offsets
+from ...kernel_utils import allow_dependent_launch, persistent_grid, row_offsets
 from ...reduction import sum_partials
 
 MAX_BLOCK_H = 8192
@@ -232,7 +232,8 @@ def launch_forward(cfg: RowConfig, sm_count: int, x, residual, w, y, rstd, h_new
             x, res, w, y, rstd, hn, *strides, eps, HIDDEN=w.shape[0], BLOCK_H=cfg.block_h,
             NUM_CHUNKS=cfg.num_chunks, HAS_RESIDUAL=has_res, num_warps=cfg.num_warps)
         return
-    programs = min(triton.cdiv(n_rows, cfg.block_rows), sm_count * cfg.programs_per_sm)
+    programs = persistent_grid(triton.cdiv(n_rows, cfg.block_rows),
+                               sm_count * cfg.programs_per_sm)
     _rmsnorm_fwd_rows_kernel[(programs,)](
         x, res, w, y, rstd, hn, n_rows, *strides, eps, HIDDEN=w.shape[0],
         BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows, HAS_RESIDUAL=has_res,
