@@ -1,9 +1,31 @@
 """Triton helpers shared by the ops' kernels."""
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+
+# Programmatic dependent launch (compute capability 9.0 and later): a kernel launched with it may
+# start while the kernel before it in the stream drains, and waits in wait_for_prior_kernel before
+# it touches memory. GRAPHRT_PDL=0 (read at import) turns it off.
+PDL_ENABLED = os.environ.get("GRAPHRT_PDL", "1") != "0"
+_pdl_by_device: dict[int, bool] = {}
+
+
+def use_pdl(t) -> bool:
+    """Whether kernels on ``t``'s device launch as programmatic dependent launches: CUDA devices
+    of compute capability 9.0 and later (not the Triton interpreter), unless GRAPHRT_PDL=0."""
+    index = t.get_device()
+    if index < 0 or not PDL_ENABLED:
+        return False
+    enabled = _pdl_by_device.get(index)
+    if enabled is None:
+        import torch
+        enabled = _pdl_by_device[index] = torch.cuda.get_device_capability(index)[0] >= 9
+    return enabled
 
 
 def persistent_grid(tiles: int, max_programs: int) -> int:

@@ -56,8 +56,8 @@ def main():
     ok &= check("rmsnorm fwd rows", rms._rmsnorm_fwd_rows_kernel, sig(
         X="*bf16", RES="*bf16", W="*fp32", Y="*bf16", RSTD="*fp32", H_NEW="*bf16", n_rows="i32",
         stride_x="i32", stride_res="i32", stride_y="i32", stride_h="i32", eps="fp32", HIDDEN=c,
-        BLOCK_H=c, BLOCK_ROWS=c, HAS_RESIDUAL=c, NUM_STAGES=c),
-        dict(HIDDEN=4096, BLOCK_H=4096, BLOCK_ROWS=2, HAS_RESIDUAL=True, NUM_STAGES=4))
+        BLOCK_H=c, BLOCK_ROWS=c, HAS_RESIDUAL=c, NUM_STAGES=c, PDL=c),
+        dict(HIDDEN=4096, BLOCK_H=4096, BLOCK_ROWS=2, HAS_RESIDUAL=True, NUM_STAGES=4, PDL=True))
     ok &= check("rmsnorm bwd rows", rms._rmsnorm_bwd_rows_kernel, sig(
         G="*bf16", X="*bf16", W="*fp32", RSTD="*fp32", G_RES="*bf16", DX="*bf16", PARTIAL="*fp32",
         n_rows="i32", stride_g="i32", stride_x="i32", stride_gres="i32", stride_dx="i32",
@@ -97,10 +97,10 @@ def main():
             MASK="*i8", SEED="*i64", OFFSET="*i64", n_rows="i32", stride_x="i32", stride_u="i32",
             stride_y="i32", seed_lo="i32", seed_hi="i32", off_lo="i32", off_hi="i32", eps="fp32",
             D=c, BLOCK_D=c, BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, THRESHOLD=c,
-            SCALE=c, SEED_FROM_TENSORS=c, NUM_STAGES=c),
+            SCALE=c, SEED_FROM_TENSORS=c, NUM_STAGES=c, PDL=c),
             dict(D=512, BLOCK_D=512, BLOCK_ROWS=4, SILU=concat, CONCAT_U=concat, CONCAT_X=concat,
                  DROPOUT=dropout, THRESHOLD=6553, SCALE=1 / 0.9, SEED_FROM_TENSORS=from_tensors,
-                 NUM_STAGES=3),
+                 NUM_STAGES=3, PDL=True),
             num_warps=8)
     ok &= check("hstu bwd", hstu._hstu_bwd_kernel, sig(
         DY="*bf16", X="*bf16", U="*bf16", W="*bf16", B="*bf16", MEAN="*fp32", RSTD="*fp32",

@@ -1,8 +1,10 @@
 """One call of each op at its benchmark shape, inside cudaProfilerStart/Stop, for
 `ncu --profile-from-start off` on the device; with --copies, times plain device copies of the
-same byte counts instead (a size-matched ceiling for the short kernels).
+same byte counts instead (a size-matched ceiling for the short kernels); with --time, times each
+call back to back on the same inputs (for A/B runs, e.g. with and without GRAPHRT_PDL=0).
 
-Usage: python3 scripts/profile_kernels.py [--copies] [op ...]   (ops: rmsnorm mhc lmsd proj)
+Usage: python3 scripts/profile_kernels.py [--copies | --time] [op ...]
+(ops: rmsnorm mhc lmsd proj)
 """
 import sys
 
@@ -72,6 +74,11 @@ if __name__ == "__main__":
         time_copies()
         sys.exit(0)
     todo = calls()
+    if "--time" in sys.argv:
+        for name, fn in todo:
+            us = stream_time_us(fn)
+            print(f"{name}: {us:.1f} us")
+        sys.exit(0)
     for _, fn in todo:  # compile and warm up outside the profiled range
         fn()
     torch.cuda.synchronize()

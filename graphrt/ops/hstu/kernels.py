@@ -16,7 +16,8 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import allow_dependent_launch, persistent_grid, row_offsets
+from ...kernel_utils import (allow_dependent_launch, persistent_grid, row_offsets, use_pdl,
+                             wait_for_prior_kernel)
 from ...reduction import sum_partials
 
 
@@ -116,11 +117,12 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
                      SILU: tl.constexpr, CONCAT_U: tl.constexpr, CONCAT_X: tl.constexpr,
                      DROPOUT: tl.constexpr, THRESHOLD: tl.constexpr, SCALE: tl.constexpr,
                      SEED_FROM_TENSORS: tl.constexpr,
-                     NUM_STAGES: tl.constexpr):
+                     NUM_STAGES: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_D)
     col_mask = cols < D
+    wait_for_prior_kernel(PDL)
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
     seed, offset = _seed_and_offset(SEED, OFFSET, seed_lo, seed_hi, off_lo, off_hi,
@@ -158,6 +160,7 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
                  _drop(lin * a, bits, 0, SCALE, DROPOUT).to(Y.dtype.element_ty), mask=mask)
         tl.store(MEAN + rows, mean, mask=row_mask)
         tl.store(RSTD + rows, rstd, mask=row_mask)
+    allow_dependent_launch(PDL)
 
 
 @triton.jit(do_not_specialize=["n_rows", "stride_dy", "stride_x", "stride_u", "stride_dx",
@@ -172,6 +175,7 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, n_rows,
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_D)
     col_mask = cols < D
+    wait_for_prior_kernel(PDL)
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
     acc_w = tl.zeros([BLOCK_ROWS, BLOCK_D], dtype=tl.float32)
@@ -248,13 +252,14 @@ def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, 
     dropout = mask is not None
     programs = persistent_grid(triton.cdiv(n_rows, cfg.block_rows),
                                sm_count * cfg.programs_per_sm)
+    pdl = use_pdl(x)
     _hstu_fwd_kernel[(programs,)](
         x, u, weight, bias, y, mean, rstd, mask if dropout else mean, seed_ptr, off_ptr, n_rows,
         *strides, seed_lo, seed_hi, off_lo, off_hi, eps, D=weight.shape[0],
         BLOCK_D=cfg.block_d, BLOCK_ROWS=cfg.block_rows, SILU=flags["apply_u_silu"],
         CONCAT_U=flags["concat_u"], CONCAT_X=flags["concat_x"], DROPOUT=dropout,
         THRESHOLD=threshold, SCALE=scale, SEED_FROM_TENSORS=from_tensors,
-        NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
+        NUM_STAGES=cfg.num_stages, PDL=pdl, launch_pdl=pdl, num_warps=cfg.num_warps)
 
 
 def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean, rstd, mask,
@@ -263,12 +268,13 @@ def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean
     """partial: FP32 [2, programs, D] (dweight rows, then dbias rows); strides of dy, x, u, dx, du."""
     d = weight.shape[0]
     compute_dw = dweight is not None
+    pdl = use_pdl(x)
     _hstu_bwd_kernel[(programs,)](
         dy, x, u, weight, bias, mean, rstd, mask if mask is not None else mean, dx, du, partial,
         n_rows, *strides, D=d, BLOCK_D=cfg.block_d, BLOCK_ROWS=cfg.block_rows,
         SILU=flags["apply_u_silu"], CONCAT_U=flags["concat_u"], CONCAT_X=flags["concat_x"],
         DROPOUT=mask is not None, SCALE=scale, COMPUTE_DW=compute_dw,
-        NUM_STAGES=cfg.num_stages, PDL=x.is_cuda, num_warps=cfg.num_warps)
+        NUM_STAGES=cfg.num_stages, PDL=pdl, launch_pdl=pdl, num_warps=cfg.num_warps)
     if compute_dw:
         sum_partials(partial, [dweight, dbias], programs)
     else:

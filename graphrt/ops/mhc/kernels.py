@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ...kernel_utils import allow_dependent_launch, mma
+from ...kernel_utils import allow_dependent_launch, mma, use_pdl, wait_for_prior_kernel
 from ...reduction import sum_partials
 
 MAX_GROUPS = 32
@@ -88,6 +88,7 @@ def _mhc_bwd_kernel(X_DESC, DX_DESC, P_DESC, GP, W, GR, R, PARTIAL, n_rows,
     col_mask = cols < K
     ns = tl.arange(0, N_BLOCK)
     n_mask = ns < N
+    wait_for_prior_kernel(PDL)
     w = tl.load(W + ns[:, None] * K + cols[None, :], mask=n_mask[:, None] & col_mask[None, :],
                 other=0.0)
     w_hi, w_lo = _split_bf16(w)
@@ -137,9 +138,10 @@ def launch_backward(cfg: MhcConfig, x, weight, grad_proj, grad_r, r, dx, dweight
     p_desc = (TensorDescriptor(grad_proj, [n_rows, n], [n_pad, 1], [cfg.block_t, nb]) if p_tma
               else x_desc)
     grid = (triton.cdiv(k, cfg.block_k), cfg.groups)
+    pdl = use_pdl(x)
     _mhc_bwd_kernel[grid](x_desc, dx_desc, p_desc, grad_proj, weight, grad_r, r, partial, n_rows,
                           K=k, N=n, N_PAD=n_pad, N_BLOCK=nb, BLOCK_T=cfg.block_t,
                           BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, P_TMA=p_tma,
-                          DOT_FP32=not x.is_cuda, PDL=x.is_cuda, num_warps=cfg.num_warps,
-                          maxnreg=cfg.max_registers)
+                          DOT_FP32=not x.is_cuda, PDL=pdl, launch_pdl=pdl,
+                          num_warps=cfg.num_warps, maxnreg=cfg.max_registers)
     sum_partials(partial, [dweight], cfg.groups)

@@ -14,7 +14,8 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import allow_dependent_launch, persistent_grid, row_offsets
+from ...kernel_utils import (allow_dependent_launch, persistent_grid, row_offsets, use_pdl,
+                             wait_for_prior_kernel)
 from ...reduction import sum_partials
 
 MAX_BLOCK_H = 8192
@@ -89,13 +90,14 @@ def _rmsnorm_fwd_rows_kernel(X, RES, W, Y, RSTD, H_NEW, n_rows,
                              stride_x, stride_res, stride_y, stride_h, eps,
                              HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
                              BLOCK_ROWS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                             NUM_STAGES: tl.constexpr):
+                             NUM_STAGES: tl.constexpr, PDL: tl.constexpr):
     # tiles are interleaved over programs, so the rows in flight at once are neighbours in
     # memory; the loop pipeliner keeps NUM_STAGES tiles of loads in flight
     step = tl.num_programs(0).to(tl.int64) * BLOCK_ROWS
     first = tl.program_id(0).to(tl.int64) * BLOCK_ROWS
     cols = tl.arange(0, BLOCK_H)[None, :]
     col_mask = cols < HIDDEN
+    wait_for_prior_kernel(PDL)
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     for r0 in tl.range(first, n_rows, step, num_stages=NUM_STAGES):
         rows = r0 + tl.arange(0, BLOCK_ROWS)
@@ -107,6 +109,7 @@ def _rmsnorm_fwd_rows_kernel(X, RES, W, Y, RSTD, H_NEW, n_rows,
         tl.store(Y + row_offsets(rows, stride_y) + cols,
                  (x * rstd[:, None] * w).to(Y.dtype.element_ty), mask=mask)
         tl.store(RSTD + rows, rstd, mask=row_mask)
+    allow_dependent_launch(PDL)
 
 
 @triton.jit(do_not_specialize=["stride_x", "stride_res", "stride_y", "stride_h"])
@@ -148,6 +151,7 @@ def _rmsnorm_bwd_rows_kernel(G, X, W, RSTD, G_RES, DX, PARTIAL, n_rows,
     first = pid.to(tl.int64) * BLOCK_ROWS
     cols = tl.arange(0, BLOCK_H)[None, :]
     col_mask = cols < HIDDEN
+    wait_for_prior_kernel(PDL)
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_H], dtype=tl.float32)
     for r0 in tl.range(first, n_rows, step, num_stages=NUM_STAGES):
@@ -234,10 +238,11 @@ def launch_forward(cfg: RowConfig, sm_count: int, x, residual, w, y, rstd, h_new
         return
     programs = persistent_grid(triton.cdiv(n_rows, cfg.block_rows),
                                sm_count * cfg.programs_per_sm)
+    pdl = use_pdl(x)
     _rmsnorm_fwd_rows_kernel[(programs,)](
         x, res, w, y, rstd, hn, n_rows, *strides, eps, HIDDEN=w.shape[0],
         BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows, HAS_RESIDUAL=has_res,
-        NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
+        NUM_STAGES=cfg.num_stages, PDL=pdl, launch_pdl=pdl, num_warps=cfg.num_warps)
 
 
 def launch_backward(cfg: RowConfig, n_programs: int, g, x, w, rstd, g_residual, dx, dw, partial,
@@ -246,13 +251,14 @@ def launch_backward(cfg: RowConfig, n_programs: int, g, x, w, rstd, g_residual, 
     hidden = w.shape[0]
     has_gres = g_residual is not None
     args = (g, x, w, rstd, g_residual if has_gres else g, dx, partial, n_rows)
+    pdl = use_pdl(x)
     if cfg.num_chunks > 1:
         _rmsnorm_bwd_chunked_kernel[(n_programs,)](
-            *args, triton.cdiv(n_rows, n_programs), *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h, NUM_CHUNKS=cfg.num_chunks,
-            HAS_G_RESIDUAL=has_gres, PDL=x.is_cuda, num_warps=cfg.num_warps)
+            *args, triton.cdiv(n_rows, n_programs), *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h,
+            NUM_CHUNKS=cfg.num_chunks, HAS_G_RESIDUAL=has_gres, PDL=pdl, num_warps=cfg.num_warps)
     else:
         _rmsnorm_bwd_rows_kernel[(n_programs,)](
             *args, *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows,
-            HAS_G_RESIDUAL=has_gres, NUM_STAGES=cfg.num_stages, PDL=x.is_cuda,
+            HAS_G_RESIDUAL=has_gres, NUM_STAGES=cfg.num_stages, PDL=pdl, launch_pdl=pdl,
             num_warps=cfg.num_warps)
     sum_partials(partial, [dw], n_programs)
