@@ -97,10 +97,10 @@ def main():
             MASK="*i8", SEED="*i64", OFFSET="*i64", n_rows="i32", stride_x="i32", stride_u="i32",
             stride_y="i32", seed_lo="i32", seed_hi="i32", off_lo="i32", off_hi="i32", eps="fp32",
             D=c, BLOCK_D=c, BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, THRESHOLD=c,
-            SCALE=c, SEED_FROM_TENSORS=c, NUM_STAGES=c, PDL=c),
+            SCALE=c, SEED_FROM_TENSORS=c, NUM_STAGES=c, PDL=c, HARDWARE=c),
             dict(D=512, BLOCK_D=512, BLOCK_ROWS=4, SILU=concat, CONCAT_U=concat, CONCAT_X=concat,
                  DROPOUT=dropout, THRESHOLD=6553, SCALE=1 / 0.9, SEED_FROM_TENSORS=from_tensors,
-                 NUM_STAGES=3, PDL=True),
+                 NUM_STAGES=3, PDL=True, HARDWARE=True),
             num_warps=8)
     ok &= check("hstu bwd", hstu._hstu_bwd_kernel, sig(
         DY="*bf16", X="*bf16", U="*bf16", W="*bf16", B="*bf16", MEAN="*fp32", RSTD="*fp32",

@@ -9,7 +9,7 @@ import graphrt
 from graphrt import ContractError
 from graphrt.ops import HstuLmsdBackward, HstuLmsdForward, hstu_lmsd_backward, hstu_lmsd_forward
 from graphrt.ops.hstu import hstu_lmsd_backward_reference, hstu_lmsd_forward_reference
-from graphrt.ops.hstu.philox import dropout_mask
+from graphrt.ops.hstu.philox import dropout_mask, keep_threshold, philox4x32
 
 from ..helpers import assert_unchanged, env, needs_interpreter, rel_l2, snapshot
 
@@ -86,6 +86,25 @@ def test_mask_bits_rates_independence_and_reproducibility():
     assert not torch.equal(dropout_mask(n, d, p, 1234, 1, (True, True, True)).long(), mask)
     only_l = dropout_mask(50, 40, p, 1, 2, (True, False, False)).long()
     assert int((only_l & 0b110).max()) == 0           # bits of disabled segments are clear
+
+
+def test_mask_layout_follows_the_documented_draws():
+    """Element (row, col, segment) of the mask, recomputed one Philox call at a time from the
+    layout that dropout_mask documents."""
+    rows, cols, p, seed, offset = 3, 24, 0.3, -77, (1 << 33) + 5
+    mask = dropout_mask(rows, cols, p, seed, offset, (True, True, True)).long()
+    threshold = keep_threshold(p)
+    for row, col in ((0, 0), (0, 7), (1, 9), (2, 16), (2, 23)):
+        octet, j = divmod(row * cols + col, 8)
+        for segment in range(3):
+            draw_index = 3 * j + segment
+            call, word = divmod(draw_index // 2, 4)
+            counter = torch.tensor([3 * octet + call])
+            words = philox4x32(seed, counter & 0xFFFFFFFF, counter >> 32,
+                               torch.tensor([offset & 0xFFFFFFFF]), torch.tensor([offset >> 32]))
+            value = int(words[word])
+            draw = value >> 16 if draw_index % 2 else value & 0xFFFF
+            assert ((int(mask[row, col]) >> segment) & 1) == int(draw >= threshold)
 
 
 def test_mask_is_independent_of_the_launch_shape():

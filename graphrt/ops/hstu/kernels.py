@@ -1,10 +1,11 @@
 """Triton kernels for HSTU LayerNorm-Multiply-SiLU-Dropout, forward and backward.
 
 Rows are run-time extents and row strides run-time values (multiples of 8 elements, hinted so
-loads stay 16 bytes wide); offsets are 64-bit. Dropout is counter-addressed Philox: each pair of
-adjacent columns makes one call at counter (pair index, offset) under the 64-bit seed and takes
-six 16-bit draws from it (philox.dropout_mask has the layout), so masks do not depend on the
-launch shape.
+loads stay 16 bytes wide); offsets are 64-bit. Dropout is counter-addressed Philox: each run of
+eight columns of a row makes three calls at counters (3 x octet index + k, offset) under the
+64-bit seed and takes 24 16-bit draws from them (philox.dropout_mask has the layout), so masks
+do not depend on the launch shape. The forward splits its tile by column within each octet, so
+that every value meets its draws in the thread that made them.
 The backward's programs each own rows interleaved over the grid and one row of FP32 dweight and
 dbias partials; the shared reduction sums them in a fixed order.
 """
@@ -16,8 +17,8 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import (allow_dependent_launch, persistent_grid, row_offsets, use_pdl,
-                             wait_for_prior_kernel)
+from ...kernel_utils import (allow_dependent_launch, persistent_grid, row_offsets, sigmoid,
+                             use_pdl, wait_for_prior_kernel)
 from ...reduction import sum_partials
 
 
@@ -87,26 +88,104 @@ def _philox4x32_10(c0, c1, c2, c3, seed):
 
 
 @triton.jit
-def _keep_bits(seed, offset, rows, BLOCK_D: tl.constexpr, D: tl.constexpr,
-               THRESHOLD: tl.constexpr, CONCAT_U: tl.constexpr, CONCAT_X: tl.constexpr):
-    """Keep bits of [rows, BLOCK_D]: one Philox call per pair of adjacent columns, six 16-bit
-    draws out of its words (the layout philox.dropout_mask spells out)."""
-    pairs = tl.arange(0, BLOCK_D // 2)
-    e = rows[:, None].to(tl.int64) * (D // 2) + pairs[None, :]
-    c0 = (e & 0xFFFFFFFF).to(tl.uint32)
-    c1 = (e >> 32).to(tl.uint32)
-    c2 = (tl.zeros_like(c0) + (offset & 0xFFFFFFFF)).to(tl.uint32)
-    c3 = (tl.zeros_like(c0) + ((offset >> 32) & 0xFFFFFFFF)).to(tl.uint32)
-    r0, r1, r2, _ = _philox4x32_10(c0, c1, c2, c3, seed)
-    even = ((r0 & 0xFFFF) >= THRESHOLD).to(tl.int32)
-    odd = ((r1 >> 16) >= THRESHOLD).to(tl.int32)
-    if CONCAT_X:
-        even |= ((r0 >> 16) >= THRESHOLD).to(tl.int32) << 1
-        odd |= ((r2 & 0xFFFF) >= THRESHOLD).to(tl.int32) << 1
-    if CONCAT_U:
-        even |= ((r1 & 0xFFFF) >= THRESHOLD).to(tl.int32) << 2
-        odd |= ((r2 >> 16) >= THRESHOLD).to(tl.int32) << 2
-    return tl.interleave(even, odd)
+def _split8(t, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Columns 8o + j of t [ROWS, BLOCK_D] as eight tensors [ROWS, BLOCK_D // 8], j = 0..7 (each
+    thread holds whole runs of eight columns, so this only renames registers)."""
+    t = tl.reshape(t, [ROWS, BLOCK_D // 8, 2, 2, 2])   # [.., a, b, c]: column 4a + 2b + c
+    even, odd = tl.split(t)
+    e0, e1 = tl.split(even)
+    o0, o1 = tl.split(odd)
+    c0, c4 = tl.split(e0)
+    c2, c6 = tl.split(e1)
+    c1, c5 = tl.split(o0)
+    c3, c7 = tl.split(o1)
+    return c0, c1, c2, c3, c4, c5, c6, c7
+
+
+@triton.jit
+def _join8(c0, c1, c2, c3, c4, c5, c6, c7, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The inverse of _split8."""
+    even = tl.join(tl.join(c0, c4), tl.join(c2, c6))
+    odd = tl.join(tl.join(c1, c5), tl.join(c3, c7))
+    return tl.reshape(tl.join(even, odd), [ROWS, BLOCK_D])
+
+
+@triton.jit
+def _octet_words(q, seed, offset):
+    """The twelve Philox words of octets q (runs of eight columns, numbered row-major): three
+    calls at counters 3q, 3q + 1, 3q + 2 (the layout philox.dropout_mask spells out)."""
+    q3 = q * 3
+    c2 = (tl.zeros(q3.shape, tl.int64) + (offset & 0xFFFFFFFF)).to(tl.uint32)
+    c3 = (tl.zeros(q3.shape, tl.int64) + ((offset >> 32) & 0xFFFFFFFF)).to(tl.uint32)
+    w0, w1, w2, w3 = _philox4x32_10((q3 & 0xFFFFFFFF).to(tl.uint32), (q3 >> 32).to(tl.uint32),
+                                    c2, c3, seed)
+    q = q3 + 1
+    w4, w5, w6, w7 = _philox4x32_10((q & 0xFFFFFFFF).to(tl.uint32), (q >> 32).to(tl.uint32),
+                                    c2, c3, seed)
+    q = q3 + 2
+    w8, w9, w10, w11 = _philox4x32_10((q & 0xFFFFFFFF).to(tl.uint32), (q >> 32).to(tl.uint32),
+                                      c2, c3, seed)
+    return w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11
+
+
+@triton.jit
+def _kept(word, HIGH: tl.constexpr, THRESHOLD: tl.constexpr):
+    """Whether the 16-bit draw in the low or high half of ``word`` keeps its element (draw >=
+    THRESHOLD), compared in place: high >= T is word >= T << 16, low >= T is word << 16 >= T << 16."""
+    limit = tl.full((), THRESHOLD * 65536, tl.uint32)
+    if HIGH:
+        return word >= limit
+    return (word << 16) >= limit
+
+
+@triton.jit
+def _dropout_column(y_u, y_x, y_l, word_a, word_b, ODD: tl.constexpr, THRESHOLD: tl.constexpr,
+                    SCALE: tl.constexpr):
+    """Dropout of column j of each octet: (y_u, y_x, y_l, mask code), kept values scaled by
+    SCALE = 1/(1 - p).
+    Column j takes draws 3j, 3j + 1, 3j + 2: for even j the low and high halves of word 3j/2
+    and the low half of the next word, for odd j the high half of word (3j - 1)/2 and both
+    halves of the next."""
+    if ODD:
+        keep_l = _kept(word_a, True, THRESHOLD)
+        keep_x = _kept(word_b, False, THRESHOLD)
+        keep_u = _kept(word_b, True, THRESHOLD)
+    else:
+        keep_l = _kept(word_a, False, THRESHOLD)
+        keep_x = _kept(word_a, True, THRESHOLD)
+        keep_u = _kept(word_b, False, THRESHOLD)
+    code = keep_l.to(tl.int8) | (keep_x.to(tl.int8) << 1) | (keep_u.to(tl.int8) << 2)
+    # a factor of 1/(1 - p) or 0 (one select, one product per value): tl.where on the value
+    # lets the compiler move the choice past the BF16 conversion, onto packed halves
+    return (y_u * tl.where(keep_u, SCALE, 0.0), y_x * tl.where(keep_x, SCALE, 0.0),
+            y_l * tl.where(keep_l, SCALE, 0.0), code)
+
+
+@triton.jit
+def _dropout_tile(y_u, y_x, y_l, rows, seed, offset, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                  ROWS: tl.constexpr, THRESHOLD: tl.constexpr, SCALE: tl.constexpr):
+    """Dropout of the three segments of a [ROWS, BLOCK_D] tile: the tiles split by column
+    within each octet, so that every value meets its draws in the thread that made them;
+    returns the three segments and the int8 mask (all three bits; the caller clears those of
+    disabled segments)."""
+    index = rows[:, None].to(tl.int64) * D + tl.arange(0, BLOCK_D)[None, :]
+    first, _, _, _, _, _, _, _ = _split8(index, ROWS, BLOCK_D)
+    w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11 = _octet_words(first >> 3, seed, offset)
+    u0, u1, u2, u3, u4, u5, u6, u7 = _split8(y_u, ROWS, BLOCK_D)
+    x0, x1, x2, x3, x4, x5, x6, x7 = _split8(y_x, ROWS, BLOCK_D)
+    l0, l1, l2, l3, l4, l5, l6, l7 = _split8(y_l, ROWS, BLOCK_D)
+    u0, x0, l0, k0 = _dropout_column(u0, x0, l0, w0, w1, False, THRESHOLD, SCALE)
+    u1, x1, l1, k1 = _dropout_column(u1, x1, l1, w1, w2, True, THRESHOLD, SCALE)
+    u2, x2, l2, k2 = _dropout_column(u2, x2, l2, w3, w4, False, THRESHOLD, SCALE)
+    u3, x3, l3, k3 = _dropout_column(u3, x3, l3, w4, w5, True, THRESHOLD, SCALE)
+    u4, x4, l4, k4 = _dropout_column(u4, x4, l4, w6, w7, False, THRESHOLD, SCALE)
+    u5, x5, l5, k5 = _dropout_column(u5, x5, l5, w7, w8, True, THRESHOLD, SCALE)
+    u6, x6, l6, k6 = _dropout_column(u6, x6, l6, w9, w10, False, THRESHOLD, SCALE)
+    u7, x7, l7, k7 = _dropout_column(u7, x7, l7, w10, w11, True, THRESHOLD, SCALE)
+    return (_join8(u0, u1, u2, u3, u4, u5, u6, u7, ROWS, BLOCK_D),
+            _join8(x0, x1, x2, x3, x4, x5, x6, x7, ROWS, BLOCK_D),
+            _join8(l0, l1, l2, l3, l4, l5, l6, l7, ROWS, BLOCK_D),
+            _join8(k0, k1, k2, k3, k4, k5, k6, k7, ROWS, BLOCK_D))
 
 
 @triton.jit(do_not_specialize=["n_rows", "stride_x", "stride_u", "stride_y", "seed_lo",
@@ -116,8 +195,8 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
                      D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_ROWS: tl.constexpr,
                      SILU: tl.constexpr, CONCAT_U: tl.constexpr, CONCAT_X: tl.constexpr,
                      DROPOUT: tl.constexpr, THRESHOLD: tl.constexpr, SCALE: tl.constexpr,
-                     SEED_FROM_TENSORS: tl.constexpr,
-                     NUM_STAGES: tl.constexpr, PDL: tl.constexpr):
+                     SEED_FROM_TENSORS: tl.constexpr, NUM_STAGES: tl.constexpr,
+                     PDL: tl.constexpr, HARDWARE: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_D)
@@ -127,6 +206,7 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
     b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
     seed, offset = _seed_and_offset(SEED, OFFSET, seed_lo, seed_hi, off_lo, off_hi,
                                     SEED_FROM_TENSORS)
+    SEGMENT_BITS: tl.constexpr = 1 | (2 if CONCAT_X else 0) | (4 if CONCAT_U else 0)
     first = pid.to(tl.int64) * BLOCK_ROWS
     for r0 in tl.range(first, n_rows, programs * BLOCK_ROWS, num_stages=NUM_STAGES):
         rows = r0 + tl.arange(0, BLOCK_ROWS)
@@ -138,26 +218,26 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
         var = tl.maximum(tl.sum(x * x, axis=1) / D - mean * mean, 0.0)
         rstd = 1.0 / tl.sqrt(var + eps)
         xhat = (x - mean[:, None]) * rstd[:, None]
-        lin = xhat * w[None, :] + b[None, :]
         if SILU:
-            a = u * tl.sigmoid(u)
+            a = u * sigmoid(u, HARDWARE)
         else:
             a = u
-        bits = tl.zeros([BLOCK_ROWS, BLOCK_D], dtype=tl.int32)
+        y_u = a
+        y_x = x
+        y_l = (xhat * w[None, :] + b[None, :]) * a
         if DROPOUT:
-            bits = _keep_bits(seed, offset, rows, BLOCK_D, D, THRESHOLD, CONCAT_U, CONCAT_X)
-            tl.store(MASK + rows[:, None] * D + cols[None, :], bits.to(tl.int8), mask=mask)
+            y_u, y_x, y_l, code = _dropout_tile(y_u, y_x, y_l, rows, seed, offset, D, BLOCK_D,
+                                                BLOCK_ROWS, THRESHOLD, SCALE)
+            tl.store(MASK + rows[:, None] * D + cols[None, :], code & SEGMENT_BITS, mask=mask)
         y_row = Y + row_offsets(rows, stride_y) + cols[None, :]
         segment = 0
         if CONCAT_U:
-            tl.store(y_row, _drop(a, bits, 2, SCALE, DROPOUT).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y_row, y_u.to(Y.dtype.element_ty), mask=mask)
             segment += 1
         if CONCAT_X:
-            tl.store(y_row + segment * D, _drop(x, bits, 1, SCALE, DROPOUT).to(Y.dtype.element_ty),
-                     mask=mask)
+            tl.store(y_row + segment * D, y_x.to(Y.dtype.element_ty), mask=mask)
             segment += 1
-        tl.store(y_row + segment * D,
-                 _drop(lin * a, bits, 0, SCALE, DROPOUT).to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_row + segment * D, y_l.to(Y.dtype.element_ty), mask=mask)
         tl.store(MEAN + rows, mean, mask=row_mask)
         tl.store(RSTD + rows, rstd, mask=row_mask)
     allow_dependent_launch(PDL)
@@ -259,7 +339,8 @@ def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, 
         BLOCK_D=cfg.block_d, BLOCK_ROWS=cfg.block_rows, SILU=flags["apply_u_silu"],
         CONCAT_U=flags["concat_u"], CONCAT_X=flags["concat_x"], DROPOUT=dropout,
         THRESHOLD=threshold, SCALE=scale, SEED_FROM_TENSORS=from_tensors,
-        NUM_STAGES=cfg.num_stages, PDL=pdl, launch_pdl=pdl, num_warps=cfg.num_warps)
+        NUM_STAGES=cfg.num_stages, PDL=pdl, HARDWARE=x.is_cuda, launch_pdl=pdl,
+        num_warps=cfg.num_warps)
 
 
 def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean, rstd, mask,

@@ -46,23 +46,30 @@ def keep_threshold(p: float) -> int:
 def dropout_mask(rows: int, cols: int, p: float, seed: int, offset: int,
                  segments: tuple[bool, bool, bool], device="cpu") -> torch.Tensor:
     """int8 [rows, cols]: bit 0 keeps the l*a segment, bit 1 the x segment, bit 2 the a segment
-    (bits of disabled segments clear). Columns 2j and 2j+1 of a row share one Philox call at
-    counter (lo(q), hi(q), lo(offset), hi(offset)) under ``seed``, q = (row * cols + 2j) / 2;
-    its words r0, r1, r2 give six 16-bit draws: the even column's segments take r0's low half,
-    r0's high half and r1's low half; the odd column's r1's high half, r2's low and high halves."""
-    if cols % 2:
-        raise ValueError(f"cols: draws come in column pairs, so cols must be even, got {cols}")
-    q = torch.arange(rows * cols // 2, dtype=torch.int64, device=device)
+    (bits of disabled segments clear). Each run of eight columns 8o..8o+7 of a row (an octet,
+    q = (row * cols + 8o) / 8) takes three Philox calls, at counters (lo(3q+k), hi(3q+k),
+    lo(offset), hi(offset)) under ``seed`` for k = 0, 1, 2: twelve words, 24 16-bit draws.
+    Word 4k+i is word i of call k; draw d is the low half of word d // 2 when d is even, else
+    its high half; column 8o+j, segment s uses draw 3j + s."""
+    if cols % 8:
+        raise ValueError(f"cols: draws come in runs of eight columns, so cols must be a multiple "
+                         f"of 8, got {cols}")
+    octets = rows * cols // 8
+    q = torch.arange(octets, dtype=torch.int64, device=device)
     offset &= (1 << 64) - 1
     c2 = torch.full_like(q, offset & _M32)
     c3 = torch.full_like(q, offset >> 32)
-    r0, r1, r2, _ = philox4x32(seed, q & _M32, q >> 32, c2, c3)
-    lo, hi = (lambda r: r & 0xFFFF), (lambda r: r >> 16)
-    draws = ((lo(r0), hi(r0), lo(r1)), (hi(r1), lo(r2), hi(r2)))   # [column parity][segment]
+    words = []
+    for k in range(3):
+        counter = 3 * q + k
+        words.extend(philox4x32(seed, counter & _M32, counter >> 32, c2, c3))
     threshold = keep_threshold(p)
-    mask = torch.zeros(rows * cols // 2, 2, dtype=torch.int64, device=device)
-    for parity in range(2):
-        for bit, (draw, enabled) in enumerate(zip(draws[parity], segments)):
+    mask = torch.zeros(octets, 8, dtype=torch.int64, device=device)
+    for j in range(8):
+        for bit, enabled in enumerate(segments):
             if enabled:
-                mask[:, parity] |= (draw >= threshold).to(torch.int64) << bit
+                d = 3 * j + bit
+                word = words[d // 2]
+                draw = (word >> 16) if d % 2 else (word & 0xFFFF)
+                mask[:, j] |= (draw >= threshold).to(torch.int64) << bit
     return mask.to(torch.int8).view(rows, cols)
