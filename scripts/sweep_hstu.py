@@ -1,6 +1,10 @@
 """Sweep HSTU LMSD kernel configs on the GPU (concat_u, concat_x, SiLU, p = 0.1), each run
-checked against the default config's outputs before it is timed (device machine)."""
+checked against the default config's outputs before it is timed (device machine).
+
+Usage: python3 scripts/sweep_hstu.py [fwd,bwd]; SWEEP_HSTU_FORWARD="rows,warps,per_sm,stages;..."
+(rows as multiples of the default tile's rows) replaces the forward configs."""
 import itertools
+import os
 import sys
 
 import torch
@@ -34,32 +38,31 @@ def main():
         mask = torch.empty(n, d, dtype=torch.int8, device=dev)
         fwd_bytes, bwd_bytes = 11 * n * d, 15 * n * d
 
-        def fwd(cfg, x, u, w, b, dy, paired=False, p=P):
+        def fwd(cfg, x, u, w, b, dy, p=P):
             launch_forward(cfg, sms, x, u, w, b, y, mean, rstd, mask if p > 0 else None, 1, 0, n,
-                           (d, d, 3 * d), 1e-6, FLAGS, keep_threshold(p), 1 / (1 - p),
-                           paired_draws=paired)
+                           (d, d, 3 * d), 1e-6, FLAGS, keep_threshold(p), 1 / (1 - p))
         fwd(forward_config(d), *sets[0])
         ref_fwd = (y.clone(), mean.clone(), rstd.clone(), mask.clone())
         if "fwd" in only:
             tb = lambda us: fwd_bytes / us / 1e6  # noqa: E731
             us = stream_time_us(rotating(lambda *a: fwd(forward_config(d), *a, p=0.0), sets))
             print(f"N={n} D={d} forward default config, p=0 (no draws, no mask): {us:.1f} us", flush=True)
-            for paired in (False, True):
-                for r, warps, per_sm, stages in itertools.product(
-                        (2048 // bd, 4096 // bd, 8192 // bd), (4, 8), (2, 4, 8), (2, 3)):
-                    if paired is False and (per_sm == 8 or stages == 3):
-                        continue
-                    cfg = HstuConfig(bd, r, warps, per_sm, stages)
-                    y.fill_(float("nan"))
-                    fwd(cfg, *sets[0], paired=paired)
-                    same = torch.equal(mean, ref_fwd[1]) and torch.equal(rstd, ref_fwd[2])
-                    if not paired:
-                        same = same and torch.equal(y, ref_fwd[0]) and torch.equal(mask, ref_fwd[3])
-                    keep = [((mask.int() >> i) & 1).float().mean().item() for i in range(3)]
-                    us = stream_time_us(rotating(lambda *a: fwd(cfg, *a, paired=paired), sets))
-                    print(f"  fwd paired={paired} rows={r} warps={warps} per_sm={per_sm} "
-                          f"stages={stages}: {us:.1f} us {tb(us):.2f} TB/s same={same} "
-                          f"keep={keep[0]:.3f},{keep[1]:.3f},{keep[2]:.3f}", flush=True)
+            configs = [(r * 2048 // bd, w, ps, st) for r, w, ps, st in itertools.product(
+                (1, 2), (4, 8), (2, 4), (2, 3))]
+            if os.environ.get("SWEEP_HSTU_FORWARD"):
+                configs = [tuple(int(v) for v in c.split(",")) for c in
+                           os.environ["SWEEP_HSTU_FORWARD"].split(";") if c]
+                configs = [(r * 2048 // bd, w, ps, st) for r, w, ps, st in configs]
+            for r, warps, per_sm, stages in configs:
+                cfg = HstuConfig(bd, r, warps, per_sm, stages)
+                y.fill_(float("nan"))
+                fwd(cfg, *sets[0])
+                same = all(torch.equal(a, b) for a, b in zip((y, mean, rstd, mask), ref_fwd))
+                keep = [((mask.int() >> i) & 1).float().mean().item() for i in range(3)]
+                us = stream_time_us(rotating(lambda *a: fwd(cfg, *a), sets))
+                print(f"  fwd rows={r} warps={warps} per_sm={per_sm} stages={stages}: {us:.1f} us "
+                      f"{tb(us):.2f} TB/s same={same} "
+                      f"keep={keep[0]:.3f},{keep[1]:.3f},{keep[2]:.3f}", flush=True)
         if "bwd" not in only:
             continue
         mean_s, rstd_s, mask_s = ref_fwd[1:]
