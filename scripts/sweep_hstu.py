@@ -47,20 +47,21 @@ def main():
             tb = lambda us: fwd_bytes / us / 1e6  # noqa: E731
             us = stream_time_us(rotating(lambda *a: fwd(forward_config(d), *a, p=0.0), sets))
             print(f"N={n} D={d} forward default config, p=0 (no draws, no mask): {us:.1f} us", flush=True)
-            configs = [(r * 2048 // bd, w, ps, st) for r, w, ps, st in itertools.product(
+            configs = [(r * 2048 // bd, w, ps, st, 0) for r, w, ps, st in itertools.product(
                 (1, 2), (4, 8), (2, 4), (2, 3))]
-            if os.environ.get("SWEEP_HSTU_FORWARD"):
-                configs = [tuple(int(v) for v in c.split(",")) for c in
+            if os.environ.get("SWEEP_HSTU_FORWARD"):   # rows,warps,per_sm,stages[,max registers]
+                configs = [tuple(int(v) for v in c.split(",")) + (0,) for c in
                            os.environ["SWEEP_HSTU_FORWARD"].split(";") if c]
-                configs = [(r * 2048 // bd, w, ps, st) for r, w, ps, st in configs]
-            for r, warps, per_sm, stages in configs:
-                cfg = HstuConfig(bd, r, warps, per_sm, stages)
+                configs = [(c[0] * 2048 // bd,) + c[1:5] for c in configs]
+            for r, warps, per_sm, stages, regs in configs:
+                cfg = HstuConfig(bd, r, warps, per_sm, stages, regs or None)
                 y.fill_(float("nan"))
                 fwd(cfg, *sets[0])
                 same = all(torch.equal(a, b) for a, b in zip((y, mean, rstd, mask), ref_fwd))
                 keep = [((mask.int() >> i) & 1).float().mean().item() for i in range(3)]
                 us = stream_time_us(rotating(lambda *a: fwd(cfg, *a), sets))
-                print(f"  fwd rows={r} warps={warps} per_sm={per_sm} stages={stages}: {us:.1f} us "
+                print(f"  fwd rows={r} warps={warps} per_sm={per_sm} stages={stages} "
+                      f"max_registers={regs or None}: {us:.1f} us "
                       f"{tb(us):.2f} TB/s same={same} "
                       f"keep={keep[0]:.3f},{keep[1]:.3f},{keep[2]:.3f}", flush=True)
         if "bwd" not in only:

@@ -29,13 +29,17 @@ class HstuConfig:
     num_warps: int
     programs_per_sm: int = 2
     num_stages: int = 2
+    max_registers: int | None = None   # ptxas cap, so that more programs fit on an SM
 
 
 def forward_config(d: int) -> HstuConfig:
+    """Tiles of 2048 elements, 8 per thread. Programs per SM from sweeps on an H200
+    (bench/results/sweep_hstu-20261129-13*.txt): at D=256 three (all resident at 80
+    registers) beat four by 2% in two runs; at D=512 two, three and four were within 2%."""
     block_d = triton.next_power_of_2(d)
     rows = max(1, 2048 // block_d)
-    return HstuConfig(block_d, rows, max(8, min(16, block_d * rows // 256)), programs_per_sm=4,
-                      num_stages=3)
+    return HstuConfig(block_d, rows, max(8, min(16, block_d * rows // 256)),
+                      programs_per_sm=3 if block_d <= 256 else 4, num_stages=3)
 
 
 def backward_config(d: int) -> HstuConfig:
@@ -340,7 +344,7 @@ def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, 
         CONCAT_U=flags["concat_u"], CONCAT_X=flags["concat_x"], DROPOUT=dropout,
         THRESHOLD=threshold, SCALE=scale, SEED_FROM_TENSORS=from_tensors,
         NUM_STAGES=cfg.num_stages, PDL=pdl, HARDWARE=x.is_cuda, launch_pdl=pdl,
-        num_warps=cfg.num_warps)
+        num_warps=cfg.num_warps, maxnreg=cfg.max_registers)
 
 
 def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean, rstd, mask,
