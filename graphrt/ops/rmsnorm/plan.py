@@ -162,10 +162,11 @@ class RmsNormBackward(Plan):
                      backend: str | None = None) -> Contract:
         device, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
         dw_dtype = torch.float32 if dw is None else require_tensor("dw", dw).dtype
-        specs = (row_spec("g", g), row_spec("x", x), vector_spec("w", w),
-                 row_spec("g_residual", g_residual))
+        x_spec = row_spec("x", x)
+        specs = (row_spec("g", g), x_spec, vector_spec("w", w), row_spec("g_residual", g_residual))
         # the dw partials are summed over a fixed number of programs: part of the plan
-        programs = _backward_programs(device, x.shape[-1]) if backend == "triton" and x.dim() else 0
+        hidden = x_spec.shape[1]
+        programs = _backward_programs(device, hidden) if backend == "triton" and hidden else 0
         return Contract(cls.op, backend, device_type, cap, specs,
                         (("g_residual", g_residual is not None), ("dw_dtype", dw_dtype),
                          ("programs", programs)))
