@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -23,7 +24,6 @@ def use_pdl(t) -> bool:
         return False
     enabled = _pdl_by_device.get(index)
     if enabled is None:
-        import torch
         enabled = _pdl_by_device[index] = torch.cuda.get_device_capability(index)[0] >= 9
     return enabled
 

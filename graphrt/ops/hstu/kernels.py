@@ -135,7 +135,8 @@ def _octet_words(q, seed, offset):
 @triton.jit
 def _kept(word, HIGH: tl.constexpr, THRESHOLD: tl.constexpr):
     """Whether the 16-bit draw in the low or high half of ``word`` keeps its element (draw >=
-    THRESHOLD), compared in place: high >= T is word >= T << 16, low >= T is word << 16 >= T << 16."""
+    THRESHOLD), compared in place: high >= T is word >= T << 16, and low >= T is
+    word << 16 >= T << 16."""
     limit = tl.full((), THRESHOLD * 65536, tl.uint32)
     if HIGH:
         return word >= limit
