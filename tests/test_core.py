@@ -200,3 +200,20 @@ def test_runtime_defaults_and_own_runtime():
     rt = graphrt.Runtime("cpu", arena_bytes=1 << 12, plan_cache_size=3)
     s = rt.stats()
     assert s["arena"]["capacity"] == 4096 and s["plans"]["maxsize"] == 3
+
+
+# -- kernel launch helpers ----------------------------------------------------------------------
+@pytest.mark.parametrize("max_programs", [1, 7, 264, 528])
+def test_persistent_grid_keeps_the_steps_and_evens_the_tiles(max_programs):
+    from graphrt.kernel_utils import persistent_grid
+    for tiles in (1, 5, 100, 263, 264, 265, 527, 529, 16384, 16385):
+        programs = persistent_grid(tiles, max_programs)
+        assert 1 <= programs <= max_programs
+        steps = -(-tiles // max_programs)
+        assert -(-tiles // programs) == steps          # no more steps than the full grid takes
+        assert programs <= tiles                        # no program is left without a tile
+
+
+def test_no_dependent_launch_off_the_gpu():
+    from graphrt.kernel_utils import use_pdl
+    assert use_pdl(torch.zeros(2)) is False
