@@ -80,10 +80,10 @@ def row_layout(name: str, t: torch.Tensor, hidden: int | None = None) -> tuple[i
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
-    """[first byte, last byte + 1) of the memory ``t`` can reach."""
+    """[first byte, last byte + 1) of the memory ``t`` can reach (``t`` not empty)."""
     start = t.data_ptr()
     if t.is_contiguous():
-        return start, start + t.numel() * t.element_size()
+        return start, start + t.nbytes
     last = sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
     return start, start + (last + 1) * t.element_size()
 
@@ -91,15 +91,19 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
 def require_disjoint(outputs: Mapping[str, torch.Tensor | None],
                      inputs: Mapping[str, torch.Tensor | None]) -> None:
     """``outputs`` must not overlap ``inputs`` or each other (by address range)."""
-    spans = [(n, t.device, _span(t)) for n, t in inputs.items() if t is not None and t.numel()]
+    spans = []
+    for name, t in inputs.items():
+        if t is not None and t.numel():
+            spans.append((name, t.device, *_span(t)))
     for name, t in outputs.items():
-        if t is None or t.numel() == 0:
+        if t is None or not t.numel():
             continue
+        device = t.device
         lo, hi = _span(t)
-        for other, dev, (olo, ohi) in spans:
-            if dev == t.device and lo < ohi and olo < hi:
+        for other, other_device, other_lo, other_hi in spans:
+            if lo < other_hi and other_lo < hi and other_device == device:
                 raise ContractError(f"{name}: memory overlaps {other}")
-        spans.append((name, t.device, (lo, hi)))
+        spans.append((name, device, lo, hi))
 
 
 @lru_cache(maxsize=None)
@@ -144,6 +148,14 @@ def vector_operand(name: str, t: object, dtypes: Iterable[torch.dtype], length: 
                             f"{tuple(t.shape)} with strides {t.stride()}")
     require_aligned(name, t, t.element_size())
     return t
+
+
+def workspace_as(workspace: torch.Tensor, nbytes: int, dtype: torch.dtype) -> torch.Tensor:
+    """The first ``nbytes`` of checked scratch, viewed as ``dtype`` (no slice when the scratch
+    is exactly that size, as the arena's is)."""
+    if workspace.numel() != nbytes:
+        workspace = workspace[:nbytes]
+    return workspace.view(dtype)
 
 
 def workspace_operand(workspace: object, nbytes: int, device: torch.device) -> torch.Tensor | None:

@@ -70,6 +70,7 @@ class WorkspaceArena:
         if int(nbytes) < 0:
             raise ContractError(f"nbytes: expected a size >= 0, got {nbytes}")
         self.device = torch.device(device)
+        self._on_cuda = self.device.type == "cuda"
         self.capacity = int(nbytes)
         # one spare alignment unit lets every region start on a 256-byte boundary
         self._buffer = torch.empty(self.capacity + ALIGNMENT, dtype=torch.uint8, device=self.device)
@@ -108,7 +109,7 @@ class WorkspaceArena:
         return self._buffer[self._base + start:self._base + end]
 
     def _wait_for_other_streams(self, start: int, end: int, stream) -> None:
-        if stream is None or self.device.type != "cuda":
+        if stream is None or not self._on_cuda:
             return
         keep = []
         for (lo, hi, prior) in self._last_use:

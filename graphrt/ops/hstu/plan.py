@@ -10,7 +10,7 @@ from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
 from ...validate import (dtype_name, require_disjoint, require_tensor, rows_operand, sm_count,
-                         vector_operand, workspace_operand)
+                         vector_operand, workspace_as, workspace_operand)
 from .philox import keep_threshold
 from .reference import hstu_lmsd_backward_reference, hstu_lmsd_forward_reference
 
@@ -290,7 +290,7 @@ class HstuLmsdBackward(Plan):
                     out.copy_(value)
             return
         from .kernels import launch_backward
-        partial = workspace[:self.workspace_bytes()].view(torch.float32)
+        partial = workspace_as(workspace, self.workspace_bytes(), torch.float32)
         with on_stream(stream):
             launch_backward(self.config, self.programs, dy, x, u, weight, bias, mean, rstd,
                             mask if self.p > 0 else None, dx, du, dweight, dbias, partial, rows,

@@ -10,7 +10,7 @@ from ...errors import ContractError, UnsupportedError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
 from ...validate import (dtype_name, require_aligned, require_disjoint, require_dtype,
-                         require_tensor, sm_count, workspace_operand)
+                         require_tensor, sm_count, workspace_as, workspace_operand)
 from .reference import mhc_projection_backward_reference
 
 MAX_N = 64
@@ -135,7 +135,7 @@ class MhcProjectionBackward(Plan):
             dweight.copy_(ref_dw)
             return
         from .kernels import launch_backward
-        partial = workspace[:self.workspace_bytes()].view(torch.float32)
+        partial = workspace_as(workspace, self.workspace_bytes(), torch.float32)
         with on_stream(stream):
             launch_backward(self.config, x, weight, grad_proj, grad_r, r, dx, dweight, partial,
                             rows)

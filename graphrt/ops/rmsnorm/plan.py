@@ -10,7 +10,7 @@ from ...errors import ContractError, UnsupportedError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
 from ...validate import (dtype_name, require_disjoint, require_tensor, rows_operand, sm_count,
-                         vector_operand, workspace_operand)
+                         vector_operand, workspace_as, workspace_operand)
 from .reference import rmsnorm_backward_reference, rmsnorm_forward_reference
 
 ACT_DTYPES = (torch.bfloat16,)
@@ -221,7 +221,7 @@ class RmsNormBackward(Plan):
             dw.copy_(ref_dw)
             return
         from .kernels import launch_backward
-        partial = workspace[:self.workspace_bytes()].view(torch.float32)
+        partial = workspace_as(workspace, self.workspace_bytes(), torch.float32)
         with on_stream(stream):
             launch_backward(self.config, self.n_programs, g, x, w, rstd, g_residual, dx, dw,
                             partial, rows, (sg, sx, sgr, sdx))
