@@ -67,6 +67,18 @@ def _seed_and_offset(SEED, OFFSET, seed_lo, seed_hi, off_lo, off_hi, FROM_TENSOR
 
 
 @triton.jit
+def _columns_and_affine(W, B, D: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr):
+    """Both kernels' prologue: the column range, its mask, and weight and bias as FP32, read
+    once the prior kernel's writes are visible."""
+    cols = tl.arange(0, BLOCK_D)
+    col_mask = cols < D
+    wait_for_prior_kernel(PDL)
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
+    return cols, col_mask, w, b
+
+
+@triton.jit
 def _drop(v, bits, BIT: tl.constexpr, SCALE: tl.constexpr, DROPOUT: tl.constexpr):
     if DROPOUT:
         return tl.where(((bits >> BIT) & 1) != 0, v * SCALE, 0.0)
@@ -204,11 +216,7 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
                      PDL: tl.constexpr, HARDWARE: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_D)
-    col_mask = cols < D
-    wait_for_prior_kernel(PDL)
-    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
+    cols, col_mask, w, b = _columns_and_affine(W, B, D, BLOCK_D, PDL)
     seed, offset = _seed_and_offset(SEED, OFFSET, seed_lo, seed_hi, off_lo, off_hi,
                                     SEED_FROM_TENSORS)
     SEGMENT_BITS: tl.constexpr = 1 | (2 if CONCAT_X else 0) | (4 if CONCAT_U else 0)
@@ -258,11 +266,7 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, n_rows,
                      NUM_STAGES: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_D)
-    col_mask = cols < D
-    wait_for_prior_kernel(PDL)
-    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
+    cols, col_mask, w, b = _columns_and_affine(W, B, D, BLOCK_D, PDL)
     acc_w = tl.zeros([BLOCK_ROWS, BLOCK_D], dtype=tl.float32)
     acc_b = tl.zeros([BLOCK_ROWS, BLOCK_D], dtype=tl.float32)
     first = pid.to(tl.int64) * BLOCK_ROWS
