@@ -3,7 +3,8 @@
 # Usage there: bash scripts/gpu_session.sh [tests|optests|sanitize|sweep|sweep_mhc|bench|mhc|lmsd|
 #                                          wgrad|proj|capture|ddp|plan_store|examples|profile|demo ...]
 # optests runs the GPU tests under $TEST_PATHS; sweep and sweep_mhc take $SWEEP_CASES; profile
-# runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS.
+# runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; stalls samples where the
+# warps of the kernels matching $PROFILE_KERNELS (a regex) wait, per SASS instruction.
 set -u
 python3 -m pip install -q --no-index --no-deps --upgrade --target .site .whl/*.whl
 export PYTHONPATH=$PWD:$PWD/.site PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT
@@ -38,6 +39,14 @@ for step in $steps; do
           --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
           python3 scripts/profile_kernels.py ${PROFILE_OPS:-} > "$OUT/ncu.txt" 2>&1
       echo "ncu rc=$?"; grep -E '^  [_a-z]|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy' "$OUT/ncu.txt" | head -80 ;;
+    stalls)
+      ncu --clock-control none --profile-from-start off --section WarpStateStats \
+          --section SourceCounters --import-source no -k "regex:${PROFILE_KERNELS:-.}" \
+          -o "$OUT/stalls" python3 scripts/profile_kernels.py ${PROFILE_OPS:-} > "$OUT/stalls.log" 2>&1
+      echo "ncu rc=$?"
+      ncu -i "$OUT/stalls.ncu-rep" --page raw --csv > "$OUT/stalls_raw.csv" 2>&1
+      ncu -i "$OUT/stalls.ncu-rep" --page source --csv --print-source sass > "$OUT/stalls_sass.csv" 2>&1
+      echo "source page rc=$? $(wc -c < "$OUT/stalls_sass.csv") bytes" ;;
     demo) python3 -m graphrt.cli demo 2>&1 | tee "$OUT/demo.log" | tail -22 ;;
   esac
 done

@@ -30,9 +30,11 @@ def _inputs(n, d, device="cpu", pad=0):
 def _check_against_reference(x, u, w, b, p, flags, seed=3, offset=7, runtime=None, pad=0):
     y, mean, rstd, mask = hstu_lmsd_forward(x, u, w, b, dropout_ratio=p, seed=seed,
                                             offset=offset, runtime=runtime, **flags)
-    ref_y, _, _, _ = hstu_lmsd_forward_reference(x, u, w, b, eps=1e-6, dropout_ratio=p, seed=seed,
-                                                 offset=offset, mask=mask, **flags)
+    ref_y, ref_mean, ref_rstd, _ = hstu_lmsd_forward_reference(
+        x, u, w, b, eps=1e-6, dropout_ratio=p, seed=seed, offset=offset, mask=mask, **flags)
     assert rel_l2(y, ref_y) < 1.5e-2
+    assert torch.allclose(mean, ref_mean, rtol=1e-4, atol=1e-5)
+    assert torch.allclose(rstd, ref_rstd, rtol=1e-4, atol=1e-5)
     segments = 1 + flags["concat_u"] + flags["concat_x"]
     dy_base = torch.randn(x.shape[0], segments * x.shape[1] + pad, dtype=BF16, device=x.device)
     dy = dy_base[:, :segments * x.shape[1]] if pad else dy_base

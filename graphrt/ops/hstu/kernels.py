@@ -34,12 +34,12 @@ class HstuConfig:
 
 def forward_config(d: int) -> HstuConfig:
     """Tiles of 2048 elements, 8 per thread. Programs per SM from sweeps on an H200
-    (bench/results/sweep_hstu-20261129-13*.txt): at D=256 three (all resident at 80
-    registers) beat four by 2% in two runs; at D=512 two, three and four were within 2%."""
+    (bench/results/sweep_hstu-20261129-14*.txt): three at D <= 256 (70 registers: all
+    resident), two above (92 registers; 115.8 us against 117.4 for four at D=512)."""
     block_d = triton.next_power_of_2(d)
     rows = max(1, 2048 // block_d)
     return HstuConfig(block_d, rows, max(8, min(16, block_d * rows // 256)),
-                      programs_per_sm=3 if block_d <= 256 else 4, num_stages=3)
+                      programs_per_sm=3 if block_d <= 256 else 2, num_stages=3)
 
 
 def backward_config(d: int) -> HstuConfig:
@@ -76,6 +76,47 @@ def _columns_and_affine(W, B, D: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.co
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
     return cols, col_mask, w, b
+
+
+@triton.jit
+def _load_bf16_pairs(BASE, rows, stride, row_mask, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                     BLOCK_ROWS: tl.constexpr):
+    """A [BLOCK_ROWS, BLOCK_D] tile of BF16 as FP32, read as 32-bit pairs: widening is then one
+    shift or one AND per value, where the compiler's conversion takes two for odd columns."""
+    pair_cols = tl.arange(0, BLOCK_D // 2)
+    # row strides are multiples of 8 elements, so of 4 pairs
+    offsets = tl.multiple_of(rows * (stride // 2), 4)[:, None] + pair_cols[None, :]
+    pairs = tl.load(BASE.to(tl.pointer_type(tl.int32), bitcast=True) + offsets,
+                    mask=row_mask[:, None] & (pair_cols < D // 2)[None, :], other=0)
+    low = (pairs << 16).to(tl.float32, bitcast=True)
+    high = (pairs & -65536).to(tl.float32, bitcast=True)
+    return tl.reshape(tl.join(low, high), [BLOCK_ROWS, BLOCK_D])
+
+
+@triton.jit
+def _store_row_stats(MEAN, RSTD, rows, row_mask, mean, rstd, cols, BLOCK_D: tl.constexpr,
+                     HARDWARE: tl.constexpr):
+    """Stores mean and rstd [ROWS] from the thread that holds column 0 of each row: tl.store
+    would first move them to a layout of their own, through shared memory and three barriers
+    per tile."""
+    if HARDWARE:
+        shape: tl.constexpr = [rows.shape[0], BLOCK_D]
+        first = ((cols[None, :] == 0) & row_mask[:, None]).to(tl.int32)
+        # pack=8: one call per run of eight columns, decided by the run's first element
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $16, 0; @p st.global.b32 [$8], $24; "
+            "@p st.global.b32 [$32], $40; mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0; "
+            "mov.b32 $3, 0; mov.b32 $4, 0; mov.b32 $5, 0; mov.b32 $6, 0; mov.b32 $7, 0; }",
+            "=r,=r,=r,=r,=r,=r,=r,=r,l,l,l,l,l,l,l,l,r,r,r,r,r,r,r,r,f,f,f,f,f,f,f,f,"
+            "l,l,l,l,l,l,l,l,f,f,f,f,f,f,f,f",
+            [tl.broadcast_to((MEAN + rows).to(tl.int64)[:, None], shape), first,
+             tl.broadcast_to(mean[:, None], shape),
+             tl.broadcast_to((RSTD + rows).to(tl.int64)[:, None], shape),
+             tl.broadcast_to(rstd[:, None], shape)],
+            dtype=tl.int32, is_pure=False, pack=8)
+    else:
+        tl.store(MEAN + rows, mean, mask=row_mask)
+        tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit
@@ -225,11 +266,11 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
         rows = r0 + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(X + row_offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        u = tl.load(U + row_offsets(rows, stride_u) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = _load_bf16_pairs(X, rows, stride_x, row_mask, D, BLOCK_D, BLOCK_ROWS)
+        u = _load_bf16_pairs(U, rows, stride_u, row_mask, D, BLOCK_D, BLOCK_ROWS)
         mean = tl.sum(x, axis=1) / D
         var = tl.maximum(tl.sum(x * x, axis=1) / D - mean * mean, 0.0)
-        rstd = 1.0 / tl.sqrt(var + eps)
+        rstd = tl.math.rsqrt(var + eps)
         xhat = (x - mean[:, None]) * rstd[:, None]
         if SILU:
             a = u * sigmoid(u, HARDWARE)
@@ -251,8 +292,7 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
             tl.store(y_row + segment * D, y_x.to(Y.dtype.element_ty), mask=mask)
             segment += 1
         tl.store(y_row + segment * D, y_l.to(Y.dtype.element_ty), mask=mask)
-        tl.store(MEAN + rows, mean, mask=row_mask)
-        tl.store(RSTD + rows, rstd, mask=row_mask)
+        _store_row_stats(MEAN, RSTD, rows, row_mask, mean, rstd, cols, BLOCK_D, HARDWARE)
     allow_dependent_launch(PDL)
 
 
