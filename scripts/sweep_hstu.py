@@ -1,8 +1,8 @@
 """Sweep HSTU LMSD kernel configs on the GPU (concat_u, concat_x, SiLU, p = 0.1), each run
 checked against the default config's outputs before it is timed (device machine).
 
-Usage: python3 scripts/sweep_hstu.py [fwd,bwd]; SWEEP_HSTU_FORWARD="rows,warps,per_sm,stages;..."
-(rows as multiples of the default tile's rows) replaces the forward configs."""
+Usage: python3 scripts/sweep_hstu.py [fwd,bwd]; SWEEP_HSTU_FORWARD="rows,warps,per_sm,stages[,max
+registers];..." replaces the forward configs (rows: rows per tile, or 0 for the default tile's)."""
 import itertools
 import os
 import sys
@@ -52,7 +52,7 @@ def main():
             if os.environ.get("SWEEP_HSTU_FORWARD"):   # rows,warps,per_sm,stages[,max registers]
                 configs = [tuple(int(v) for v in c.split(",")) + (0,) for c in
                            os.environ["SWEEP_HSTU_FORWARD"].split(";") if c]
-                configs = [(c[0] * 2048 // bd,) + c[1:5] for c in configs]
+                configs = [(c[0] or 2048 // bd,) + c[1:5] for c in configs]
             for r, warps, per_sm, stages, regs in configs:
                 cfg = HstuConfig(bd, r, warps, per_sm, stages, regs or None)
                 y.fill_(float("nan"))

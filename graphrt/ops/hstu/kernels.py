@@ -33,13 +33,22 @@ class HstuConfig:
 
 
 def forward_config(d: int) -> HstuConfig:
-    """Tiles of 2048 elements, 8 per thread. Programs per SM from sweeps on an H200
-    (bench/results/sweep_hstu-20261129-14*.txt): three at D <= 256 (70 registers: all
-    resident), two above (92 registers; 115.8 us against 117.4 for four at D=512)."""
+    """8 values per thread. From sweeps on an H200 (bench/results/sweep_hstu-20261129-14*.txt):
+    - D <= 256: tiles of 2048 elements, 8 warps, three programs per SM (70 registers: all
+      resident), 4 stages; at D=256 a cap of 80 registers measured 1-2% faster in three sweeps
+      (51.9 us against 53.7 with 4 stages);
+    - D=512: tiles of two rows, 4 warps, five per SM, 4 stages (104.7 us against 117.1 for
+      four-row tiles of 8 warps: a row's two warps wait at the barriers for each other only);
+    - larger D: not swept."""
     block_d = triton.next_power_of_2(d)
+    if block_d == 512:
+        return HstuConfig(block_d, 2, 4, programs_per_sm=5, num_stages=4)
     rows = max(1, 2048 // block_d)
-    return HstuConfig(block_d, rows, max(8, min(16, block_d * rows // 256)),
-                      programs_per_sm=3 if block_d <= 256 else 2, num_stages=3)
+    if block_d <= 256:
+        return HstuConfig(block_d, rows, 8, programs_per_sm=3, num_stages=4,
+                          max_registers=80 if block_d == 256 else None)
+    return HstuConfig(block_d, rows, max(8, min(16, block_d * rows // 256)), programs_per_sm=2,
+                      num_stages=3)
 
 
 def backward_config(d: int) -> HstuConfig:
@@ -117,6 +126,11 @@ def _store_row_stats(MEAN, RSTD, rows, row_mask, mean, rstd, cols, BLOCK_D: tl.c
     else:
         tl.store(MEAN + rows, mean, mask=row_mask)
         tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def _add_pair(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
 
 
 @triton.jit
@@ -268,8 +282,9 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
         mask = row_mask[:, None] & col_mask[None, :]
         x = _load_bf16_pairs(X, rows, stride_x, row_mask, D, BLOCK_D, BLOCK_ROWS)
         u = _load_bf16_pairs(U, rows, stride_u, row_mask, D, BLOCK_D, BLOCK_ROWS)
-        mean = tl.sum(x, axis=1) / D
-        var = tl.maximum(tl.sum(x * x, axis=1) / D - mean * mean, 0.0)
+        s1, s2 = tl.reduce((x, x * x), 1, _add_pair)
+        mean = s1 / D
+        var = tl.maximum(s2 / D - mean * mean, 0.0)
         rstd = tl.math.rsqrt(var + eps)
         xhat = (x - mean[:, None]) * rstd[:, None]
         if SILU:
