@@ -2,7 +2,9 @@
 reference (and for bitwise repeatability) before it is timed.
 
 Usage: python3 scripts/sweep_mhc.py [T K ...]   (default: 4096 20480 16384 28672)
+SWEEP_MHC="rows,columns,warps,stages,groups;..." replaces the configs (groups 0: the default).
 """
+import os
 import sys
 
 import torch
@@ -29,26 +31,31 @@ def sweep(t: int, k: int, sms: int) -> None:
     floor = (2 * t * k * 2) / 4.25e12 * 1e6
     default = mhc_config(k, N, sms)
     print(f"T={t} K={k}: default groups {default.groups}", flush=True)
-    for bt, bk, warps, stages, max_regs in TILES:
-        for groups in sorted(set(GROUPS + [default.groups])):
-            cfg = MhcConfig(bt, bk, groups, warps, stages, max_regs)
-            part = torch.empty(groups * N * k, device="cuda")
-            try:
-                dx.fill_(float("nan")), dw.fill_(float("nan"))
-                launch_backward(cfg, *sets[0], dx, dw, part, t)
-                first = (dx.clone(), dw.clone())
-                launch_backward(cfg, *sets[0], dx, dw, part, t)
-                ok_rep = torch.equal(first[0], dx) and torch.equal(first[1], dw)
-                err = max(((dx.double() - ref_dx).norm() / ref_dx.norm()).item(),
-                          ((dw.double() - ref_dw).norm() / ref_dw.norm()).item())
-                us = stream_time_us(rotating(lambda *a: launch_backward(cfg, *a, dx, dw, part, t),
-                                             sets))
-                print(f"  bt={bt} bk={bk} warps={warps} stages={stages} regs<={max_regs} groups={groups}: "
-                      f"{us:.1f} us ({floor / us:.2f} of floor) rel_err={err:.1e} "
-                      f"repeat_bitwise={ok_rep}", flush=True)
-            except Exception as e:  # out of resources and the like
-                print(f"  bt={bt} bk={bk} warps={warps} stages={stages} groups={groups}: failed "
-                      f"{type(e).__name__}: {e}"[:200], flush=True)
+    configs = [(bt, bk, warps, stages, regs, groups) for bt, bk, warps, stages, regs in TILES
+               for groups in sorted(set(GROUPS + [default.groups]))]
+    if os.environ.get("SWEEP_MHC"):
+        configs = [(bt, bk, warps, stages, None, groups or default.groups)
+                   for bt, bk, warps, stages, groups in
+                   (map(int, c.split(",")) for c in os.environ["SWEEP_MHC"].split(";"))]
+    for bt, bk, warps, stages, max_regs, groups in configs:
+        cfg = MhcConfig(bt, bk, groups, warps, stages, max_regs)
+        part = torch.empty(groups * N * k, device="cuda")
+        try:
+            dx.fill_(float("nan")), dw.fill_(float("nan"))
+            launch_backward(cfg, *sets[0], dx, dw, part, t)
+            first = (dx.clone(), dw.clone())
+            launch_backward(cfg, *sets[0], dx, dw, part, t)
+            ok_rep = torch.equal(first[0], dx) and torch.equal(first[1], dw)
+            err = max(((dx.double() - ref_dx).norm() / ref_dx.norm()).item(),
+                      ((dw.double() - ref_dw).norm() / ref_dw.norm()).item())
+            us = stream_time_us(rotating(lambda *a: launch_backward(cfg, *a, dx, dw, part, t),
+                                         sets))
+            print(f"  bt={bt} bk={bk} warps={warps} stages={stages} regs<={max_regs} groups={groups}: "
+                  f"{us:.1f} us ({floor / us:.2f} of floor) rel_err={err:.1e} "
+                  f"repeat_bitwise={ok_rep}", flush=True)
+        except Exception as e:  # out of resources and the like
+            print(f"  bt={bt} bk={bk} warps={warps} stages={stages} groups={groups}: failed "
+                  f"{type(e).__name__}: {e}"[:200], flush=True)
     del sets
     torch.cuda.empty_cache()
 

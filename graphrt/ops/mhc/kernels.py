@@ -92,7 +92,8 @@ def _mhc_bwd_kernel(X_DESC, DX_DESC, P_DESC, GP, W, GR, R, PARTIAL, n_rows,
     w = tl.load(W + ns[:, None] * K + cols[None, :], mask=n_mask[:, None] & col_mask[None, :],
                 other=0.0)
     w_hi, w_lo = _split_bf16(w)
-    acc = tl.zeros([BLOCK_K, N_BLOCK], dtype=tl.float32)  # dweight^T of this program's rows
+    # dweight^T of this program's rows: x^T p_hi in the first N_BLOCK columns, x^T p_lo after
+    acc = tl.zeros([BLOCK_K, 2 * N_BLOCK], dtype=tl.float32)
     for t0 in tl.range(group * BLOCK_T, n_rows, tl.num_programs(1) * BLOCK_T,
                        num_stages=NUM_STAGES):
         rows = t0 + tl.arange(0, BLOCK_T)
@@ -110,10 +111,12 @@ def _mhc_bwd_kernel(X_DESC, DX_DESC, P_DESC, GP, W, GR, R, PARTIAL, n_rows,
         pw = mma(p_hi, w_hi, DOT_FP32) + mma(p_hi, w_lo, DOT_FP32) + mma(p_lo, w_hi, DOT_FP32)
         dx = pw + rms_term[:, None] * x.to(tl.float32)
         DX_DESC.store([t0, k0], dx.to(tl.bfloat16))
-        x_t = tl.trans(x)
-        acc += mma(x_t, p_hi, DOT_FP32)
-        acc += mma(x_t, p_lo, DOT_FP32)
+        # one product for both halves: x is read from shared memory once, not twice
+        p_both = tl.reshape(tl.permute(tl.join(p_hi, p_lo), (0, 2, 1)), [BLOCK_T, 2 * N_BLOCK])
+        acc += mma(tl.trans(x), p_both, DOT_FP32)
     allow_dependent_launch(PDL)
+    acc_hi, acc_lo = tl.split(tl.permute(tl.reshape(acc, [BLOCK_K, 2, N_BLOCK]), (0, 2, 1)))
+    acc = acc_hi + acc_lo
     partial = PARTIAL + group.to(tl.int64) * (N * K)
     tl.store(partial + ns[None, :] * K + cols[:, None], acc,
              mask=n_mask[None, :] & col_mask[:, None])
