@@ -33,12 +33,13 @@ class HstuConfig:
 
 
 def forward_config(d: int) -> HstuConfig:
-    """8 values per thread. From sweeps on an H200 (bench/results/sweep_hstu-20261129-14*.txt):
+    """8 values per thread. From sweeps on an H200 (NOTES.md, HSTU v6):
     - D <= 256: tiles of 2048 elements, 8 warps, three programs per SM (70 registers: all
-      resident), 4 stages; at D=256 a cap of 80 registers measured 1-2% faster in three sweeps
-      (51.9 us against 53.7 with 4 stages);
-    - D=512: tiles of two rows, 4 warps, five per SM, 4 stages (104.7 us against 117.1 for
-      four-row tiles of 8 warps: a row's two warps wait at the barriers for each other only);
+      resident), 4 stages. At D=256 a cap of 80 registers measured 1-2% faster in three sweeps
+      (with 4 stages 51.9 us; uncapped with 3 stages 53.7);
+    - D=512: tiles of two rows, 4 warps, five per SM, 4 stages (104.7 us; 3 stages 106.4; tiles
+      of four rows on 8 warps 117.1: a row's two warps now wait at the barriers for each other
+      only);
     - larger D: not swept."""
     block_d = triton.next_power_of_2(d)
     if block_d == 512:
