@@ -30,13 +30,10 @@ def require_dtype(name: str, t: torch.Tensor, allowed: Iterable[torch.dtype]) ->
         raise ContractError(f"{name}: expected dtype {want}, got {dtype_name(t.dtype)}")
 
 
-
-
 def require_aligned(name: str, t: torch.Tensor, align: int = ALIGN_BYTES) -> None:
     if t.numel() and t.data_ptr() % align:
         raise ContractError(f"{name}: data pointer must be {align}-byte aligned, "
                             f"got address {t.data_ptr():#x}")
-
 
 
 def row_layout(name: str, t: torch.Tensor, hidden: int | None = None) -> tuple[int, int]:
@@ -121,7 +118,6 @@ def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-
 def rows_operand(name: str, t: object, dtypes: Iterable[torch.dtype], hidden: int,
                  rows: int | None = None, device: torch.device | None = None) -> int:
     """Run-time check of a [..., hidden] operand read or written in rows; returns its row stride."""
@@ -147,6 +143,21 @@ def vector_operand(name: str, t: object, dtypes: Iterable[torch.dtype], length: 
         raise ContractError(f"{name}: expected {length} contiguous elements, got shape "
                             f"{tuple(t.shape)} with strides {t.stride()}")
     require_aligned(name, t, t.element_size())
+    return t
+
+
+def compact_operand(name: str, t: object, dtypes: Iterable[torch.dtype], shape: tuple,
+                    device: torch.device) -> torch.Tensor:
+    """Run-time check of a compact row-major operand of a fixed shape, any rank."""
+    t = require_tensor(name, t)
+    require_dtype(name, t, dtypes)
+    if t.device != device:
+        raise ContractError(f"{name}: expected device {device}, got {t.device}")
+    if tuple(t.shape) != tuple(shape):
+        raise ContractError(f"{name}: expected shape {tuple(shape)}, got {tuple(t.shape)}")
+    if not t.is_contiguous():
+        raise ContractError(f"{name}: expected a compact row-major tensor, got strides {t.stride()}")
+    require_aligned(name, t)
     return t
 
 

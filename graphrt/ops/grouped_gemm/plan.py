@@ -9,8 +9,8 @@ from ...contract import Contract, TensorSpec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import is_capturing, on_stream
-from ...validate import (dtype_name, require_aligned, require_disjoint, require_tensor,
-                         vector_operand)
+from ...validate import (compact_operand, dtype_name, require_aligned, require_disjoint,
+                         require_tensor, vector_operand)
 from .reference import grouped_gemm_wgrad_reference
 
 OUTPUT_MODES = ("dense", "discrete")
@@ -166,14 +166,8 @@ class GroupedGemmWgrad(Plan):
             wgrad_ptrs = vector_operand("wgrad_ptrs", wgrad_ptrs, (torch.int64,), self.experts,
                                         device)
         if wgrad is not None or not discrete:
-            wgrad = require_tensor("wgrad", wgrad)
-            shape = (self.experts, self.hidden, self.inter)
-            if wgrad.dtype != out_dtype or tuple(wgrad.shape) != shape or not wgrad.is_contiguous() \
-                    or wgrad.device != device:
-                raise ContractError(f"wgrad: expected a contiguous {dtype_name(out_dtype)} {shape} "
-                                    f"tensor on {device}, got {dtype_name(wgrad.dtype)} "
-                                    f"{tuple(wgrad.shape)} on {wgrad.device}")
-            require_aligned("wgrad", wgrad)
+            wgrad = compact_operand("wgrad", wgrad, (out_dtype,),
+                                    (self.experts, self.hidden, self.inter), device)
         if _validate_on_host() and not is_capturing(device):
             self._check_offsets_on_host(offsets, tokens_sum)
             if discrete:

@@ -9,8 +9,8 @@ from ...contract import Contract, compact_spec
 from ...errors import ContractError, UnsupportedError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import (dtype_name, require_aligned, require_disjoint, require_dtype,
-                         require_tensor, sm_count, workspace_as, workspace_operand)
+from ...validate import (compact_operand, dtype_name, require_disjoint, require_tensor,
+                         sm_count, workspace_as, workspace_operand)
 from .reference import mhc_projection_backward_reference
 
 MAX_N = 64
@@ -115,16 +115,7 @@ class MhcProjectionBackward(Plan):
                     "dweight": (self.n, self.k)}
         dtypes = {**_DTYPES, "dx": torch.bfloat16, "dweight": torch.float32}
         for name, t in {**inputs, "dx": dx, "dweight": dweight}.items():
-            t = require_tensor(name, t)
-            require_dtype(name, t, (dtypes[name],))
-            if t.device != device:
-                raise ContractError(f"{name}: expected device {device}, got {t.device}")
-            if tuple(t.shape) != expected[name]:
-                raise ContractError(f"{name}: expected shape {expected[name]}, got {tuple(t.shape)}")
-            if not t.is_contiguous():
-                raise ContractError(f"{name}: expected a compact row-major tensor, got strides "
-                                    f"{t.stride()}")
-            require_aligned(name, t)
+            compact_operand(name, t, (dtypes[name],), expected[name], device)
         require_disjoint({"r": r}, {"grad_r": grad_r})
         workspace = workspace_operand(workspace, self.workspace_bytes(), device)
         require_disjoint({"dx": dx, "dweight": dweight, "workspace": workspace}, inputs)

@@ -10,13 +10,12 @@ from ...contract import Contract, compact_spec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import (dtype_name, require_aligned, require_disjoint, require_tensor,
+from ...validate import (compact_operand, dtype_name, require_disjoint, require_tensor,
                          workspace_operand)
 from .reference import FP8, gemm_proj_rope_mxfp8_reference
 
 BF16 = torch.bfloat16
 X_CHUNK = 4096   # tokens of x dequantized per step on the MXFP8 path (a multiple of 32)
-
 
 
 class GemmProjRopeMxfp8(Plan):
@@ -162,13 +161,7 @@ class GemmProjRopeMxfp8(Plan):
                  "out_fp8_row": out_fp8_row, "out_scales_row": out_scales_row,
                  "out_fp8_col": out_fp8_col, "out_scales_col": out_scales_col}
         for name, (shape, dtype) in expected.items():
-            tensor = require_tensor(name, given[name])
-            if tuple(tensor.shape) != shape or tensor.dtype != dtype or not tensor.is_contiguous() \
-                    or tensor.device != device:
-                raise ContractError(f"{name}: expected a contiguous {dtype_name(dtype)} {shape} tensor on "
-                                    f"{device}, got {dtype_name(tensor.dtype)} {tuple(tensor.shape)} on "
-                                    f"{tensor.device}")
-            require_aligned(name, tensor)
+            compact_operand(name, given[name], (dtype,), shape, device)
         workspace = workspace_operand(workspace, self.workspace_bytes(), device)
         outputs = {n: given[n] for n in self.output_names}
         require_disjoint(outputs, {n: given[n] for n in ("x", "w", "cos", "sin", "x_scale", "w_scale")})
