@@ -146,7 +146,7 @@ def _forward_errors(device):
         (dict(seed=torch.zeros(2, dtype=torch.int64, device=device)), "seed: expected a one-element"),
         (dict(offset="7"), "offset: expected an int"),
         (dict(y=x), "y: expected shape|y: expected last dim"),
-        (dict(mask=torch.zeros(6, 16, dtype=torch.uint8, device=device)), "mask: expected a contiguous int8"),
+        (dict(mask=torch.zeros(6, 16, dtype=torch.uint8, device=device)), "mask: expected dtype int8, got uint8"),
     ]
     for over, pattern in cases:
         args = dict(x=x, u=u, weight=w, bias=b, dropout_ratio=0.2, y=y, mean=mean, rstd=rstd, mask=mask)
@@ -169,6 +169,7 @@ def test_backward_errors_write_nothing_cpu():
     before = snapshot(dx)
     for dy, m, pattern in [(torch.randn(6, 32, dtype=BF16), mask, "dy: expected 3 segments"),
                            (torch.randn(6, 48, dtype=BF16), None, "mask: expected"),
+                           (torch.randn(6, 48, dtype=BF16), mask.to("meta"), "mask: expected device"),
                            (torch.randn(6, 48), mask, "dy: expected dtype bfloat16")]:
         with pytest.raises(ContractError, match=pattern):
             hstu_lmsd_backward(dy, x, u, w, b, mean, rstd, m, dx=dx, **flags)

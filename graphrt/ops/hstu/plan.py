@@ -9,8 +9,9 @@ from ...contract import Contract, check_row_spec, row_spec, vector_spec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import (dtype_name, require_disjoint, require_tensor, rows_operand, sm_count,
-                         vector_operand, workspace_as, workspace_operand)
+from ...validate import (compact_operand, dtype_name, require_disjoint, require_tensor,
+                         rows_operand, sm_count, vector_operand, workspace_as,
+                         workspace_operand)
 from .philox import keep_threshold
 from .reference import hstu_lmsd_backward_reference, hstu_lmsd_forward_reference
 
@@ -147,11 +148,7 @@ class HstuLmsdForward(Plan):
         vector_operand("mean", mean, (torch.float32,), rows, device)
         vector_operand("rstd", rstd, (torch.float32,), rows, device)
         if self.p > 0:
-            mask = require_tensor("mask", mask)
-            if mask.dtype != torch.int8 or tuple(mask.shape) != (rows, d) or not mask.is_contiguous() \
-                    or mask.device != device:
-                raise ContractError(f"mask: expected a contiguous int8 [{rows}, {d}] tensor on "
-                                    f"{device}, got {dtype_name(mask.dtype)} {tuple(mask.shape)}")
+            mask = compact_operand("mask", mask, (torch.int8,), (rows, d), device)
             seed = _rng_value("seed", seed, device)
             offset = _rng_value("offset", offset, device)
             if isinstance(seed, torch.Tensor) != isinstance(offset, torch.Tensor) or \
@@ -262,10 +259,7 @@ class HstuLmsdBackward(Plan):
         vector_operand("mean", mean, (torch.float32,), rows, device)
         vector_operand("rstd", rstd, (torch.float32,), rows, device)
         if self.p > 0:
-            mask = require_tensor("mask", mask)
-            if mask.dtype != torch.int8 or tuple(mask.shape) != (rows, d) or not mask.is_contiguous():
-                raise ContractError(f"mask: expected a contiguous int8 [{rows}, {d}] tensor, got "
-                                    f"{dtype_name(mask.dtype)} {tuple(mask.shape)}")
+            mask = compact_operand("mask", mask, (torch.int8,), (rows, d), device)
         elif mask is not None:
             raise ContractError("mask: dropout_ratio is 0, so there is no mask; pass None")
         sdx = rows_operand("dx", dx, (BF16,), d, rows, device)
