@@ -4,7 +4,7 @@ same byte counts instead (a size-matched ceiling for the short kernels); with --
 call back to back on the same inputs (for A/B runs, e.g. with and without GRAPHRT_PDL=0).
 
 Usage: python3 scripts/profile_kernels.py [--copies | --time] [op ...]
-(ops: rmsnorm mhc lmsd proj)
+(ops: rmsnorm mhc lmsd proj gemm; gemm is cuBLAS's x @ W^T at the proj shape, a peer)
 """
 import sys
 
@@ -52,6 +52,9 @@ def calls():
         xp, wp = bf16(4096, 1536), bf16(128 * 192, 1536)
         cs = bf16(4096, 64)
         out.append(("proj bf16 4096x1536x128h", lambda: graphrt.ops.gemm_proj_rope_mxfp8(xp, wp, cs, cs)))
+    if "gemm" in ops:
+        xg, wg = bf16(4096, 1536), bf16(128 * 192, 1536)
+        out.append(("cuBLAS gemm 4096x1536x24576", lambda: xg @ wg.t()))
     return out
 
 

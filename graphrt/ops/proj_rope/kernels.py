@@ -86,10 +86,12 @@ def _e4m3_decode(code):
 
 @triton.jit
 def _e4m3_bytes(q, HW_CVT: tl.constexpr):
-    """uint8 E4M3 codes of values within [-448, 448], nearest even."""
+    """uint8 E4M3 codes of values already scaled by their block's 2^-e, nearest even. Finite
+    values are then within [-448, 448]; an infinity saturates to +-448 (the hardware conversion
+    is satfinite, so only the integer path needs the clamp)."""
     if HW_CVT:
         return q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-    return _e4m3_codes(q)
+    return _e4m3_codes(tl.minimum(tl.maximum(q, -448.0), 448.0))
 
 
 @triton.jit(do_not_specialize=["tokens"])
@@ -140,12 +142,12 @@ def _proj_rope_block_kernel(X, W, COS, SIN, ROW, ROW_S, COL, COL_S, tokens,
     feature = (head * D + c).to(tl.int64)
     # rowwise: the 32 features of each token are one block
     e_row = _block_exponent(tl.max(tl.abs(y), axis=1))
-    q_row = tl.minimum(tl.maximum(y * _pow2(-e_row)[:, None], -448.0), 448.0)
+    q_row = y * _pow2(-e_row)[:, None]
     tl.store(ROW + t[:, None] * N_TOTAL + feature[None, :], _e4m3_bytes(q_row, HW_CVT))
     tl.store(ROW_S + t * (N_TOTAL // 32) + head * (D // 32) + block, (e_row + 127).to(tl.uint8))
     # columnwise: the 32 tokens of each feature are one block
     e_col = _block_exponent(tl.max(tl.abs(y), axis=0))
-    q_col = tl.minimum(tl.maximum(y * _pow2(-e_col)[None, :], -448.0), 448.0)
+    q_col = y * _pow2(-e_col)[None, :]
     tl.store(COL + t[:, None] * N_TOTAL + feature[None, :], _e4m3_bytes(q_col, HW_CVT))
     tl.store(COL_S + tl.program_id(0).to(tl.int64) * N_TOTAL + feature, (e_col + 127).to(tl.uint8))
 
@@ -161,7 +163,7 @@ def _quantize_store(y, t, t_block, feature0, ROW, ROW_S, COL, COL_S, tokens,
     e_row = _block_exponent(tl.max(tl.reshape(a, [BLOCK_M, WIDTH // 32, 32]), axis=2))
     s_row = tl.reshape(tl.broadcast_to(_pow2(-e_row)[:, :, None], [BLOCK_M, WIDTH // 32, 32]),
                        [BLOCK_M, WIDTH])
-    q = tl.minimum(tl.maximum(y * s_row, -448.0), 448.0)
+    q = y * s_row
     tl.store(ROW + t[:, None] * N_TOTAL + f[None, :], _e4m3_bytes(q, HW_CVT), mask=t_ok)
     j = tl.arange(0, WIDTH // 32)
     tl.store(ROW_S + t[:, None] * (N_TOTAL // 32) + (feature0 // 32 + j)[None, :],
@@ -169,7 +171,7 @@ def _quantize_store(y, t, t_block, feature0, ROW, ROW_S, COL, COL_S, tokens,
     e_col = _block_exponent(tl.max(tl.reshape(a, [BLOCK_M // 32, 32, WIDTH]), axis=1))
     s_col = tl.reshape(tl.broadcast_to(_pow2(-e_col)[:, None, :], [BLOCK_M // 32, 32, WIDTH]),
                        [BLOCK_M, WIDTH])
-    q = tl.minimum(tl.maximum(y * s_col, -448.0), 448.0)
+    q = y * s_col
     tl.store(COL + t[:, None] * N_TOTAL + f[None, :], _e4m3_bytes(q, HW_CVT), mask=t_ok)
     tb = t_block.to(tl.int64) * (BLOCK_M // 32) + tl.arange(0, BLOCK_M // 32)
     tl.store(COL_S + tb[:, None] * N_TOTAL + f[None, :], (e_col + 127).to(tl.uint8),

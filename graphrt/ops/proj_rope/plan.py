@@ -18,6 +18,15 @@ BF16 = torch.bfloat16
 X_CHUNK = 4096   # tokens of x dequantized per step on the MXFP8 path (a multiple of 32)
 
 
+def _fits_ws_kernel(k: int, nope: int, rope: int, capability) -> bool:
+    """Whether the warp-specialized Gluon kernel takes this shape (imported only then: Gluon
+    needs a CUDA build of Triton)."""
+    if capability is None or capability[0] != 9:
+        return False
+    from .kernels_ws import fits_ws_kernel
+    return fits_ws_kernel(k, nope, rope, capability)
+
+
 class GemmProjRopeMxfp8(Plan):
     """out = MXFP8(RoPE(x @ W)) in both directions: rowwise blocks of 32 along head_dim and
     columnwise blocks of 32 along tokens, quantized from the FP32 values. The path follows x's
@@ -107,11 +116,16 @@ class GemmProjRopeMxfp8(Plan):
             c = self.contract
             nope, rope = c.flag("qk_nope_dim"), c.flag("qk_rope_dim")
             self.dot_fp32 = c.device_type != "cuda"
+            kw = dict(k=self.k, heads=self.heads, nope=nope, rope=rope, w_out_in=c.flag("w_out_in"))
+            if not self.dot_fp32 and _fits_ws_kernel(self.k, nope, rope, c.capability):
+                from .kernels_ws import WS_CONFIG, launch_ws
+                self.config = WS_CONFIG
+                self._gemm = partial(launch_ws, WS_CONFIG, **kw)
+                return
             if fits_head_kernel(self.k, nope, rope):
                 self.config = head_config(self.dot_fp32)
             gemm = partial(launch_head, self.config) if self.config else launch_block
-            self._gemm = partial(gemm, k=self.k, heads=self.heads, nope=nope, rope=rope,
-                                 w_out_in=c.flag("w_out_in"), dot_fp32=self.dot_fp32)
+            self._gemm = partial(gemm, dot_fp32=self.dot_fp32, **kw)
 
     def workspace_bytes(self) -> int:
         """MXFP8 path: BF16 copies of W and of X_CHUNK tokens of x."""
@@ -120,7 +134,9 @@ class GemmProjRopeMxfp8(Plan):
         return align_up(self.n_total * self.k * 2) + X_CHUNK * self.k * 2
 
     def describe(self) -> dict:
-        kernel = "head" if getattr(self, "config", None) else "block (32 x 32 per program)"
+        config = getattr(self, "config", None)
+        kernel = ("warp-specialized (Gluon)" if type(config).__name__ == "WsConfig" else
+                  "head" if config else "block (32 x 32 per program)")
         return {**super().describe(), "kernel": kernel if self.backend == "triton" else None,
                 "config": getattr(self, "config", None)}
 
