@@ -11,6 +11,8 @@ import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
 
 from graphrt import reduction
 from graphrt.capture import random as capture_random
@@ -18,16 +20,18 @@ from graphrt.ops.grouped_gemm import kernels as wgrad
 from graphrt.ops.hstu import kernels as hstu
 from graphrt.ops.mhc import kernels as mhc
 from graphrt.ops.proj_rope import kernels as proj
+from graphrt.ops.proj_rope import kernels_ws as proj_ws
 from graphrt.ops.rmsnorm import kernels as rms
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 
 
-def check(name, fn, signature, constexprs, num_warps=4, maxnreg=None):
+def check(name, fn, signature, constexprs, num_warps=4, maxnreg=None, gluon=False):
     attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values())
              if t.startswith("*")}
-    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    source = GluonASTSource if gluon else triton.compiler.ASTSource
+    src = source(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     try:
         k = triton.compile(src, target=TARGET, options={"num_warps": num_warps, "maxnreg": maxnreg})
     except Exception as err:  # report and go on
@@ -141,6 +145,19 @@ def main():
             NUM_STAGES=c),
             dict(K=1536, HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, HW_CVT=True,
                  DOT_FP32=False, BLOCK_M=64, BLOCK_K=64, NUM_STAGES=3), num_warps=4)
+        def gluon_desc(block):
+            layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+            return f"tensordesc<bf16[{block[0]},{block[1]}],{layout!r}>"
+        w_blocks = ([128, 64], [64, 64]) if w_out_in else ([64, 128], [64, 64])
+        cfg = proj_ws.WS_CONFIG
+        ok &= check(f"proj warp-specialized w_out_in={w_out_in}", proj_ws._proj_rope_ws_kernel, sig(
+            x_desc=gluon_desc([128, 64]), wn_desc=gluon_desc(w_blocks[0]),
+            wr_desc=gluon_desc(w_blocks[1]), COS="*bf16", SIN="*bf16", ROW="*u8", ROW_S="*u8",
+            COL="*u8", COL_S="*u8", tokens="i32", HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, STAGES=c,
+            MMA_REGS=c, EPILOGUE_REGS=c, num_warps=c),
+            dict(HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, STAGES=cfg.stages,
+                 MMA_REGS=cfg.mma_regs, EPILOGUE_REGS=cfg.epilogue_regs, num_warps=4),
+            num_warps=4, maxnreg=cfg.max_regs, gluon=True)
     for along_cols in (True, False):
         ok &= check(f"mxfp8 dequant blocks_along_cols={along_cols}", proj._mxfp8_dequant_kernel,
                     sig(CODES="*u8", SCALES="*u8", OUT="*bf16", rows="i32", COLS=c,

@@ -162,6 +162,39 @@ def test_gpu_matches_reference(seed, tokens, w_out_in, mx):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("nope,rope", [(64, 64), (128, 32), (256, 64)])
+def test_gpu_other_head_shapes(seed, nope, rope):
+    """Head shapes beside DeepSeek's (on Hopper the first two run the warp-specialized kernel,
+    the third the head kernel), with a last tile of 32 tokens."""
+    x, w, cos, sin, kw = _problem(160, 256, 3, nope, rope, device="cuda")
+    out = gemm_proj_rope_mxfp8(x, w, cos, sin, **kw)
+    _check(out, gemm_proj_rope_mxfp8_reference(x, w, cos, sin, **kw))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w_out_in", [True, False])
+def test_gpu_warp_specialized_kernel_agrees_with_head_kernel(seed, w_out_in):
+    """The Gluon kernel and the Triton head kernel issue the same products in the same order and
+    quantize alike: their bytes agree, over whole tiles and a last tile of 32 tokens."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the warp-specialized kernel is Hopper-only")
+    from graphrt.ops.proj_rope.kernels import head_config, launch_head
+    from graphrt.ops.proj_rope.kernels_ws import WS_CONFIG, launch_ws
+    tokens, k, heads = 288, 1536, 3
+    x, w, cos, sin, kw = _problem(tokens, k, heads, w_out_in=w_out_in, device="cuda")
+    shapes = [(tokens, heads * 192), (tokens, heads * 6), (tokens, heads * 192), (tokens // 32, heads * 192)]
+    results = []
+    for launch in (lambda *o, **a: launch_ws(WS_CONFIG, *o, **a),
+                   lambda *o, **a: launch_head(head_config(False), *o, dot_fp32=False, **a)):
+        outs = [torch.full(sh, 0xAB, dtype=torch.uint8, device="cuda") for sh in shapes]
+        launch(x, w, cos, sin, *outs, tokens=tokens, k=k, heads=heads, nope=128, rope=64,
+               w_out_in=w_out_in)
+        results.append(outs)
+    for ws, head in zip(*results):
+        assert (ws == head).float().mean().item() >= 0.9999
+
+
+@pytest.mark.gpu
 def test_gpu_capture_replay(seed):
     from graphrt.capture import capture, verify_replay
     x, w, cos, sin, kw = _problem(256, 512, 4, device="cuda")

@@ -1,17 +1,18 @@
 """Warp-specialized Hopper kernel (Gluon) for projection GEMM + RoPE + dual-direction MXFP8.
 
-A persistent program loops over tiles of 128 tokens x one whole head. Three partitions share it:
+A persistent program loops over tiles of 128 tokens x one whole head. Four partitions share it:
 - the loader (1 warp) streams x and the head's nope and rope rows of W through TMA into a ring
   of shared-memory stages;
-- the MMA partition (2 warpgroups, 64 tokens each) runs the products with wgmma and hands the
-  FP32 tile to the epilogue through shared memory, then goes on to its next tile;
-- the epilogue (1 warpgroup) rotates the rope features, quantizes both directions and stores,
-  while the MMA partition already computes the next tile.
+- two MMA partitions (a warpgroup each, 64 tokens of the tile each) run the products with wgmma,
+  hand the FP32 tile to the epilogue through shared memory and go on to the next tile;
+- the epilogue (8 warps) rotates the rope features, quantizes both directions and stores, while
+  the MMA partitions already compute the next tile.
 
-The epilogue reads the staged tile in two layouts: one thread per token row for the rowwise
-blocks (32 features of a token, all in one thread), and one thread per feature of a warp's 32
-token rows for the columnwise blocks (32 tokens of a feature, all in one thread), so neither
-direction needs shuffles. Hopper only: Blackwell has no wgmma and runs the Triton head kernel.
+The epilogue reads the staged tile in two layouts: 16 features of one token per thread for the
+rowwise blocks and 16 tokens of one feature per thread for the columnwise blocks, so each block
+maximum is 15 comparisons in a thread and one shuffle. Hopper only (Blackwell has no wgmma and
+runs the Triton head kernel). The shapes and the register split are the H200 sweep's best; see
+NOTES.md for what was measured.
 """
 from __future__ import annotations
 
@@ -31,16 +32,14 @@ from . import kernels as _triton_kernels
 _block_exponent = gluon.jit(_triton_kernels._block_exponent.fn)
 _pow2 = gluon.jit(_triton_kernels._pow2.fn)
 
-BLOCK_M = 128          # tokens per tile: two warpgroups of 64
-TOKEN_BLOCKS = BLOCK_M // 32
-MMA_WARPS = 8
+BLOCK_M = gl.constexpr(128)        # tokens per tile: two warpgroups of 64, four blocks of 32
 EPILOGUE_WARPS = gl.constexpr(8)   # the epilogue's layouts assume 8
 
 
 @gluon.jit
 def _tile_origin(tile, t_blocks, D: gl.constexpr):
     """First token and first feature (head * D) of a tile; a head's token tiles run in order."""
-    return (tile % t_blocks) * 128, (tile // t_blocks) * D
+    return (tile % t_blocks) * BLOCK_M, (tile // t_blocks) * D
 
 
 @gluon.jit
@@ -53,7 +52,7 @@ def _load_partition(descs, bufs, ready, empty, tokens, HEADS: gl.constexpr, NOPE
     NBYTES: gl.constexpr = (x_desc.block_type.nbytes + wn_desc.block_type.nbytes
                             + wr_desc.block_type.nbytes)
     k_total = x_desc.shape[1]
-    t_blocks = gl.cdiv(tokens, 128)
+    t_blocks = gl.cdiv(tokens, BLOCK_M)
     i = 0
     for tile in range(gl.program_id(0), t_blocks * HEADS, gl.num_programs(0)):
         t0, n0 = _tile_origin(tile, t_blocks, NOPE + ROPE)
@@ -75,36 +74,40 @@ def _load_partition(descs, bufs, ready, empty, tokens, HEADS: gl.constexpr, NOPE
 @gluon.jit
 def _mma_partition(bufs, ready, empty, staged, staged_bars, k_total, tokens, HEADS: gl.constexpr,
                    NOPE: gl.constexpr, ROPE: gl.constexpr, W_OUT_IN: gl.constexpr,
-                   num_warps: gl.constexpr):
+                   ROW0: gl.constexpr):
+    """One warpgroup's products: tokens ROW0 .. ROW0 + 63 of each tile. The two warpgroups are
+    separate partitions, so neither waits for the other between steps."""
     x_bufs, wn_bufs, wr_bufs = bufs
     nope_stage, rope_stage = staged
     staged_full, staged_free = staged_bars
     STAGES: gl.constexpr = x_bufs.shape[0]
     BLOCK_K: gl.constexpr = x_bufs.shape[2]
     nope_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, NOPE, 16])
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, NOPE, 16])
     rope_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, ROPE, 16])
-    acc_nope = gl.zeros([128, NOPE], gl.float32, nope_layout)
-    acc_rope = gl.zeros([128, ROPE], gl.float32, rope_layout)
-    t_blocks = gl.cdiv(tokens, 128)
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROPE, 16])
+    acc_nope = gl.zeros([64, NOPE], gl.float32, nope_layout)
+    acc_rope = gl.zeros([64, ROPE], gl.float32, rope_layout)
+    my_nope = nope_stage.reshape([128, NOPE]).slice(ROW0, 64, dim=0)
+    my_rope = rope_stage.reshape([128, ROPE]).slice(ROW0, 64, dim=0)
+    t_blocks = gl.cdiv(tokens, BLOCK_M)
     i = 0
     n = 0
     for tile in range(gl.program_id(0), t_blocks * HEADS, gl.num_programs(0)):
         for k in range(0, k_total, BLOCK_K):
             s = i % STAGES
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            x = x_bufs.index(s).slice(ROW0, 64, dim=0)
             if W_OUT_IN:
                 w_nope = wn_bufs.index(s).permute((1, 0))
                 w_rope = wr_bufs.index(s).permute((1, 0))
             else:
                 w_nope = wn_bufs.index(s)
                 w_rope = wr_bufs.index(s)
-            acc_nope = warpgroup_mma(x_bufs.index(s), w_nope, acc_nope, use_acc=k > 0,
-                                     is_async=True)
-            acc_rope = warpgroup_mma(x_bufs.index(s), w_rope, acc_rope, use_acc=k > 0,
-                                     is_async=True)
-            # Both warpgroups' products of the previous step are done: free its stage.
+            acc_nope = warpgroup_mma(x, w_nope, acc_nope, use_acc=k > 0, is_async=True)
+            acc_rope = warpgroup_mma(x, w_rope, acc_rope, use_acc=k > 0, is_async=True)
+            # This warpgroup's products of the previous step are done: release its stage (each
+            # stage's barrier counts both warpgroups).
             acc_nope, acc_rope = warpgroup_mma_wait(num_outstanding=2, deps=(acc_nope, acc_rope))
             gl.thread_barrier()
             mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), pred=k > 0)
@@ -113,8 +116,9 @@ def _mma_partition(bufs, ready, empty, staged, staged_bars, k_total, tokens, HEA
         gl.thread_barrier()
         mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES))
         mbarrier.wait(staged_free, (n & 1) ^ 1)
-        nope_stage.reshape([128, NOPE]).store(acc_nope)
-        rope_stage.reshape([128, ROPE]).store(acc_rope)
+        gl.thread_barrier()   # (as in the epilogue: for racecheck)
+        my_nope.store(acc_nope)
+        my_rope.store(acc_rope)
         gl.thread_barrier()
         mbarrier.arrive(staged_full)
         n += 1
@@ -178,7 +182,7 @@ def _epilogue_partition(staged, col_scales, staged_bars, outs, rope_tables, toke
     rope_rows: gl.constexpr = gl.BlockedLayout([1, 1, HALF // 2], [1, 16, 2], [4, 2, 1], [2, 1, 0])
     pair_rows: gl.constexpr = gl.BlockedLayout([1, 1, HALF // 2, 2], [1, 16, 2, 1], [4, 2, 1, 1],
                                                [3, 2, 1, 0])
-    t_blocks = gl.cdiv(tokens, 128)
+    t_blocks = gl.cdiv(tokens, BLOCK_M)
     n = 0
     for tile in range(gl.program_id(0), t_blocks * HEADS, gl.num_programs(0)):
         t0, n0 = _tile_origin(tile, t_blocks, D)
@@ -191,6 +195,7 @@ def _epilogue_partition(staged, col_scales, staged_bars, outs, rope_tables, toke
         cos2 = gl.load(COS + at + HALF, mask=ok, other=0.0).to(gl.float32)
         sin2 = gl.load(SIN + at + HALF, mask=ok, other=0.0).to(gl.float32)
         mbarrier.wait(staged_full, n & 1)
+        gl.thread_barrier()   # (orders nothing the barrier wait does not; racecheck needs it)
         # RoPE in place: interleaved (x1, x2) pairs in, rotated halves out.
         pairs = rope_stage.reshape([4, 32, HALF, 2]).load(pair_rows)
         x1, x2 = gl.split(pairs)
@@ -232,8 +237,8 @@ def _epilogue_partition(staged, col_scales, staged_bars, outs, rope_tables, toke
 @gluon.jit(do_not_specialize=["tokens"])
 def _proj_rope_ws_kernel(x_desc, wn_desc, wr_desc, COS, SIN, ROW, ROW_S, COL, COL_S, tokens,
                          HEADS: gl.constexpr, NOPE: gl.constexpr, ROPE: gl.constexpr,
-                         W_OUT_IN: gl.constexpr, STAGES: gl.constexpr, EPILOGUE_REGS: gl.constexpr,
-                         num_warps: gl.constexpr):
+                         W_OUT_IN: gl.constexpr, STAGES: gl.constexpr, MMA_REGS: gl.constexpr,
+                         EPILOGUE_REGS: gl.constexpr, num_warps: gl.constexpr):
     x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
     wn_bufs = gl.allocate_shared_memory(wn_desc.dtype, [STAGES] + wn_desc.block_type.shape, wn_desc.layout)
     wr_bufs = gl.allocate_shared_memory(wr_desc.dtype, [STAGES] + wr_desc.block_type.shape, wr_desc.layout)
@@ -241,7 +246,7 @@ def _proj_rope_ws_kernel(x_desc, wn_desc, wr_desc, COS, SIN, ROW, ROW_S, COL, CO
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)   # one arrival per MMA warpgroup
     # Row-major FP32 tile views [token block, token, feature]; 16-byte units XOR-swizzled by row
     # so that a warp's 32 rows at one column, or 32 columns of one row, hit distinct banks.
     stage_layout: gl.constexpr = gl.SwizzledSharedLayout(4, 1, 8, [2, 1, 0])
@@ -251,7 +256,7 @@ def _proj_rope_ws_kernel(x_desc, wn_desc, wr_desc, COS, SIN, ROW, ROW_S, COL, CO
                                            gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     staged_full = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     staged_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(staged_full, count=1)
+    mbarrier.init(staged_full, count=2)
     mbarrier.init(staged_free, count=1)
 
     bufs = (x_bufs, wn_bufs, wr_bufs)
@@ -259,33 +264,35 @@ def _proj_rope_ws_kernel(x_desc, wn_desc, wr_desc, COS, SIN, ROW, ROW_S, COL, CO
     staged_bars = (staged_full, staged_free)
     gl.warp_specialize([
         (_mma_partition, (bufs, ready, empty, staged, staged_bars, x_desc.shape[1], tokens, HEADS,
-                          NOPE, ROPE, W_OUT_IN, num_warps)),
+                          NOPE, ROPE, W_OUT_IN, 0)),
         (_load_partition, ((x_desc, wn_desc, wr_desc), bufs, ready, empty, tokens, HEADS, NOPE,
                            ROPE, W_OUT_IN)),
+        (_mma_partition, (bufs, ready, empty, staged, staged_bars, x_desc.shape[1], tokens, HEADS,
+                          NOPE, ROPE, W_OUT_IN, 64)),
         (_epilogue_partition, (staged, col_scales, staged_bars, (ROW, ROW_S, COL, COL_S),
                                (COS, SIN), tokens, HEADS, NOPE, ROPE)),
-    ], [1, EPILOGUE_WARPS], [24, EPILOGUE_REGS])
+    ], [1, 4, EPILOGUE_WARPS], [24, MMA_REGS, EPILOGUE_REGS])
 
 
 @dataclass(frozen=True)
 class WsConfig:
     block_k: int
     stages: int
+    mma_regs: int
     epilogue_regs: int
     max_regs: int
 
 
-WS_CONFIG = WsConfig(block_k=64, stages=3, epilogue_regs=96, max_regs=96)
+WS_CONFIG = WsConfig(block_k=64, stages=3, mma_regs=128, epilogue_regs=96, max_regs=96)
 
 
-def fits_ws_kernel(k: int, nope: int, rope: int, capability: tuple[int, int] | None) -> bool:
-    """The warp-specialized kernel's cases: a Hopper GPU, K % 8 == 0 (16-byte TMA rows), and
-    power-of-two nope (>= 32) and rope (>= 64) dims with nope + rope <= 192 (the staged FP32
-    tile and the operand ring share the 227 KB of shared memory)."""
+def fits_ws_kernel(k: int, nope: int, rope: int) -> bool:
+    """The warp-specialized kernel's shapes (on a Hopper GPU): K % 8 == 0 (16-byte TMA rows),
+    power-of-two nope and rope dims of at least 32, nope + rope <= 192 (the staged FP32 tile and
+    the operand ring share the 227 KB of shared memory)."""
     def pow2(v):
-        return v > 0 and v & (v - 1) == 0
-    return (capability is not None and capability[0] == 9 and k % 8 == 0 and pow2(nope)
-            and nope >= 32 and pow2(rope) and rope >= 64 and nope + rope <= 192)
+        return v >= 32 and v & (v - 1) == 0
+    return k % 8 == 0 and pow2(nope) and pow2(rope) and nope + rope <= 192
 
 
 def launch_ws(cfg: WsConfig, x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, k: int,
@@ -298,13 +305,13 @@ def launch_ws(cfg: WsConfig, x, w, cos, sin, row, row_s, col, col_s, *, tokens: 
     def desc(t, block):
         return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
 
-    x_desc = desc(x, [BLOCK_M, bk])
+    x_desc = desc(x, [BLOCK_M.value, bk])
     if w_out_in:
         wn_desc, wr_desc = desc(w, [nope, bk]), desc(w, [rope, bk])
     else:
         wn_desc, wr_desc = desc(w, [bk, nope]), desc(w, [bk, rope])
-    tiles = triton.cdiv(tokens, BLOCK_M) * heads
+    tiles = triton.cdiv(tokens, BLOCK_M.value) * heads
     _proj_rope_ws_kernel[(min(tiles, sm_count(x.device)),)](
         x_desc, wn_desc, wr_desc, cos, sin, row, row_s, col, col_s, tokens, HEADS=heads,
-        NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, STAGES=cfg.stages,
-        EPILOGUE_REGS=cfg.epilogue_regs, num_warps=MMA_WARPS, maxnreg=cfg.max_regs)
+        NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, STAGES=cfg.stages, MMA_REGS=cfg.mma_regs,
+        EPILOGUE_REGS=cfg.epilogue_regs, num_warps=4, maxnreg=cfg.max_regs)

@@ -19,12 +19,12 @@ X_CHUNK = 4096   # tokens of x dequantized per step on the MXFP8 path (a multipl
 
 
 def _fits_ws_kernel(k: int, nope: int, rope: int, capability) -> bool:
-    """Whether the warp-specialized Gluon kernel takes this shape (imported only then: Gluon
-    needs a CUDA build of Triton)."""
+    """Whether the warp-specialized Gluon kernel runs this case: Hopper and its shapes (the module
+    is imported only then: Gluon needs a CUDA build of Triton)."""
     if capability is None or capability[0] != 9:
         return False
     from .kernels_ws import fits_ws_kernel
-    return fits_ws_kernel(k, nope, rope, capability)
+    return fits_ws_kernel(k, nope, rope)
 
 
 class GemmProjRopeMxfp8(Plan):
@@ -110,7 +110,7 @@ class GemmProjRopeMxfp8(Plan):
         self.mx = mx
 
     def _compile(self) -> None:
-        self.config = None
+        self.config, self.kernel = None, None
         if self.backend == "triton":
             from .kernels import fits_head_kernel, head_config, launch_block, launch_head
             c = self.contract
@@ -119,13 +119,14 @@ class GemmProjRopeMxfp8(Plan):
             kw = dict(k=self.k, heads=self.heads, nope=nope, rope=rope, w_out_in=c.flag("w_out_in"))
             if not self.dot_fp32 and _fits_ws_kernel(self.k, nope, rope, c.capability):
                 from .kernels_ws import WS_CONFIG, launch_ws
-                self.config = WS_CONFIG
+                self.config, self.kernel = WS_CONFIG, "warp-specialized (Gluon)"
                 self._gemm = partial(launch_ws, WS_CONFIG, **kw)
-                return
-            if fits_head_kernel(self.k, nope, rope):
-                self.config = head_config(self.dot_fp32)
-            gemm = partial(launch_head, self.config) if self.config else launch_block
-            self._gemm = partial(gemm, dot_fp32=self.dot_fp32, **kw)
+            elif fits_head_kernel(self.k, nope, rope):
+                self.config, self.kernel = head_config(self.dot_fp32), "head"
+                self._gemm = partial(launch_head, self.config, dot_fp32=self.dot_fp32, **kw)
+            else:
+                self.kernel = "block (32 x 32 per program)"
+                self._gemm = partial(launch_block, dot_fp32=self.dot_fp32, **kw)
 
     def workspace_bytes(self) -> int:
         """MXFP8 path: BF16 copies of W and of X_CHUNK tokens of x."""
@@ -134,10 +135,7 @@ class GemmProjRopeMxfp8(Plan):
         return align_up(self.n_total * self.k * 2) + X_CHUNK * self.k * 2
 
     def describe(self) -> dict:
-        config = getattr(self, "config", None)
-        kernel = ("warp-specialized (Gluon)" if type(config).__name__ == "WsConfig" else
-                  "head" if config else "block (32 x 32 per program)")
-        return {**super().describe(), "kernel": kernel if self.backend == "triton" else None,
+        return {**super().describe(), "kernel": getattr(self, "kernel", None),
                 "config": getattr(self, "config", None)}
 
     def allocate_outputs(self, x, w, cos, sin, *, out_fp8_row=None, out_scales_row=None,
