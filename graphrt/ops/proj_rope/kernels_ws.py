@@ -286,13 +286,17 @@ class WsConfig:
 WS_CONFIG = WsConfig(block_k=64, stages=3, mma_regs=128, epilogue_regs=96, max_regs=96)
 
 
+# Gluon is experimental: the kernel is written against Triton 3.6's API.
+GLUON_API_OK = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 6)
+
+
 def fits_ws_kernel(k: int, nope: int, rope: int) -> bool:
-    """The warp-specialized kernel's shapes (on a Hopper GPU): K % 8 == 0 (16-byte TMA rows),
-    power-of-two nope and rope dims of at least 32, nope + rope <= 192 (the staged FP32 tile and
-    the operand ring share the 227 KB of shared memory)."""
+    """The warp-specialized kernel's shapes (on a Hopper GPU, Triton 3.6 or later): K % 8 == 0
+    (16-byte TMA rows), power-of-two nope and rope dims of at least 32, nope + rope <= 192 (the
+    staged FP32 tile and the operand ring share the 227 KB of shared memory)."""
     def pow2(v):
         return v >= 32 and v & (v - 1) == 0
-    return k % 8 == 0 and pow2(nope) and pow2(rope) and nope + rope <= 192
+    return GLUON_API_OK and k % 8 == 0 and pow2(nope) and pow2(rope) and nope + rope <= 192
 
 
 def launch_ws(cfg: WsConfig, x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, k: int,

@@ -23,7 +23,10 @@ def _fits_ws_kernel(k: int, nope: int, rope: int, capability) -> bool:
     is imported only then: Gluon needs a CUDA build of Triton)."""
     if capability is None or capability[0] != 9:
         return False
-    from .kernels_ws import fits_ws_kernel
+    try:
+        from .kernels_ws import fits_ws_kernel
+    except ImportError:   # a Triton without Gluon
+        return False
     return fits_ws_kernel(k, nope, rope)
 
 
