@@ -153,8 +153,9 @@ def _columnwise_scales(view, scales, COL_S, tb, tb_ok, feature0, N_TOTAL: gl.con
 @gluon.jit
 def _quantize_chunk(view, scales, ROW, ROW_S, COL, row_at, ok, scale_at, scale_ok,
                     by_row: gl.constexpr):
-    """Both directions' E4M3 bytes of one chunk, one token row per thread: the rowwise exponent
-    from the row's 32 features, the columnwise scales from ``scales`` [4, 32]."""
+    """Both directions' E4M3 bytes of one chunk [4, 32, 32], read in ``by_row`` (half a token's 32
+    features per thread): the rowwise exponent from the token's 32 features, the columnwise
+    scales from ``scales`` [4, 32]."""
     v = view.load(by_row)
     e = _block_exponent(gl.max(gl.abs(v), axis=2))
     q = v * gl.expand_dims(_pow2(-e), 2)
@@ -174,9 +175,9 @@ def _epilogue_partition(staged, col_scales, staged_bars, outs, rope_tables, toke
     D: gl.constexpr = NOPE + ROPE
     N_TOTAL: gl.constexpr = HEADS * D
     HALF: gl.constexpr = ROPE // 2
-    # by_row: 16 features of one token per thread (rowwise blocks, RoPE); by_col: 16 tokens of
-    # one feature per thread (columnwise blocks).
-    # Two warps per 32-token block, two threads per row or per feature (a 16-value half each).
+    # Views [token block, token, feature] of a 32-feature chunk, two warps per token block:
+    # by_row gives a thread 16 features of one token (rowwise blocks, RoPE), by_col 16 tokens of
+    # one feature (columnwise blocks); the other half is in the neighbouring thread.
     by_row: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 16, 2], [4, 2, 1], [2, 1, 0])
     by_col: gl.constexpr = gl.BlockedLayout([1, 16, 1], [1, 2, 16], [4, 1, 2], [2, 1, 0])
     rope_rows: gl.constexpr = gl.BlockedLayout([1, 1, HALF // 2], [1, 16, 2], [4, 2, 1], [2, 1, 0])
@@ -219,7 +220,7 @@ def _epilogue_partition(staged, col_scales, staged_bars, outs, rope_tables, toke
         t = _token_index(t0, by_row)
         ok = t < tokens
         row_at = t.to(gl.int64) * N_TOTAL + n0 + _feature_index(32, by_row)
-        tok = gl.max(t, axis=2)                       # [4, 32]: one token per thread
+        tok = gl.max(t, axis=2)                       # [4, 32]: each row's token
         scale_at = tok.to(gl.int64) * (N_TOTAL // 32) + n0 // 32
         scale_ok = tok < tokens
         for c in gl.static_range(NOPE // 32):
