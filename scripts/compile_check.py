@@ -160,7 +160,7 @@ def main():
             MMA_REGS=c, EPILOGUE_REGS=c, num_warps=c),
             dict(HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, STAGES=cfg.stages,
                  MMA_REGS=cfg.mma_regs, EPILOGUE_REGS=cfg.epilogue_regs, num_warps=4),
-            num_warps=4, maxnreg=cfg.max_regs, gluon=True)
+            num_warps=4, maxnreg=proj_ws.LAUNCH_REGS, gluon=True)
     for along_cols in (True, False):
         ok &= check(f"mxfp8 dequant blocks_along_cols={along_cols}", proj._mxfp8_dequant_kernel,
                     sig(CODES="*u8", SCALES="*u8", OUT="*bf16", rows="i32", COLS=c,

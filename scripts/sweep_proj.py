@@ -8,7 +8,7 @@ from graphrt.bench.timing import stream_time_us
 from graphrt.ops.proj_rope.kernels import HeadConfig, head_config, launch_head
 
 CONFIGS = [HeadConfig(*c) for c in [(64, 64, 4, 3)]]
-WS_CONFIGS = [(64, 3, 128, 96, 96), (32, 6, 128, 96, 96)]
+WS_CONFIGS = [(64, 3, 128, 96), (32, 6, 128, 96)]   # block_k, stages, MMA, epilogue registers
 
 
 def main():

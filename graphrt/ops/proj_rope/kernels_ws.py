@@ -34,6 +34,11 @@ _pow2 = gluon.jit(_triton_kernels._pow2.fn)
 
 BLOCK_M = gl.constexpr(128)        # tokens per tile: two warpgroups of 64, four blocks of 32
 EPILOGUE_WARPS = gl.constexpr(8)   # the epilogue's layouts assume 8
+# Warps launched: one MMA warpgroup (the default partition), the loader's warp padded to a
+# warpgroup, the other MMA warpgroup, the epilogue. The launch's register cap is their even share
+# of the 64K-register file (a multiple of 8); setmaxnreg then moves registers between partitions.
+LAUNCH_WARPS = 4 + 4 + 4 + EPILOGUE_WARPS.value
+LAUNCH_REGS = 65536 // (32 * LAUNCH_WARPS) // 8 * 8
 
 
 @gluon.jit
@@ -281,10 +286,9 @@ class WsConfig:
     stages: int
     mma_regs: int
     epilogue_regs: int
-    max_regs: int
 
 
-WS_CONFIG = WsConfig(block_k=64, stages=3, mma_regs=128, epilogue_regs=96, max_regs=96)
+WS_CONFIG = WsConfig(block_k=64, stages=3, mma_regs=128, epilogue_regs=96)
 
 
 # Gluon is experimental and its API moves (Triton 3.9 renamed thread_barrier and the TMA copies):
@@ -320,4 +324,4 @@ def launch_ws(cfg: WsConfig, x, w, cos, sin, row, row_s, col, col_s, *, tokens: 
     _proj_rope_ws_kernel[(min(tiles, sm_count(x.device)),)](
         x_desc, wn_desc, wr_desc, cos, sin, row, row_s, col, col_s, tokens, HEADS=heads,
         NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, STAGES=cfg.stages, MMA_REGS=cfg.mma_regs,
-        EPILOGUE_REGS=cfg.epilogue_regs, num_warps=4, maxnreg=cfg.max_regs)
+        EPILOGUE_REGS=cfg.epilogue_regs, num_warps=4, maxnreg=LAUNCH_REGS)

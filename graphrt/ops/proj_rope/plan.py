@@ -11,7 +11,7 @@ from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
 from ...validate import (compact_operand, dtype_name, require_disjoint, require_tensor,
-                         workspace_operand)
+                         workspace_as, workspace_operand)
 from .reference import FP8, gemm_proj_rope_mxfp8_reference
 
 BF16 = torch.bfloat16
@@ -197,7 +197,7 @@ class GemmProjRopeMxfp8(Plan):
                 gemm(x, w, cos, sin, row, out_scales_row, col, out_scales_col, tokens=t)
                 return
             w_bytes = align_up(self.n_total * self.k * 2)
-            w16 = workspace[:self.n_total * self.k * 2].view(BF16).view(w.shape)
+            w16 = workspace_as(workspace, self.n_total * self.k * 2, BF16).view(w.shape)
             launch_dequant(w.view(torch.uint8), w_scale, w16, blocks_along_cols=c.flag("w_out_in"),
                            dot_fp32=dot_fp32)
             x16 = workspace[w_bytes:w_bytes + X_CHUNK * self.k * 2].view(BF16).view(X_CHUNK, self.k)
