@@ -1,0 +1,105 @@
+"""The copy ceiling of a tiled pass over x [T, K] BF16 on the device: x -> y through tiles of
+rows x columns, against torch's contiguous copy. Two schedules: tiles spread over a persistent
+grid column block by column block (TMA descriptors or plain 16-byte loads and stores), and a
+program per column block walking all rows. A kernel that owns column blocks (as the mHC backward
+must, to keep its dweight block in registers) moves its bytes no faster than these copies; see
+NOTES.md.
+
+Usage: python3 scripts/tiled_copy_ceiling.py   (each time is a CUDA graph of 20 back-to-back copies)
+"""
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+CASES = [(4096, 20480), (16384, 28672)]          # the mHC benchmark's shapes
+TILES = [(64, 128), (64, 64), (32, 256), (16, 512)]
+LAUNCHES = [(4, 2, 3), (4, 4, 3), (8, 2, 4)]     # warps, programs per SM, pipeline stages
+COLUMN_OWNER = [(64, 64, 2, 3), (64, 64, 4, 3), (32, 64, 1, 4), (64, 32, 2, 3)]  # tile, warps, stages
+
+
+@triton.jit
+def _tma_copy(X, Y, n_rows, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+              STAGES: tl.constexpr):
+    row_tiles = tl.cdiv(n_rows, BT)
+    for t in tl.range(tl.program_id(0), row_tiles * tl.cdiv(K, BK), tl.num_programs(0),
+                      num_stages=STAGES):
+        block = t // row_tiles
+        at = [(t - block * row_tiles) * BT, block * BK]
+        Y.store(at, X.load(at))
+
+
+@triton.jit
+def _pointer_copy(X, Y, n_rows, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                  STAGES: tl.constexpr):
+    row_tiles = tl.cdiv(n_rows, BT)
+    for t in tl.range(tl.program_id(0), row_tiles * tl.cdiv(K, BK), tl.num_programs(0),
+                      num_stages=STAGES):
+        block = t // row_tiles
+        rows = (t - block * row_tiles) * BT + tl.arange(0, BT)
+        at = rows.to(tl.int64)[:, None] * K + block * BK + tl.arange(0, BK)[None, :]
+        ok = (rows < n_rows)[:, None]
+        tl.store(Y + at, tl.load(X + at, mask=ok), mask=ok)
+
+
+@triton.jit
+def _column_owner_copy(X, Y, n_rows, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                       STAGES: tl.constexpr):
+    cols = tl.program_id(0) * BK + tl.arange(0, BK)
+    for r0 in tl.range(0, n_rows, BT, num_stages=STAGES):
+        rows = r0 + tl.arange(0, BT)
+        at = rows.to(tl.int64)[:, None] * K + cols[None, :]
+        ok = (rows < n_rows)[:, None]
+        tl.store(Y + at, tl.load(X + at, mask=ok), mask=ok)
+
+
+def graph_time_us(fn, calls: int = 20) -> float:
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1000 / calls
+
+
+def main():
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for t, k in CASES:
+        x = torch.randn(t, k, dtype=torch.bfloat16, device="cuda")
+        y = torch.empty_like(x)
+        moved = 2 * x.numel() * x.element_size()
+
+        def report(what, us):
+            print(f"{t} x {k} {what}: {us:.1f} us, {moved / us / 1e6:.2f} TB/s", flush=True)
+
+        report("torch copy (contiguous)", graph_time_us(lambda: y.copy_(x)))
+        for bt, bk in TILES:
+            x_desc, y_desc = (TensorDescriptor.from_tensor(v, [bt, bk]) for v in (x, y))
+            for warps, per_sm, stages in LAUNCHES:
+                grid = (sms * per_sm,)
+                kw = dict(K=k, BT=bt, BK=bk, STAGES=stages, num_warps=warps)
+                for name, fn in (("TMA", lambda: _tma_copy[grid](x_desc, y_desc, t, **kw)),
+                                 ("pointers", lambda: _pointer_copy[grid](x, y, t, **kw))):
+                    y.zero_()
+                    us = graph_time_us(fn)
+                    assert torch.equal(x, y), f"{name} copy {bt} x {bk} is wrong"
+                    report(f"{name} tiles {bt} x {bk}, {warps} warps, {per_sm}/SM, "
+                           f"{stages} stages", us)
+        for bt, bk, warps, stages in COLUMN_OWNER:
+            y.zero_()
+            us = graph_time_us(lambda: _column_owner_copy[(triton.cdiv(k, bk),)](
+                x, y, t, K=k, BT=bt, BK=bk, STAGES=stages, num_warps=warps))
+            assert torch.equal(x, y), f"column-owner copy {bt} x {bk} is wrong"
+            report(f"a program per {bk} columns, tiles {bt} x {bk}, {warps} warps, "
+                   f"{stages} stages", us)
+
+
+if __name__ == "__main__":
+    main()
