@@ -15,42 +15,41 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 CASES = [(4096, 20480), (16384, 28672)]          # the mHC benchmark's shapes
 TILES = [(64, 128), (64, 64), (32, 256), (16, 512)]
 LAUNCHES = [(4, 2, 3), (4, 4, 3), (8, 2, 4)]     # warps, programs per SM, pipeline stages
-COLUMN_OWNER = [(64, 64, 2, 3), (64, 64, 4, 3), (32, 64, 1, 4), (64, 32, 2, 3)]  # tile, warps, stages
+# program-per-column-block copies: tile rows, tile columns, warps, stages
+COLUMN_OWNER = [(64, 64, 2, 3), (64, 64, 4, 3), (32, 64, 1, 4), (64, 32, 2, 3)]
 
 
 @triton.jit
-def _tma_copy(X, Y, n_rows, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-              STAGES: tl.constexpr):
+def _copy_tile(X, Y, rows, cols, n_rows, K: tl.constexpr):
+    """x[rows, cols] -> y with plain (16-byte) loads and stores."""
+    at = rows.to(tl.int64)[:, None] * K + cols[None, :]
+    ok = (rows < n_rows)[:, None]
+    tl.store(Y + at, tl.load(X + at, mask=ok), mask=ok)
+
+
+@triton.jit
+def _grid_copy(X, Y, n_rows, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+               STAGES: tl.constexpr, TMA: tl.constexpr):
+    """Tiles column block by column block, spread over a persistent grid; X and Y are TMA
+    descriptors when ``TMA``, else pointers."""
     row_tiles = tl.cdiv(n_rows, BT)
     for t in tl.range(tl.program_id(0), row_tiles * tl.cdiv(K, BK), tl.num_programs(0),
                       num_stages=STAGES):
         block = t // row_tiles
-        at = [(t - block * row_tiles) * BT, block * BK]
-        Y.store(at, X.load(at))
-
-
-@triton.jit
-def _pointer_copy(X, Y, n_rows, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                  STAGES: tl.constexpr):
-    row_tiles = tl.cdiv(n_rows, BT)
-    for t in tl.range(tl.program_id(0), row_tiles * tl.cdiv(K, BK), tl.num_programs(0),
-                      num_stages=STAGES):
-        block = t // row_tiles
-        rows = (t - block * row_tiles) * BT + tl.arange(0, BT)
-        at = rows.to(tl.int64)[:, None] * K + block * BK + tl.arange(0, BK)[None, :]
-        ok = (rows < n_rows)[:, None]
-        tl.store(Y + at, tl.load(X + at, mask=ok), mask=ok)
+        row0 = (t - block * row_tiles) * BT
+        if TMA:
+            Y.store([row0, block * BK], X.load([row0, block * BK]))
+        else:
+            _copy_tile(X, Y, row0 + tl.arange(0, BT), block * BK + tl.arange(0, BK), n_rows, K)
 
 
 @triton.jit
 def _column_owner_copy(X, Y, n_rows, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                        STAGES: tl.constexpr):
+    """A program per column block, walking all rows."""
     cols = tl.program_id(0) * BK + tl.arange(0, BK)
     for r0 in tl.range(0, n_rows, BT, num_stages=STAGES):
-        rows = r0 + tl.arange(0, BT)
-        at = rows.to(tl.int64)[:, None] * K + cols[None, :]
-        ok = (rows < n_rows)[:, None]
-        tl.store(Y + at, tl.load(X + at, mask=ok), mask=ok)
+        _copy_tile(X, Y, r0 + tl.arange(0, BT), cols, n_rows, K)
 
 
 def graph_time_us(fn, calls: int = 20) -> float:
@@ -85,8 +84,9 @@ def main():
             for warps, per_sm, stages in LAUNCHES:
                 grid = (sms * per_sm,)
                 kw = dict(K=k, BT=bt, BK=bk, STAGES=stages, num_warps=warps)
-                for name, fn in (("TMA", lambda: _tma_copy[grid](x_desc, y_desc, t, **kw)),
-                                 ("pointers", lambda: _pointer_copy[grid](x, y, t, **kw))):
+                for name, fn in (
+                        ("TMA", lambda: _grid_copy[grid](x_desc, y_desc, t, TMA=True, **kw)),
+                        ("pointers", lambda: _grid_copy[grid](x, y, t, TMA=False, **kw))):
                     y.zero_()
                     us = graph_time_us(fn)
                     assert torch.equal(x, y), f"{name} copy {bt} x {bk} is wrong"
