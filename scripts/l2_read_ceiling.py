@@ -3,14 +3,14 @@
 plain loads. A GEMM whose tiles re-read their operands from L2 moves those bytes no faster; see
 NOTES.md (projection GEMM).
 
-Usage: python3 scripts/l2_read_ceiling.py   (each time is a CUDA graph of 5 back-to-back runs)
+Usage: python3 scripts/l2_read_ceiling.py   (times: graphrt.bench.timing.stream_time_us)
 """
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from tiled_copy_ceiling import graph_time_us
+from graphrt.bench.timing import stream_time_us
 
 ROWS, COLS = 4096, 1536
 PASSES = 40                                      # reads of the whole buffer per run
@@ -49,7 +49,7 @@ def main():
             grid = (sms * per_sm,)
             kw = dict(K=COLS, BT=bt, BK=bk, STAGES=stages, PASSES=PASSES, num_warps=warps)
             for name, src, tma in (("TMA", desc, True), ("pointers", x, False)):
-                us = graph_time_us(lambda: _read[grid](src, out, ROWS, TMA=tma, **kw), calls=5)
+                us = stream_time_us(lambda: _read[grid](src, out, ROWS, TMA=tma, **kw), calls=5)
                 print(f"{name} tiles {bt} x {bk}, {warps} warps, {per_sm}/SM, {stages} stages: "
                       f"{us:.1f} us, {read / us / 1e6:.2f} TB/s from L2", flush=True)
 

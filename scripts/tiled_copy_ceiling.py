@@ -5,12 +5,14 @@ program per column block walking all rows. A kernel that owns column blocks (as 
 must, to keep its dweight block in registers) moves its bytes no faster than these copies; see
 NOTES.md.
 
-Usage: python3 scripts/tiled_copy_ceiling.py   (each time is a CUDA graph of 20 back-to-back copies)
+Usage: python3 scripts/tiled_copy_ceiling.py   (times: graphrt.bench.timing.stream_time_us)
 """
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
+
+from graphrt.bench.timing import stream_time_us
 
 CASES = [(4096, 20480), (16384, 28672)]          # the mHC benchmark's shapes
 TILES = [(64, 128), (64, 64), (32, 256), (16, 512)]
@@ -52,22 +54,6 @@ def _column_owner_copy(X, Y, n_rows, K: tl.constexpr, BT: tl.constexpr, BK: tl.c
         _copy_tile(X, Y, r0 + tl.arange(0, BT), cols, n_rows, K)
 
 
-def graph_time_us(fn, calls: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / calls
-
-
 def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for t, k in CASES:
@@ -78,7 +64,7 @@ def main():
         def report(what, us):
             print(f"{t} x {k} {what}: {us:.1f} us, {moved / us / 1e6:.2f} TB/s", flush=True)
 
-        report("torch copy (contiguous)", graph_time_us(lambda: y.copy_(x)))
+        report("torch copy (contiguous)", stream_time_us(lambda: y.copy_(x)))
         for bt, bk in TILES:
             x_desc, y_desc = (TensorDescriptor.from_tensor(v, [bt, bk]) for v in (x, y))
             for warps, per_sm, stages in LAUNCHES:
@@ -88,13 +74,13 @@ def main():
                         ("TMA", lambda: _grid_copy[grid](x_desc, y_desc, t, TMA=True, **kw)),
                         ("pointers", lambda: _grid_copy[grid](x, y, t, TMA=False, **kw))):
                     y.zero_()
-                    us = graph_time_us(fn)
+                    us = stream_time_us(fn)
                     assert torch.equal(x, y), f"{name} copy {bt} x {bk} is wrong"
                     report(f"{name} tiles {bt} x {bk}, {warps} warps, {per_sm}/SM, "
                            f"{stages} stages", us)
         for bt, bk, warps, stages in COLUMN_OWNER:
             y.zero_()
-            us = graph_time_us(lambda: _column_owner_copy[(triton.cdiv(k, bk),)](
+            us = stream_time_us(lambda: _column_owner_copy[(triton.cdiv(k, bk),)](
                 x, y, t, K=k, BT=bt, BK=bk, STAGES=stages, num_warps=warps))
             assert torch.equal(x, y), f"column-owner copy {bt} x {bk} is wrong"
             report(f"a program per {bk} columns, tiles {bt} x {bk}, {warps} warps, "
