@@ -2,7 +2,7 @@
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|optests|sanitize|sweep|sweep_mhc|bench|mhc|lmsd|
 #                                          wgrad|proj|capture|ddp|plan_store|examples|profile|
-#                                          copy_ceiling|l2_ceiling|demo ...]
+#                                          copy_ceiling|l2_ceiling|host|demo ...]
 # optests runs the GPU tests under $TEST_PATHS; sweep and sweep_mhc take $SWEEP_CASES; profile
 # runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; stalls samples where the
 # warps of the kernels matching $PROFILE_KERNELS (a regex) wait, per SASS instruction.
@@ -50,6 +50,8 @@ for step in $steps; do
       ncu -i "$OUT/stalls.ncu-rep" --page raw --csv > "$OUT/stalls_raw.csv" 2>&1
       ncu -i "$OUT/stalls.ncu-rep" --page source --csv --print-source sass > "$OUT/stalls_sass.csv" 2>&1
       echo "source page rc=$? $(wc -c < "$OUT/stalls_sass.csv") bytes" ;;
+    host) python3 scripts/host_overhead.py --rows 64 --wall 2>&1 | tee "$OUT/host_overhead.log"
+          python3 scripts/host_overhead.py 2>&1 | tee -a "$OUT/host_overhead.log" ;;
     demo) python3 -m graphrt.cli demo 2>&1 | tee "$OUT/demo.log" | tail -22 ;;
   esac
 done
