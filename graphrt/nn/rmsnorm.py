@@ -1,5 +1,6 @@
-"""graphrt.nn.RMSNorm: autograd through the RMSNorm plans, registered as torch.library custom ops
-(with fake implementations) so that models using it trace under torch.compile."""
+"""graphrt.nn.RMSNorm: autograd through the RMSNorm plans. Eager calls go straight to the
+functional ops; under torch.compile the same calls go through registered operators (with fake
+implementations), so that models using the module trace."""
 from __future__ import annotations
 
 from typing import Optional
@@ -15,75 +16,97 @@ def _rows(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 and t.is_contiguous() else t.contiguous()
 
 
-@torch.library.custom_op("graphrt::rmsnorm_fwd", mutates_args=())
-def _rmsnorm_fwd(x: Tensor, w: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+# The operators torch.compile sees (fake implementations give it shapes without running them).
+# They are registered with define/impl rather than torch.library.custom_op, whose safety layers
+# cost tens of microseconds per call, and carry no autograd kernel: the autograd.Functions
+# below own the derivatives and, outside a compile, call the functional ops directly.
+_lib = torch.library.Library("graphrt", "FRAGMENT")
+_lib.define("rmsnorm_fwd(Tensor x, Tensor w, float eps) -> (Tensor, Tensor)")
+_lib.define("rmsnorm_residual_fwd(Tensor x, Tensor residual, Tensor w, float eps) "
+            "-> (Tensor, Tensor, Tensor)")
+_lib.define("rmsnorm_bwd(Tensor g, Tensor x, Tensor w, Tensor rstd, Tensor? g_residual) "
+            "-> (Tensor, Tensor)")
+
+
+def _forward(x: Tensor, w: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     y, rstd = rmsnorm_forward(x, w, eps=eps)
     return y, rstd
 
 
-@_rmsnorm_fwd.register_fake
-def _(x, w, eps):
-    return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)
-
-
-@torch.library.custom_op("graphrt::rmsnorm_residual_fwd", mutates_args=())
-def _rmsnorm_residual_fwd(x: Tensor, residual: Tensor, w: Tensor,
-                          eps: float) -> tuple[Tensor, Tensor, Tensor]:
+def _residual_forward(x: Tensor, residual: Tensor, w: Tensor,
+                      eps: float) -> tuple[Tensor, Tensor, Tensor]:
     y, rstd, h_new = rmsnorm_forward(x, w, eps=eps, residual=residual)
     return y, rstd, h_new
 
 
-@_rmsnorm_residual_fwd.register_fake
-def _(x, residual, w, eps):
-    return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32), torch.empty_like(x)
-
-
-@torch.library.custom_op("graphrt::rmsnorm_bwd", mutates_args=())
-def _rmsnorm_bwd(g: Tensor, x: Tensor, w: Tensor, rstd: Tensor,
-                 g_residual: Optional[Tensor]) -> tuple[Tensor, Tensor]:
-    dw = torch.empty(w.shape, dtype=w.dtype, device=w.device)
+def _backward(g: Tensor, x: Tensor, w: Tensor, rstd: Tensor,
+              g_residual: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    dw = torch.empty(w.shape, dtype=w.dtype, device=w.device)  # dw in w's dtype
     dx, dw = rmsnorm_backward(_rows(g), x, w, rstd,
                               g_residual=None if g_residual is None else _rows(g_residual), dw=dw)
     return dx, dw
 
 
-@_rmsnorm_bwd.register_fake
+for _name, _fn in (("rmsnorm_fwd", _forward), ("rmsnorm_residual_fwd", _residual_forward),
+                   ("rmsnorm_bwd", _backward)):
+    _lib.impl(_name, _fn, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("graphrt::rmsnorm_fwd")
+def _(x, w, eps):
+    return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.register_fake("graphrt::rmsnorm_residual_fwd")
+def _(x, residual, w, eps):
+    return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32), torch.empty_like(x)
+
+
+@torch.library.register_fake("graphrt::rmsnorm_bwd")
 def _(g, x, w, rstd, g_residual):
     return torch.empty_like(x), torch.empty_like(w)
 
 
-def _save_fwd(ctx, inputs, output):
-    x, w, _ = inputs
-    ctx.save_for_backward(x, w, output[1])
+def _call(direct, op_name: str, *args):
+    """The functional op in eager mode; the registered operator while torch.compile traces."""
+    if torch.compiler.is_compiling():
+        return getattr(torch.ops.graphrt, op_name)(*args)
+    return direct(*args)
 
 
-def _bwd(ctx, g_y, g_rstd):
-    x, w, rstd = ctx.saved_tensors
-    dx, dw = _rmsnorm_bwd(g_y, x, w, rstd, None)
-    return dx, dw, None
+class _RmsNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        y, rstd = _call(_forward, "rmsnorm_fwd", x, w, eps)
+        ctx.save_for_backward(x, w, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, g_y):
+        x, w, rstd = ctx.saved_tensors
+        dx, dw = _call(_backward, "rmsnorm_bwd", g_y, x, w, rstd, None)
+        return dx, dw, None
 
 
-def _save_residual_fwd(ctx, inputs, output):
-    _, _, w, _ = inputs
-    ctx.save_for_backward(output[2], w, output[1])
+class _RmsNormResidualFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, residual, w, eps):
+        y, rstd, h_new = _call(_residual_forward, "rmsnorm_residual_fwd", x, residual, w, eps)
+        ctx.save_for_backward(h_new, w, rstd)
+        return y, h_new
 
-
-def _residual_bwd(ctx, g_y, g_rstd, g_h):
-    h_new, w, rstd = ctx.saved_tensors
-    dh, dw = _rmsnorm_bwd(g_y, h_new, w, rstd, g_h)
-    return dh, dh, dw, None
-
-
-_rmsnorm_fwd.register_autograd(_bwd, setup_context=_save_fwd)
-_rmsnorm_residual_fwd.register_autograd(_residual_bwd, setup_context=_save_residual_fwd)
+    @staticmethod
+    def backward(ctx, g_y, g_h):
+        h_new, w, rstd = ctx.saved_tensors
+        dh, dw = _call(_backward, "rmsnorm_bwd", g_y, h_new, w, rstd, g_h)
+        return dh, dh, dw, None
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6, residual: Tensor | None = None):
     """Differentiable RMSNorm: ``y``, or ``(y, h_new)`` with a residual (h_new = x + residual)."""
     if residual is None:
-        return _rmsnorm_fwd(x, weight, eps)[0]
-    y, _, h_new = _rmsnorm_residual_fwd(x, residual, weight, eps)
-    return y, h_new
+        return _RmsNormFunction.apply(x, weight, eps)
+    return _RmsNormResidualFunction.apply(x, residual, weight, eps)
 
 
 class RMSNorm(torch.nn.Module):

@@ -52,14 +52,47 @@ def _model(device):
                                torch.nn.Linear(64, 16, dtype=BF16, device=device))
 
 
+def _recording_backend():
+    """aot_eager that also keeps the text of every forward and backward graph it compiles."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+    graphs = []
+
+    def keep(gm, _inputs):
+        graphs.append(str(gm.graph))
+        return make_boxed_func(gm.forward)
+    return aot_autograd(fw_compiler=keep, bw_compiler=keep), graphs
+
+
 def test_traces_under_torch_compile_cpu(seed):
     model = _model("cpu")
     x = torch.randn(8, 64, dtype=BF16)
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    backend, graphs = _recording_backend()
+    compiled = torch.compile(model, backend=backend, fullgraph=True)
     out = compiled(x)
     out.float().sum().backward()
     assert torch.equal(out, model(x))
     assert model[1].weight.grad is not None
+    # the kernels are opaque operators in both graphs, not traced through graphrt's Python
+    assert "graphrt.rmsnorm_fwd" in graphs[0] and "graphrt.rmsnorm_bwd" in graphs[1]
+
+
+def test_residual_traces_under_torch_compile_cpu(seed):
+    norm = graphrt.nn.RMSNorm(64)
+    x, res = (torch.randn(8, 64, dtype=BF16, requires_grad=True) for _ in range(2))
+
+    def loss(a, r):
+        y, h = norm(a, r)
+        return y.float().square().sum() + h.float().sum()
+
+    backend, graphs = _recording_backend()
+    torch.compile(loss, backend=backend, fullgraph=True)(x, res).backward()
+    assert "graphrt.rmsnorm_residual_fwd" in graphs[0] and "graphrt.rmsnorm_bwd" in graphs[1]
+    grads = (x.grad.clone(), res.grad.clone(), norm.weight.grad.clone())
+    x.grad = res.grad = norm.weight.grad = None
+    loss(x, res).backward()
+    for compiled_grad, eager_grad in zip(grads, (x.grad, res.grad, norm.weight.grad)):
+        assert torch.equal(compiled_grad, eager_grad)
 
 
 @pytest.mark.gpu
