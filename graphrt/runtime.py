@@ -78,7 +78,8 @@ class Runtime:
         plan = self.plans.get(plan_cls, *args, **kwargs)
         launch_stream = resolve_stream(stream, self.device)
         allocated = plan.allocate_outputs(*args, **kwargs)
-        if allocated and launch_stream is not None:
+        if allocated and stream is not None and launch_stream is not None:
+            # made on the current stream and used on another one
             for t in allocated.values():
                 self.streams.keep_alive(t, launch_stream)
         kwargs = {**kwargs, **allocated}

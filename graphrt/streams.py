@@ -11,6 +11,23 @@ import torch
 from .errors import ContractError
 
 
+_stream_objects: dict = {}
+
+
+def current_stream(device: torch.device):
+    """``torch.cuda.current_stream(device)`` for a device with an index, without its argument
+    handling (3 us a call on the H200 host, against 0.1 us for the raw lookup): one Stream
+    object is kept per (stream id, device index, device type) triple."""
+    key = torch._C._cuda_getCurrentStream(device.index)
+    stream = _stream_objects.get(key)
+    if stream is None:
+        if len(_stream_objects) >= 256:  # streams made and dropped: forget the old wrappers
+            _stream_objects.clear()
+        stream = _stream_objects[key] = torch.cuda.Stream(stream_id=key[0], device_index=key[1],
+                                                          device_type=key[2])
+    return stream
+
+
 def resolve_stream(stream, device: torch.device):
     """The stream to launch on: None means the current stream of ``device``.
 
@@ -22,7 +39,7 @@ def resolve_stream(stream, device: torch.device):
             raise ContractError(f"stream: {device} tensors take no stream, got {stream!r}")
         return None
     if stream is None:
-        return torch.cuda.current_stream(device)
+        return current_stream(device)
     if isinstance(stream, torch.cuda.Stream):
         if stream.device != device:
             raise ContractError(f"stream: expected a stream of {device}, got one of {stream.device}")
@@ -36,7 +53,7 @@ def resolve_stream(stream, device: torch.device):
 @contextlib.contextmanager
 def on_stream(stream) -> Iterator[None]:
     """Make ``stream`` current for the enclosed launches (no-op for None or the current stream)."""
-    if stream is None or stream == torch.cuda.current_stream(stream.device):
+    if stream is None or stream == current_stream(stream.device):
         yield
         return
     with torch.cuda.stream(stream):
@@ -87,7 +104,7 @@ class StreamTracker:
     @staticmethod
     def keep_alive(tensor: torch.Tensor, stream) -> None:
         """Tell the caching allocator that ``tensor`` is in use on ``stream`` too."""
-        if stream is not None and tensor.is_cuda and stream != torch.cuda.current_stream(tensor.device):
+        if stream is not None and tensor.is_cuda and stream != current_stream(tensor.device):
             tensor.record_stream(stream)
 
     def __len__(self) -> int:

@@ -125,13 +125,13 @@ class HstuLmsdForward(Plan):
                          **_):
         n, out = x.shape[0], {}
         if y is None:
-            out["y"] = torch.empty(n, self.segments * self.d, dtype=BF16, device=x.device)
+            out["y"] = x.new_empty(n, self.segments * self.d, dtype=BF16)
         if mean is None:
-            out["mean"] = torch.empty(n, dtype=torch.float32, device=x.device)
+            out["mean"] = x.new_empty(n, dtype=torch.float32)
         if rstd is None:
-            out["rstd"] = torch.empty(n, dtype=torch.float32, device=x.device)
+            out["rstd"] = x.new_empty(n, dtype=torch.float32)
         if mask is None and self.p > 0:
-            out["mask"] = torch.empty(n, self.d, dtype=torch.int8, device=x.device)
+            out["mask"] = x.new_empty(n, self.d, dtype=torch.int8)
         return out
 
     def execute(self, x, u, weight, bias, *, seed=0, offset=0, y=None, mean=None, rstd=None,
@@ -236,13 +236,13 @@ class HstuLmsdBackward(Plan):
                          dweight=None, dbias=None, **_):
         out = {}
         if dx is None:
-            out["dx"] = torch.empty(x.shape, dtype=BF16, device=x.device)
+            out["dx"] = x.new_empty(x.shape, dtype=BF16)
         if du is None:
-            out["du"] = torch.empty(u.shape, dtype=BF16, device=x.device)
+            out["du"] = x.new_empty(u.shape, dtype=BF16)
         if dweight is None and self.contract.flag("compute_dweight"):
-            out["dweight"] = torch.empty(self.d, dtype=BF16, device=x.device)
+            out["dweight"] = x.new_empty(self.d, dtype=BF16)
         if dbias is None:
-            out["dbias"] = torch.empty(self.d, dtype=BF16, device=x.device)
+            out["dbias"] = x.new_empty(self.d, dtype=BF16)
         return out
 
     def execute(self, dy, x, u, weight, bias, mean, rstd, mask, *, dx=None, du=None,

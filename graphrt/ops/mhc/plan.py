@@ -98,9 +98,9 @@ class MhcProjectionBackward(Plan):
     def allocate_outputs(self, x, weight, grad_proj, grad_r, r, *, dx=None, dweight=None, **_):
         out = {}
         if dx is None:
-            out["dx"] = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+            out["dx"] = x.new_empty(x.shape, dtype=torch.bfloat16)
         if dweight is None:
-            out["dweight"] = torch.empty(weight.shape, dtype=torch.float32, device=x.device)
+            out["dweight"] = x.new_empty(weight.shape, dtype=torch.float32)
         return out
 
     def execute(self, x, weight, grad_proj, grad_r, r, *, dx=None, dweight=None, workspace=None,

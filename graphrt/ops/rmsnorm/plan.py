@@ -99,11 +99,11 @@ class RmsNormForward(Plan):
     def allocate_outputs(self, x, w, *, residual=None, y=None, rstd=None, h_new=None, **_):
         out = {}
         if y is None:
-            out["y"] = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            out["y"] = x.new_empty(x.shape, dtype=x.dtype)
         if rstd is None:
-            out["rstd"] = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+            out["rstd"] = x.new_empty(x.shape[:-1], dtype=torch.float32)
         if residual is not None and h_new is None:
-            out["h_new"] = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            out["h_new"] = x.new_empty(x.shape, dtype=x.dtype)
         return out
 
     def execute(self, x, w, *, residual=None, y=None, rstd=None, h_new=None, workspace=None,
@@ -193,9 +193,9 @@ class RmsNormBackward(Plan):
     def allocate_outputs(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None, **_):
         out = {}
         if dx is None:
-            out["dx"] = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            out["dx"] = x.new_empty(x.shape, dtype=x.dtype)
         if dw is None:
-            out["dw"] = torch.empty(x.shape[-1], dtype=torch.float32, device=x.device)
+            out["dw"] = x.new_empty(x.shape[-1], dtype=torch.float32)
         return out
 
     def execute(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None, workspace=None,
