@@ -8,6 +8,13 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+try:  # the internals the direct launch below relies on, as Triton 3.6 has them
+    from triton import knobs as _knobs
+    from triton.runtime.jit import JITFunction as _JITFunction, compute_cache_key as _cache_key
+    _DIRECT_LAUNCH = triton.__version__.startswith("3.6.")
+except ImportError:  # pragma: no cover - other Triton versions
+    _DIRECT_LAUNCH = False
+
 
 # Programmatic dependent launch (compute capability 9.0 and later): a kernel launched with it may
 # start while the kernel before it in the stream drains, and waits in wait_for_prior_kernel before
@@ -26,6 +33,36 @@ def use_pdl(t) -> bool:
     if enabled is None:
         enabled = _pdl_by_device[index] = torch.cuda.get_device_capability(index)[0] >= 9
     return enabled
+
+
+def launch(kernel, grid: tuple, *args, **kwargs):
+    """``kernel[grid](*args, **kwargs)`` with a third less host time (21 -> 14 us a launch on the
+    H200 host). Triton's own binder and cache key still pick the compiled kernel, so every
+    specialization stays as Triton makes it; the launcher is then called directly, without
+    ``JITFunction.run``'s per-call hook, knob and global-variable bookkeeping. The first launch of
+    a specialization (it compiles), launch hooks (profilers), the interpreter and Triton versions
+    other than 3.6 take ``kernel[grid]``.
+
+    >>> launch(_uniform_kernel, (blocks,), out, rng.state, n, BLOCK=1024)   # doctest: +SKIP
+    """
+    runtime = _knobs.runtime if _DIRECT_LAUNCH else None
+    if (runtime is None or type(kernel) is not _JITFunction or kernel.pre_run_hooks
+            or runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls):
+        return kernel[grid](*args, **kwargs)
+    driver = triton.runtime.driver.active
+    device = driver.get_current_device()
+    kernel_cache, key_cache, _, _, binder = kernel.device_caches[device]
+    options = dict(kwargs)  # the two options JITFunction.run adds, as it sets them
+    options["debug"] = kwargs.get("debug", kernel.debug) or runtime.debug
+    options["instrumentation_mode"] = _knobs.compilation.instrumentation_mode
+    bound, specialization, options = binder(*args, **options)
+    compiled = kernel_cache.get(_cache_key(key_cache, specialization, options))
+    if compiled is None or hasattr(compiled, "result"):  # not compiled yet, or compiling
+        return kernel[grid](*args, **kwargs)
+    compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                 driver.get_current_stream(device), compiled.function, compiled.packed_metadata,
+                 None, None, None, *bound.values())
+    return compiled
 
 
 def persistent_grid(tiles: int, max_programs: int) -> int:

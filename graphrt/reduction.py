@@ -6,7 +6,7 @@ from typing import Sequence
 import triton
 import triton.language as tl
 
-from .kernel_utils import use_pdl, wait_for_prior_kernel
+from .kernel_utils import launch, use_pdl, wait_for_prior_kernel
 
 _TILE_ELEMENTS = 2048    # parts x columns loaded per step by one program (4 warps)
 _TARGET_PROGRAMS = 512   # enough programs to spread the partials over every SM
@@ -55,6 +55,6 @@ def sum_partials(partial, outs: Sequence, n_parts: int) -> None:
     block_p, block_c = partial_blocks(n_parts, cols, len(outs))
     grid = (triton.cdiv(cols, block_c), len(outs))
     pdl = use_pdl(partial)
-    _sum_partials_kernel[grid](partial, outs[0], outs[-1], n_parts, COLS=cols, BLOCK_P=block_p,
-                               BLOCK_C=block_c, NUM_STAGES=3, AFTER_PRIMARY=pdl,
-                               launch_pdl=pdl, num_warps=4)
+    launch(_sum_partials_kernel, grid, partial, outs[0], outs[-1], n_parts, COLS=cols,
+           BLOCK_P=block_p, BLOCK_C=block_c, NUM_STAGES=3, AFTER_PRIMARY=pdl, launch_pdl=pdl,
+           num_warps=4)

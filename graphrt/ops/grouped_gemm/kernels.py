@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from ...kernel_utils import mma
+from ...kernel_utils import launch, mma
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, *, hi
         return
     tiles = triton.cdiv(hidden, cfg.block_m) * triton.cdiv(inter, cfg.block_n)
     discrete = out_ptrs is not None
-    _wgrad_kernel[(tiles, experts)](
+    launch(_wgrad_kernel, (tiles, experts),
         a, b, offsets, out if not discrete else a, out_ptrs if discrete else offsets, a.shape[1],
         HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, RAGGED=ragged,
         DISCRETE=discrete, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,

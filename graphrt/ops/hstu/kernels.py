@@ -17,8 +17,8 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import (allow_dependent_launch, persistent_grid, row_offsets, sigmoid,
-                             use_pdl, wait_for_prior_kernel)
+from ...kernel_utils import (allow_dependent_launch, launch, persistent_grid, row_offsets,
+                             sigmoid, use_pdl, wait_for_prior_kernel)
 from ...reduction import sum_partials
 
 
@@ -398,7 +398,7 @@ def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, 
     programs = persistent_grid(triton.cdiv(n_rows, cfg.block_rows),
                                sm_count * cfg.programs_per_sm)
     pdl = use_pdl(x)
-    _hstu_fwd_kernel[(programs,)](
+    launch(_hstu_fwd_kernel, (programs,),
         x, u, weight, bias, y, mean, rstd, mask if dropout else mean, seed_ptr, off_ptr, n_rows,
         *strides, seed_lo, seed_hi, off_lo, off_hi, eps, D=weight.shape[0],
         BLOCK_D=cfg.block_d, BLOCK_ROWS=cfg.block_rows, SILU=flags["apply_u_silu"],
@@ -415,7 +415,7 @@ def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean
     d = weight.shape[0]
     compute_dw = dweight is not None
     pdl = use_pdl(x)
-    _hstu_bwd_kernel[(programs,)](
+    launch(_hstu_bwd_kernel, (programs,),
         dy, x, u, weight, bias, mean, rstd, mask if mask is not None else mean, dx, du, partial,
         n_rows, *strides, D=d, BLOCK_D=cfg.block_d, BLOCK_ROWS=cfg.block_rows,
         SILU=flags["apply_u_silu"], CONCAT_U=flags["concat_u"], CONCAT_X=flags["concat_x"],

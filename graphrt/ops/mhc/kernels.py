@@ -20,7 +20,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ...kernel_utils import allow_dependent_launch, mma, use_pdl, wait_for_prior_kernel
+from ...kernel_utils import (allow_dependent_launch, launch, mma, use_pdl,
+                             wait_for_prior_kernel)
 from ...reduction import sum_partials
 
 MAX_GROUPS = 32
@@ -142,9 +143,8 @@ def launch_backward(cfg: MhcConfig, x, weight, grad_proj, grad_r, r, dx, dweight
               else x_desc)
     grid = (triton.cdiv(k, cfg.block_k), cfg.groups)
     pdl = use_pdl(x)
-    _mhc_bwd_kernel[grid](x_desc, dx_desc, p_desc, grad_proj, weight, grad_r, r, partial, n_rows,
-                          K=k, N=n, N_PAD=n_pad, N_BLOCK=nb, BLOCK_T=cfg.block_t,
-                          BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, P_TMA=p_tma,
-                          DOT_FP32=not x.is_cuda, PDL=pdl, launch_pdl=pdl,
-                          num_warps=cfg.num_warps, maxnreg=cfg.max_registers)
+    launch(_mhc_bwd_kernel, grid, x_desc, dx_desc, p_desc, grad_proj, weight, grad_r, r, partial,
+           n_rows, K=k, N=n, N_PAD=n_pad, N_BLOCK=nb, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
+           NUM_STAGES=cfg.num_stages, P_TMA=p_tma, DOT_FP32=not x.is_cuda, PDL=pdl,
+           launch_pdl=pdl, num_warps=cfg.num_warps, maxnreg=cfg.max_registers)
     sum_partials(partial, [dweight], cfg.groups)

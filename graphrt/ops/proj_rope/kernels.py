@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ...kernel_utils import mma
+from ...kernel_utils import launch, mma
 
 BLOCK = tl.constexpr(32)    # tokens and features per program: one block in each direction
 BLOCK_K = tl.constexpr(32)
@@ -263,7 +263,7 @@ def launch_head(cfg: HeadConfig, x, w, cos, sin, row, row_s, col, col_s, *, toke
     else:
         w_nope, w_rope = (TensorDescriptor.from_tensor(w, [bk, n]) for n in (nope, rope))
     grid = (triton.cdiv(tokens, bm) * heads,)
-    _proj_rope_head_kernel[grid](
+    launch(_proj_rope_head_kernel, grid,
         x_desc, w_nope, w_rope, cos, sin, row, row_s, col, col_s, tokens, K=k, HEADS=heads,
         NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, HW_CVT=not dot_fp32, DOT_FP32=dot_fp32,
         BLOCK_M=bm, BLOCK_K=bk, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
@@ -275,9 +275,9 @@ def launch_block(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, k: int,
     if tokens == 0:
         return
     grid = (triton.cdiv(tokens, BLOCK.value), heads, (nope + rope) // BLOCK.value)
-    _proj_rope_block_kernel[grid](x, w, cos, sin, row, row_s, col, col_s, tokens, K=k,
-                                  HEADS=heads, NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in,
-                                  HW_CVT=not dot_fp32, DOT_FP32=dot_fp32, num_warps=4)
+    launch(_proj_rope_block_kernel, grid, x, w, cos, sin, row, row_s, col, col_s, tokens, K=k,
+           HEADS=heads, NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, HW_CVT=not dot_fp32,
+           DOT_FP32=dot_fp32, num_warps=4)
 
 
 DEQUANT_ROWS, DEQUANT_COLS = 32, 128
@@ -310,6 +310,6 @@ def launch_dequant(codes, scales, out, *, blocks_along_cols: bool, dot_fp32: boo
     if rows == 0:
         return
     grid = (triton.cdiv(rows, DEQUANT_ROWS), triton.cdiv(cols, DEQUANT_COLS))
-    _mxfp8_dequant_kernel[grid](codes, scales, out, rows, COLS=cols,
-                                BLOCKS_ALONG_COLS=blocks_along_cols, HW_CVT=not dot_fp32,
-                                BLOCK_R=DEQUANT_ROWS, BLOCK_C=DEQUANT_COLS, num_warps=4)
+    launch(_mxfp8_dequant_kernel, grid, codes, scales, out, rows, COLS=cols,
+           BLOCKS_ALONG_COLS=blocks_along_cols, HW_CVT=not dot_fp32, BLOCK_R=DEQUANT_ROWS,
+           BLOCK_C=DEQUANT_COLS, num_warps=4)

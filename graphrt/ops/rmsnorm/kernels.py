@@ -14,8 +14,8 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import (allow_dependent_launch, persistent_grid, row_offsets, use_pdl,
-                             wait_for_prior_kernel)
+from ...kernel_utils import (allow_dependent_launch, launch, persistent_grid, row_offsets,
+                             use_pdl, wait_for_prior_kernel)
 from ...reduction import sum_partials
 
 MAX_BLOCK_H = 8192
@@ -232,14 +232,14 @@ def launch_forward(cfg: RowConfig, sm_count: int, x, residual, w, y, rstd, h_new
     has_res = residual is not None
     res, hn = (residual, h_new) if has_res else (x, y)
     if cfg.num_chunks > 1:
-        _rmsnorm_fwd_chunked_kernel[(n_rows,)](
+        launch(_rmsnorm_fwd_chunked_kernel, (n_rows,),
             x, res, w, y, rstd, hn, *strides, eps, HIDDEN=w.shape[0], BLOCK_H=cfg.block_h,
             NUM_CHUNKS=cfg.num_chunks, HAS_RESIDUAL=has_res, num_warps=cfg.num_warps)
         return
     programs = persistent_grid(triton.cdiv(n_rows, cfg.block_rows),
                                sm_count * cfg.programs_per_sm)
     pdl = use_pdl(x)
-    _rmsnorm_fwd_rows_kernel[(programs,)](
+    launch(_rmsnorm_fwd_rows_kernel, (programs,),
         x, res, w, y, rstd, hn, n_rows, *strides, eps, HIDDEN=w.shape[0],
         BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows, HAS_RESIDUAL=has_res,
         NUM_STAGES=cfg.num_stages, PDL=pdl, launch_pdl=pdl, num_warps=cfg.num_warps)
@@ -253,11 +253,11 @@ def launch_backward(cfg: RowConfig, n_programs: int, g, x, w, rstd, g_residual, 
     args = (g, x, w, rstd, g_residual if has_gres else g, dx, partial, n_rows)
     pdl = use_pdl(x)
     if cfg.num_chunks > 1:
-        _rmsnorm_bwd_chunked_kernel[(n_programs,)](
+        launch(_rmsnorm_bwd_chunked_kernel, (n_programs,),
             *args, triton.cdiv(n_rows, n_programs), *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h,
             NUM_CHUNKS=cfg.num_chunks, HAS_G_RESIDUAL=has_gres, PDL=pdl, num_warps=cfg.num_warps)
     else:
-        _rmsnorm_bwd_rows_kernel[(n_programs,)](
+        launch(_rmsnorm_bwd_rows_kernel, (n_programs,),
             *args, *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h, BLOCK_ROWS=cfg.block_rows,
             HAS_G_RESIDUAL=has_gres, NUM_STAGES=cfg.num_stages, PDL=pdl, launch_pdl=pdl,
             num_warps=cfg.num_warps)
