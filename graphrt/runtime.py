@@ -84,9 +84,12 @@ class Runtime:
                 self.streams.keep_alive(t, launch_stream)
         kwargs = {**kwargs, **allocated}
         nbytes = plan.workspace_bytes()
-        with self.arena.scope():
-            workspace = self.arena.take(nbytes, launch_stream) if nbytes else None
-            plan.execute(*args, **kwargs, workspace=workspace, stream=launch_stream)
+        if nbytes:
+            with self.arena.scope():
+                workspace = self.arena.take(nbytes, launch_stream)
+                plan.execute(*args, **kwargs, workspace=workspace, stream=launch_stream)
+        else:
+            plan.execute(*args, **kwargs, workspace=None, stream=launch_stream)
         return Result(plan.output_names, [kwargs[n] for n in plan.output_names])
 
     def stats(self) -> dict:
@@ -102,6 +105,9 @@ _default_lock = threading.Lock()
 
 def runtime(device=None) -> Runtime:
     """The default Runtime of ``device`` (None: the current CUDA device, else the CPU)."""
+    rt = _default_runtimes.get(device)  # a tensor's device (with its index) needs no resolving
+    if rt is not None:
+        return rt
     device = _as_device(device)
     rt = _default_runtimes.get(device)
     if rt is None:
