@@ -1,6 +1,7 @@
 """Fixed-order reductions shared by the ops (Triton): no atomics, bitwise reproducible."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
 
 import triton
@@ -34,6 +35,7 @@ def _sum_partials_kernel(PARTIAL, OUT_A, OUT_B, n_parts, COLS: tl.constexpr,
         tl.store(OUT_B + cols, acc.to(OUT_B.dtype.element_ty), mask=col_mask)
 
 
+@lru_cache(maxsize=1024)
 def partial_blocks(n_parts: int, cols: int, matrices: int = 1) -> tuple[int, int]:
     """(parts, columns) per tile of the reduction: narrow column blocks when there are many
     parts, so that enough programs share the work; the summation order follows from these."""
