@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Packs nvidia-cutlass-dsl (CuTe DSL) for the device machine, whose image lacks it and which has
+# no network: the contents of its wheels (and protobuf's) in one xz tarball, .cute/cs_all.tar.xz
+# (66.3 MB for 4.8.1; .cute/ is git-ignored). The cu12 wheel alone is 92 MB, over the 64 MiB a
+# device call may carry; unpacked and recompressed with xz -9e the whole bundle fits, just, when
+# it travels alone: carry [".cute"] without ".whl" (and the tree stays under about 0.8 MB).
+# CuTe DSL also compiles here without a GPU (python3.11: download the cp311 wheels instead).
+#
+# Here:  bash scripts/cute_bundle.sh                      (about 3 minutes of xz on 2 cores)
+# There: mkdir -p /tmp/cs && tar xJf .cute/cs_all.tar.xz -C /tmp/cs &&
+#        export PYTHONPATH=/tmp/cs:/tmp/cs/nvidia_cutlass_dsl/dsl_packages &&
+#        python3 scripts/cute_smoke.py
+set -euo pipefail
+VERSION=4.8.1
+cd "$(dirname "$0")/.."
+grep -qx '/.cute/' .git/info/exclude 2>/dev/null || echo /.cute/ >> .git/info/exclude
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$work/wheels" \
+    nvidia-cutlass-dsl==$VERSION nvidia-cutlass-dsl-libs-base==$VERSION \
+    nvidia-cutlass-dsl-libs-core==$VERSION nvidia-cutlass-dsl-libs-cu12==$VERSION protobuf==7.36.2
+mkdir -p "$work/site" .cute
+for wheel in "$work"/wheels/*.whl; do unzip -q -o "$wheel" -d "$work/site"; done
+echo "packing $(du -sh "$work/site" | cut -f1) with xz -9e" >&2
+tar cf - -C "$work/site" . | xz -9e -T2 > .cute/cs_all.tar.xz
+ls -la .cute/cs_all.tar.xz
