@@ -8,10 +8,14 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+# The Triton that graphrt's uses of its internals (the direct launch below) and of experimental
+# Gluon were written and measured with; other versions take the public paths.
+ON_TESTED_TRITON = tuple(int(v) for v in triton.__version__.split(".")[:2]) == (3, 6)
+
 try:  # the internals the direct launch below relies on, as Triton 3.6 has them
     from triton import knobs as _knobs
     from triton.runtime.jit import JITFunction as _JITFunction, compute_cache_key as _cache_key
-    _DIRECT_LAUNCH = triton.__version__.startswith("3.6.")
+    _DIRECT_LAUNCH = ON_TESTED_TRITON
 except ImportError:  # pragma: no cover - other Triton versions
     _DIRECT_LAUNCH = False
 

@@ -25,6 +25,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, war
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from ...kernel_utils import ON_TESTED_TRITON
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 
@@ -293,7 +294,7 @@ WS_CONFIG = WsConfig(block_k=64, stages=3, mma_regs=128, epilogue_regs=96)
 
 # Gluon is experimental and its API moves (Triton 3.9 renamed thread_barrier and the TMA copies):
 # the kernel runs on the Triton it was written and measured with, 3.6; others get the head kernel.
-GLUON_API_OK = tuple(int(v) for v in triton.__version__.split(".")[:2]) == (3, 6)
+GLUON_API_OK = ON_TESTED_TRITON
 
 
 def fits_ws_kernel(k: int, nope: int, rope: int) -> bool:
