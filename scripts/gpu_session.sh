@@ -6,9 +6,16 @@
 # optests runs the GPU tests under $TEST_PATHS; sweep and sweep_mhc take $SWEEP_CASES; profile
 # runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; stalls samples where the
 # warps of the kernels matching $PROFILE_KERNELS (a regex) wait, per SASS instruction.
+# With .cute/ carried alone (scripts/cute_bundle.sh; too big to travel with .whl/), the CuTe DSL
+# comes from its tarball and cachetools from the wheel the bundle script copies beside it.
 set -u
-python3 -m pip install -q --no-index --no-deps --upgrade --target .site .whl/*.whl
-export PYTHONPATH=$PWD:$PWD/.site PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT
+python3 -m pip install -q --no-index --no-deps --upgrade --target .site $(ls .whl/*.whl .cute/*.whl 2>/dev/null)
+cute_path=""
+if [ -f .cute/cs_all.tar.xz ]; then
+  mkdir -p /tmp/cs && tar xJf .cute/cs_all.tar.xz -C /tmp/cs
+  cute_path=":/tmp/cs:/tmp/cs/nvidia_cutlass_dsl/dsl_packages"
+fi
+export PYTHONPATH=$PWD:$PWD/.site$cute_path PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/smi.txt" 2>&1
 steps=${*:-tests sanitize bench demo}
 for step in $steps; do

@@ -34,6 +34,11 @@ x = torch.randn(64, 64, dtype=torch.bfloat16, device="cuda")
 w = torch.randn(2 * 192, 64, dtype=torch.bfloat16, device="cuda")
 cs = torch.randn(64, 64, device="cuda").to(torch.bfloat16)
 graphrt.ops.gemm_proj_rope_mxfp8(x, w, cs, cs)
+# with nvidia-cutlass-dsl on Hopper: the CuTe kernel with more tiles than clusters
+w70 = torch.randn(70 * 192, 64, dtype=torch.bfloat16, device="cuda")
+cs4 = torch.randn(256, 64, device="cuda").to(torch.bfloat16)
+graphrt.ops.gemm_proj_rope_mxfp8(torch.randn(256, 64, dtype=torch.bfloat16, device="cuda"), w70,
+                                 cs4, cs4)
 # on Hopper: the warp-specialized kernel over two tiles and a last one of 32 tokens, W as
 # (K, N); then the head kernel (a head too wide for the warp-specialized one)
 x2 = torch.randn(288, 128, dtype=torch.bfloat16, device="cuda")

@@ -4,7 +4,7 @@ import torch
 
 import graphrt
 from graphrt import ContractError
-from graphrt.ops import gemm_proj_rope_mxfp8
+from graphrt.ops import GemmProjRopeMxfp8, gemm_proj_rope_mxfp8
 from graphrt.ops.proj_rope import gemm_proj_rope_mxfp8_reference, mxfp8_dequantize, mxfp8_quantize
 from graphrt.ops.proj_rope.reference import FP8, apply_rope
 
@@ -192,6 +192,53 @@ def test_gpu_warp_specialized_kernel_agrees_with_head_kernel(seed, w_out_in):
         results.append(outs)
     for ws, head in zip(*results):
         assert (ws == head).float().mean().item() >= 0.9999
+
+
+def _cute_kernels():
+    """graphrt's CuTe DSL module on Hopper, or a skip (it needs nvidia-cutlass-dsl)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the CuTe DSL kernel runs on Hopper")
+    try:
+        from graphrt.ops.proj_rope import kernels_cute
+    except ImportError:
+        pytest.skip("nvidia-cutlass-dsl is not installed")
+    return kernels_cute
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [32, 288, 4096])
+def test_gpu_cute_kernel_agrees_with_head_kernel(seed, tokens):
+    """The CuTe kernel (W multicast, epilogue warpgroup) against the Triton head kernel: the
+    same FP32 values up to summation order, so nearly all bytes agree; rows past the tokens and
+    a cluster whose second CTA has no rows (32 tokens) included. Poisoned outputs first."""
+    from graphrt.ops.proj_rope.kernels import head_config, launch_head
+    kernels_cute = _cute_kernels()
+    k, heads = 1536, 5
+    x, w, cos, sin, _ = _problem(tokens, k, heads, device="cuda")
+    shapes = [(tokens, heads, 192), (tokens, heads, 6), (tokens, heads, 192),
+              (tokens // 32, heads, 192)]
+    results = []
+    for launch in (lambda *o, **a: kernels_cute.launch_cute(
+                       *o, tokens=tokens, heads=heads, stream=torch.cuda.current_stream()),
+                   lambda *o, **a: launch_head(head_config(False), *o, tokens=tokens, k=k,
+                                               heads=heads, nope=128, rope=64, w_out_in=True,
+                                               dot_fp32=False)):
+        outs = [torch.full(sh, 0xAB, dtype=torch.uint8, device="cuda") for sh in shapes]
+        launch(x, w, cos, sin, *outs)
+        results.append(outs)
+    for cute_out, head_out in zip(*results):
+        assert (cute_out == head_out).float().mean().item() >= 0.9999
+
+
+@pytest.mark.gpu
+def test_gpu_plan_takes_cute_kernel(seed):
+    """On Hopper with the DSL the plan runs the CuTe kernel for W stored [N, K] (and the Triton
+    kernels for [K, N])."""
+    _cute_kernels()
+    for w_out_in, cute in ((True, True), (False, False)):
+        x, w, cos, sin, kw = _problem(256, 512, 2, w_out_in=w_out_in, device="cuda")
+        kernel = GemmProjRopeMxfp8(x, w, cos, sin, **kw).compile().describe()["kernel"]
+        assert kernel.startswith("CuTe") == cute, kernel
 
 
 @pytest.mark.gpu

@@ -9,7 +9,7 @@ from ...arena import align_up
 from ...contract import Contract, compact_spec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
-from ...streams import on_stream
+from ...streams import current_stream, on_stream
 from ...validate import (compact_operand, dtype_name, require_disjoint, require_tensor,
                          workspace_as, workspace_operand)
 from .reference import FP8, gemm_proj_rope_mxfp8_reference
@@ -30,9 +30,29 @@ def _fits_ws_kernel(k: int, nope: int, rope: int, capability) -> bool:
     return fits_ws_kernel(k, nope, rope)
 
 
+def _fits_cute_kernel(k: int, nope: int, rope: int, w_out_in: bool, capability) -> bool:
+    """Whether the CuTe DSL kernel runs this case: Hopper, nvidia-cutlass-dsl installed (the
+    module imports it at the top) and its shapes."""
+    if capability is None or capability[0] != 9:
+        return False
+    try:
+        from .kernels_cute import fits_cute_kernel
+    except ImportError:
+        return False
+    return fits_cute_kernel(k, nope, rope, w_out_in)
+
+
+def _launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: int) -> None:
+    """The CuTe DSL kernel on the current stream."""
+    from .kernels_cute import launch_cute
+    launch_cute(x, w, cos, sin, row, row_s, col, col_s, tokens=tokens, heads=heads,
+                stream=current_stream(x.device))
+
+
 class GemmProjRopeMxfp8(Plan):
     """out = MXFP8(RoPE(x @ W)) in both directions: rowwise blocks of 32 along head_dim and
-    columnwise blocks of 32 along tokens, quantized from the FP32 values. The path follows x's
+    columnwise blocks of 32 along tokens, quantized from the FP32 values (on Hopper with
+    nvidia-cutlass-dsl installed, by the CuTe DSL kernel for W [N, K]). The path follows x's
     dtype: BF16 x and w, or float8_e4m3fn codes with E8M0 scales (x_scale, w_scale); the MXFP8
     path takes ``workspace_bytes()`` of scratch for BF16 copies of W and of a chunk of x.
 
@@ -120,7 +140,13 @@ class GemmProjRopeMxfp8(Plan):
             nope, rope = c.flag("qk_nope_dim"), c.flag("qk_rope_dim")
             self.dot_fp32 = c.device_type != "cuda"
             kw = dict(k=self.k, heads=self.heads, nope=nope, rope=rope, w_out_in=c.flag("w_out_in"))
-            if not self.dot_fp32 and _fits_ws_kernel(self.k, nope, rope, c.capability):
+            if not self.dot_fp32 and _fits_cute_kernel(self.k, nope, rope, c.flag("w_out_in"),
+                                                       c.capability):
+                from .kernels_cute import compiled
+                compiled(torch.cuda.current_device())       # compile now, not in the first call
+                self.kernel = "CuTe DSL (W multicast, epilogue warpgroup)"
+                self._gemm = partial(_launch_cute, heads=self.heads)
+            elif not self.dot_fp32 and _fits_ws_kernel(self.k, nope, rope, c.capability):
                 from .kernels_ws import WS_CONFIG, launch_ws
                 self.config, self.kernel = WS_CONFIG, "warp-specialized (Gluon)"
                 self._gemm = partial(launch_ws, WS_CONFIG, **kw)

@@ -1,0 +1,456 @@
+"""CuTe DSL kernel for projection GEMM + RoPE + dual-direction MXFP8 (Hopper, sm_90a).
+
+What Triton 3.6 cannot express and this kernel needs: TMA multicast. A CTA owns 128 tokens x one
+head (192 features); two CTAs along the tokens form a cluster and each loads half of the head's
+W slice, multicast to both. One N = 192 wgmma per 16-wide K step reads x from shared memory once.
+
+Warpgroups: a producer (one warp issues the TMA loads), two MMA warpgroups (64 tokens each, the
+FP32 accumulator in registers) and one epilogue warpgroup. The kernel is persistent. After a
+tile's K loop the MMA warpgroups write the FP32 tile to shared memory (rows padded to 200 words,
+so an 8-byte store takes the minimum two wavefronts) and start the next tile while the epilogue
+warpgroup applies RoPE and quantizes from shared memory, under the next tile's products. The
+epilogue reads in the layout each direction wants: 4 token rows x 8 lanes per warp for the
+row-wise blocks, feature pairs over 32 tokens per thread for the column-wise blocks.
+
+Needs nvidia-cutlass-dsl (``pip install graphrt[cute]``); the plan uses it when it imports and
+falls back to the Triton/Gluon kernels otherwise. Index math on outputs is 64-bit.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+BLOCK_M = 128          # tokens per CTA
+HALF_M = 64            # tokens per MMA warpgroup
+BLOCK_K = 64
+CLUSTER_M = 2          # CTAs along the tokens sharing one W slice
+THREADS = 512          # producer, two MMA warpgroups, epilogue
+NOPE, ROPE = 128, 64
+HEAD_DIM = NOPE + ROPE
+PITCH = HEAD_DIM + 8   # words per staged row: rows 4 apart land 32 banks apart
+
+# Named barriers (0 is the CTA-wide one), between the MMA warpgroups and the epilogue: the side
+# that hands over arrives, the other syncs (an arrive synchronizes with a sync on the same
+# barrier in the PTX memory model; compute-sanitizer's racecheck does not follow it).
+_BAR_FULL = 1          # the FP32 tile is staged
+_BAR_EMPTY = 2         # the epilogue has read it
+_HANDOFF_THREADS = 384
+
+
+def _fmax(a, b):
+    return cute.arch.inline_ptx("max.f32 {$w0}, {$r0}, {$r1};",
+                                write_only_types=[cutlass.Float32], read_only_args=[a, b])
+
+
+def _abs_max(values):
+    """max |v| over a list of FP32 values, as a tree."""
+    level = [cute.arch.inline_ptx("abs.f32 {$w0}, {$r0};", write_only_types=[cutlass.Float32],
+                                  read_only_args=[v]) for v in values]
+    while len(level) > 1:
+        nxt = [_fmax(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def _e8m0(amax):
+    """(E8M0 code e + 127, FP32 factor 2^-e) of a block maximum, e = ceil(log2(max(amax, 1e-30)
+    / 448)) clamped to [-127, 127]. With amax = m * 2^E and 448 = 1.75 * 2^8, e is E - 8 plus
+    one when m > 1.75, which adding 0x1FFFFF to the bits carries into the exponent field; only
+    +inf reaches the clamp (e = 127, factor 2^-127, the one subnormal)."""
+    return cute.arch.inline_ptx(
+        "{ .reg .b32 b, t; .reg .pred p;"
+        " max.f32 b, {$r0}, 0f0DA24260;"
+        " setp.eq.u32 p, b, 0x7F800000;"
+        " add.u32 t, b, 0x1FFFFF; shr.u32 t, t, 23; sub.u32 {$w0}, t, 8;"
+        " @p mov.u32 {$w0}, 254;"
+        " sub.u32 t, 254, {$w0}; shl.b32 t, t, 23; @p mov.b32 t, 0x400000;"
+        " mov.b32 {$w1}, t; }",
+        write_only_types=[cutlass.Int32, cutlass.Float32], read_only_args=[amax])
+
+
+def _e4m3x2(lo, hi):
+    """Two E4M3 codes (nearest even, saturating) in a 16-bit word, lo in the low byte."""
+    return cute.arch.inline_ptx(
+        "{ .reg .b16 h; cvt.rn.satfinite.e4m3x2.f32 h, {$r1}, {$r0}; cvt.u32.u16 {$w0}, h; }",
+        write_only_types=[cutlass.Uint32], read_only_args=[lo, hi])
+
+
+def _e4m3x4(v0, v1, v2, v3):
+    """Four E4M3 codes in a 32-bit word, v0 in the low byte."""
+    return cute.arch.inline_ptx(
+        "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, {$r1}, {$r0};"
+        " cvt.rn.satfinite.e4m3x2.f32 hi, {$r3}, {$r2}; mov.b32 {$w0}, {lo, hi}; }",
+        write_only_types=[cutlass.Uint32], read_only_args=[v0, v1, v2, v3])
+
+
+def _lds4(addr):
+    return cute.arch.inline_ptx(
+        "ld.shared.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];",
+        write_only_types=[cutlass.Float32] * 4, read_only_args=[addr])
+
+
+def _lds2(addr):
+    return cute.arch.inline_ptx(
+        "ld.shared.v2.f32 {{$w0}, {$w1}}, [{$r0}];",
+        write_only_types=[cutlass.Float32] * 2, read_only_args=[addr])
+
+
+def _sts2(addr, a, b):
+    cute.arch.inline_ptx("st.shared.v2.f32 [{$r0}], {{$r1}, {$r2}};", read_only_args=[addr, a, b])
+
+
+def _ldg_bf16x2(addr):
+    """Two consecutive BF16 values as FP32 (an L2-resident read)."""
+    return cute.arch.inline_ptx(
+        "{ .reg .b32 w, a, b; ld.global.nc.b32 w, [{$r0}]; shl.b32 a, w, 16;"
+        " and.b32 b, w, 0xFFFF0000; mov.b32 {$w0}, a; mov.b32 {$w1}, b; }",
+        write_only_types=[cutlass.Float32] * 2, read_only_args=[addr])
+
+
+def _select(flag, a, b):
+    """a where the Int32 flag is nonzero, else b."""
+    return cute.arch.inline_ptx(
+        "{ .reg .pred p; setp.ne.s32 p, {$r0}, 0; selp.f32 {$w0}, {$r1}, {$r2}, p; }",
+        write_only_types=[cutlass.Float32], read_only_args=[flag, a, b])
+
+
+def _ldg_bf16x4(addr):
+    """Four consecutive BF16 values as FP32."""
+    return cute.arch.inline_ptx(
+        "{ .reg .b32 w0, w1, a, b, c, d; ld.global.nc.v2.b32 {w0, w1}, [{$r0}];"
+        " shl.b32 a, w0, 16; and.b32 b, w0, 0xFFFF0000; shl.b32 c, w1, 16;"
+        " and.b32 d, w1, 0xFFFF0000; mov.b32 {$w0}, a; mov.b32 {$w1}, b; mov.b32 {$w2}, c;"
+        " mov.b32 {$w3}, d; }",
+        write_only_types=[cutlass.Float32] * 4, read_only_args=[addr])
+
+
+def _stg_word(addr, w, pred):
+    cute.arch.inline_ptx("st.global.b32 [{$r0}], {$r1};", read_only_args=[addr, w],
+                         predicate=pred)
+
+
+def _select_int(pred, a, b):
+    return cute.arch.inline_ptx("selp.b32 {$w0}, {$r0}, {$r1}, {$r2};",
+                                write_only_types=[cutlass.Int32],
+                                read_only_args=[a, b, pred])
+
+
+def _stg4(addr, w0, w1, w2, w3, pred):
+    cute.arch.inline_ptx("st.global.v4.b32 [{$r0}], {{$r1}, {$r2}, {$r3}, {$r4}};",
+                         read_only_args=[addr, w0, w1, w2, w3], predicate=pred)
+
+
+def _stg1(addr, b, pred):
+    cute.arch.inline_ptx("st.global.b8 [{$r0}], {$r1};",
+                         read_only_args=[addr, b.to(cutlass.Uint16)], predicate=pred)
+
+
+def _stg2(addr, h, pred):
+    cute.arch.inline_ptx("st.global.b16 [{$r0}], {$r1};",
+                         read_only_args=[addr, h.to(cutlass.Uint16)], predicate=pred)
+
+
+class ProjRopeKernel:
+    """Y = x @ W^T for one 192-feature head per CTA, then RoPE and both MXFP8 directions."""
+
+    def __init__(self, stages: int = 3):
+        self.stages = stages
+
+    @cute.jit
+    def __call__(self, x: cute.Tensor, w: cute.Tensor, cos: cute.Tensor, sin: cute.Tensor,
+                 row: cute.Tensor, row_s: cute.Tensor, col: cute.Tensor, col_s: cute.Tensor,
+                 num_clusters: cutlass.Int32, stream):
+        ab = x.element_type
+        tile = (BLOCK_M, HEAD_DIM, BLOCK_K)
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            ab, ab, LayoutEnum.from_tensor(x).sm90_mma_major_mode(),
+            LayoutEnum.from_tensor(w).sm90_mma_major_mode(), cutlass.Float32, (2, 1, 1),
+            tiler_mn=(HALF_M, HEAD_DIM))
+        a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.from_tensor(x), tile, ab, self.stages)
+        b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.from_tensor(w), tile, ab, self.stages)
+        tma_a, ga = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), x, cute.slice_(a_layout, (None, None, 0)),
+            (BLOCK_M, BLOCK_K))
+        tma_b, gb = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SMulticastOp(), w, cute.slice_(b_layout, (None, None, 0)),
+            (HEAD_DIM, BLOCK_K), num_multicast=CLUSTER_M)
+
+        @cute.struct
+        class Storage:
+            barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            staged: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, BLOCK_M * PITCH], 16]
+            sa: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(a_layout)], 1024]
+            sb: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(b_layout)], 1024]
+
+        self.storage = Storage
+        self.kernel(tiled_mma, tma_a, ga, tma_b, gb, cos, sin, row, row_s, col, col_s,
+                    a_layout, b_layout).launch(
+            grid=(CLUSTER_M * num_clusters, 1, 1), block=(THREADS, 1, 1),
+            cluster=(CLUSTER_M, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, mma: cute.TiledMma, tma_a: cute.CopyAtom, ga: cute.Tensor,
+               tma_b: cute.CopyAtom, gb: cute.Tensor, cos: cute.Tensor, sin: cute.Tensor,
+               row: cute.Tensor, row_s: cute.Tensor, col: cute.Tensor, col_s: cute.Tensor,
+               a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cluster = bidx // CLUSTER_M
+        num_clusters = gdim // CLUSTER_M
+        if warp == 0:
+            cpasync.prefetch_descriptor(tma_a)
+            cpasync.prefetch_descriptor(tma_b)
+
+        st = utils.SmemAllocator().allocate(self.storage)
+        sa = st.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
+        sb = st.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
+        staged = st.staged.data_ptr().toint()          # shared-memory byte address
+        pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=st.barriers.data_ptr(), num_stages=self.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, CLUSTER_M * 8),
+            tx_count=(BLOCK_M + HEAD_DIM) * BLOCK_K * 2,
+            cta_layout_vmnk=cute.make_layout((1, CLUSTER_M, 1, 1)), defer_sync=True)
+        pipeline.pipeline_init_arrive(cluster_shape_mn=(CLUSTER_M, 1), is_relaxed=True)
+
+        tokens = ga.shape[0]
+        k_tiles = cute.ceil_div(ga.shape[1], BLOCK_K)
+        m_pairs = cute.ceil_div(tokens, BLOCK_M * CLUSTER_M)
+        heads = gb.shape[0] // HEAD_DIM
+        cluster_tiles = m_pairs * heads
+
+        tAsA, tAgA = cpasync.tma_partition(
+            tma_a, 0, cute.make_layout(1), cute.group_modes(sa, 0, 2),
+            cute.group_modes(cute.local_tile(ga, (BLOCK_M, BLOCK_K), (None, None)), 0, 2))
+        tBsB, tBgB = cpasync.tma_partition(
+            tma_b, rank, cute.make_layout(CLUSTER_M), cute.group_modes(sb, 0, 2),
+            cute.group_modes(cute.local_tile(gb, (HEAD_DIM, BLOCK_K), (None, None)), 0, 2))
+        pipeline.pipeline_init_wait(cluster_shape_mn=(CLUSTER_M, 1))
+
+        if warp < 4:
+            cute.arch.warpgroup_reg_dealloc(40)
+            if warp == 0:
+                state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
+                                                     self.stages)
+                for ct in cutlass.range(cluster, cluster_tiles, num_clusters, unroll=1):
+                    head = ct // m_pairs
+                    m_tile = (ct % m_pairs) * CLUSTER_M + rank
+                    for kt in cutlass.range(k_tiles, unroll=1):
+                        pipe.producer_acquire(state)
+                        bar = pipe.producer_get_barrier(state)
+                        cute.copy(tma_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
+                                  tma_bar_ptr=bar)
+                        cute.copy(tma_b, tBgB[(None, head, kt)], tBsB[(None, state.index)],
+                                  tma_bar_ptr=bar, mcast_mask=cutlass.Int16((1 << CLUSTER_M) - 1))
+                        state.advance()
+                pipe.producer_tail(state)
+        elif warp < 12:
+            cute.arch.warpgroup_reg_alloc(160)
+            mtid = tidx - 128
+            thr = mma.get_slice(mtid)
+            tCrA = mma.make_fragment_A(thr.partition_A(sa))
+            tCrB = mma.make_fragment_B(thr.partition_B(sb))
+            acc = cute.make_rmem_tensor(
+                thr.partition_C(cute.make_identity_tensor((BLOCK_M, HEAD_DIM))).shape,
+                cutlass.Float32)
+            k_blocks = cute.size(tCrA, mode=[2])
+            # This thread's accumulator rows (r, r + 8) and column pair 2 * (lane % 4).
+            lane = mtid % 32
+            r = (mtid // 32) * 16 + lane // 4
+            my_staged = staged + (r * PITCH + 2 * (lane % 4)) * 4
+            read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                   self.stages)
+            for ct in cutlass.range(cluster, cluster_tiles, num_clusters, unroll=1):
+                mma.set(warpgroup.Field.ACCUMULATE, False)
+                for kt in cutlass.range(k_tiles, unroll=1):
+                    pipe.consumer_wait(read)
+                    warpgroup.fence()
+                    for kb in cutlass.range_constexpr(k_blocks):
+                        cute.gemm(mma, acc, tCrA[(None, None, kb, read.index)],
+                                  tCrB[(None, None, kb, read.index)], acc)
+                        mma.set(warpgroup.Field.ACCUMULATE, True)
+                    warpgroup.commit_group()
+                    if kt > 0:
+                        warpgroup.wait_group(1)
+                        pipe.consumer_release(release)
+                        release.advance()
+                    read.advance()
+                warpgroup.wait_group(0)
+                pipe.consumer_release(release)
+                release.advance()
+                if ct != cluster:
+                    cute.arch.barrier(barrier_id=_BAR_EMPTY, number_of_threads=_HANDOFF_THREADS)
+                for j in cutlass.range_constexpr(HEAD_DIM // 8):
+                    for h in cutlass.range_constexpr(2):
+                        _sts2(my_staged + (8 * h * PITCH + 8 * j) * 4, acc[j * 4 + 2 * h],
+                              acc[j * 4 + 2 * h + 1])
+                cute.arch.barrier_arrive(barrier_id=_BAR_FULL, number_of_threads=_HANDOFF_THREADS)
+        else:
+            cute.arch.warpgroup_reg_alloc(152)
+            etid = tidx - 384
+            n_total = heads * HEAD_DIM
+            for ct in cutlass.range(cluster, cluster_tiles, num_clusters, unroll=1):
+                head = ct // m_pairs
+                m_tile = (ct % m_pairs) * CLUSTER_M + rank
+                cute.arch.barrier(barrier_id=_BAR_FULL, number_of_threads=_HANDOFF_THREADS)
+                self.row_pass(etid, m_tile, head, tokens, n_total, staged, cos, sin, row, row_s)
+                self.column_pass(etid, m_tile, head, tokens, n_total, staged, cos, sin, col,
+                                 col_s)
+                if ct + num_clusters < cluster_tiles:
+                    cute.arch.barrier_arrive(barrier_id=_BAR_EMPTY,
+                                             number_of_threads=_HANDOFF_THREADS)
+
+    @cute.jit
+    def row_pass(self, etid, m_tile, head, tokens, n_total, staged, cos, sin, row, row_s):
+        """Row-wise 32-feature blocks. A warp takes 4 token rows at a time, 8 lanes per row and
+        4 features per lane, so every load and store is a contiguous run; a block's maximum
+        takes three shuffles within the 8 lanes."""
+        lane = etid % 32
+        rr = lane // 8
+        seg = lane % 8
+        for g in cutlass.range(etid // 32, BLOCK_M // 4, 4, unroll=1):
+            my_code = cutlass.Int32(0)                   # lane seg keeps block seg's code
+            r = 4 * g + rr
+            t = m_tile * BLOCK_M + r
+            valid = t < tokens
+            t_ld = cutlass.Int64(cutlass.min(t, tokens - 1)) * (ROPE * 2)
+            src = staged + (r * PITCH + 4 * seg) * 4
+            dst = row.iterator.toint() + cutlass.Int64(t) * n_total + head * HEAD_DIM + 4 * seg
+            scales = row_s.iterator.toint() + cutlass.Int64(t) * (n_total // 32) + head * 6
+            for b in cutlass.range_constexpr(6):
+                if cutlass.const_expr(b < 4):
+                    v = list(_lds4(src + 32 * b * 4))
+                else:
+                    # out[j] = x1_j cos_j - x2_j sin_j (block 4), x2_j cos_(32+j) +
+                    # x1_j sin_(32+j) (block 5): (x1_j, x2_j) is the pair at rope features 2j,
+                    # 2j + 1; this lane's j are 4 seg .. 4 seg + 3.
+                    half = (b - 4) * (ROPE // 2)
+                    pe = list(_lds4(staged + (r * PITCH + NOPE + 8 * seg) * 4)) + \
+                        list(_lds4(staged + (r * PITCH + NOPE + 8 * seg + 4) * 4))
+                    c = _ldg_bf16x4(cos.iterator.toint() + t_ld + (half + 4 * seg) * 2)
+                    s_ = _ldg_bf16x4(sin.iterator.toint() + t_ld + (half + 4 * seg) * 2)
+                    if cutlass.const_expr(b == 4):
+                        v = [pe[2 * i] * c[i] - pe[2 * i + 1] * s_[i] for i in range(4)]
+                    else:
+                        v = [pe[2 * i + 1] * c[i] + pe[2 * i] * s_[i] for i in range(4)]
+                m = _abs_max(v)
+                m = _fmax(m, cute.arch.shuffle_sync_bfly(m, offset=1))
+                m = _fmax(m, cute.arch.shuffle_sync_bfly(m, offset=2))
+                m = _fmax(m, cute.arch.shuffle_sync_bfly(m, offset=4))
+                code, factor = _e8m0(m)
+                _stg_word(dst + 32 * b, _e4m3x4(v[0] * factor, v[1] * factor, v[2] * factor,
+                                                v[3] * factor), valid)
+                my_code = _select_int(seg == b, code, my_code)
+            _stg1(scales + seg, my_code, valid & (seg < 6))
+
+    @cute.jit
+    def column_pass(self, etid, m_tile, head, tokens, n_total, staged, cos, sin, col, col_s):
+        """Items (32-token block, output feature pair): two nope items per thread (etid and
+        etid + 128 over 4 blocks x 64 pairs), then one rope item (4 blocks x 32 pairs). Lanes
+        take neighbouring pairs, so each store is a contiguous run of a token row."""
+        for k in cutlass.range_constexpr(3):
+            if cutlass.const_expr(k < 2):
+                item = etid + 128 * k
+                block = item // (NOPE // 2)
+                f = 2 * (item % (NOPE // 2))             # output features f, f + 1
+            else:
+                block = etid // (ROPE // 2)
+                f = NOPE + 2 * (etid % (ROPE // 2))
+            t0 = m_tile * BLOCK_M + block * 32
+            v0 = [None] * 32
+            v1 = [None] * 32
+            if cutlass.const_expr(k < 2):
+                for rr in cutlass.range_constexpr(32):
+                    v0[rr], v1[rr] = _lds2(staged + ((block * 32 + rr) * PITCH + f) * 4)
+            else:
+                # Output features f, f + 1 come from the interleaved pairs j, j + 1
+                # (j = (f - 128) % 32, at rope features 2j .. 2j + 3) and cos/sin at f - 128:
+                # x1 cos - x2 sin in the first half, x2 cos + x1 sin in the second.
+                j = (f - NOPE) % (ROPE // 2)
+                first = cutlass.Int32(f < NOPE + ROPE // 2)
+                for rr in cutlass.range_constexpr(32):
+                    t_ld = cutlass.Int64(cutlass.min(t0 + rr, tokens - 1)) * (ROPE * 2)
+                    x1a, x2a, x1b, x2b = _lds4(
+                        staged + ((block * 32 + rr) * PITCH + NOPE + 2 * j) * 4)
+                    ca, cb = _ldg_bf16x2(cos.iterator.toint() + t_ld + (f - NOPE) * 2)
+                    sa_, sb_ = _ldg_bf16x2(sin.iterator.toint() + t_ld + (f - NOPE) * 2)
+                    v0[rr] = _select(first, x1a * ca - x2a * sa_, x2a * ca + x1a * sa_)
+                    v1[rr] = _select(first, x1b * cb - x2b * sb_, x2b * cb + x1b * sb_)
+            code0, factor0 = _e8m0(_abs_max(v0))
+            code1, factor1 = _e8m0(_abs_max(v1))
+            dst = col.iterator.toint() + cutlass.Int64(t0) * n_total + head * HEAD_DIM + f
+            for rr in cutlass.range_constexpr(32):
+                _stg2(dst + cutlass.Int64(rr) * n_total,
+                      _e4m3x2(v0[rr] * factor0, v1[rr] * factor1), t0 + rr < tokens)
+            t_block = m_tile * (BLOCK_M // 32) + block
+            _stg2(col_s.iterator.toint() + cutlass.Int64(t_block) * n_total + head * HEAD_DIM + f,
+                  code0 | (code1 << 8), t_block < tokens // 32)
+
+
+# -- launch ----------------------------------------------------------------------------------------
+STAGES = 3
+
+
+def fits_cute_kernel(k: int, nope: int, rope: int, w_out_in: bool) -> bool:
+    """DeepSeek's head (128 + 64), W stored [N, K] (both operands K-major for the TMA), and rows
+    of x and W whose byte pitch the TMA accepts (a multiple of 16)."""
+    return w_out_in and nope == NOPE and rope == ROPE and k % 8 == 0
+
+
+# Byte alignment the kernel's accesses need of x, w (TMA), cos, sin (8-byte loads), row codes
+# (4-byte stores), row scales, col codes, col scales (2-byte stores); the plan's contract gives
+# 16 for every operand.
+ALIGNMENT = (16, 16, 8, 8, 4, 1, 4, 2)
+
+
+def _dynamic(tensors):
+    """Every extent a run-time value."""
+    from cutlass.cute.runtime import from_dlpack
+    return [from_dlpack(t, assumed_align=a).mark_layout_dynamic(leading_dim=t.dim() - 1)
+            for t, a in zip(tensors, ALIGNMENT)]
+
+
+@lru_cache(maxsize=None)
+def compiled(device_index: int):
+    """The kernel compiled for every shape (all extents are run-time values): about 1-2 s, once
+    per process and device."""
+    import torch
+    import cuda.bindings.driver as cuda_driver
+    dev = torch.device("cuda", device_index)
+    x = torch.zeros(32, 64, dtype=torch.bfloat16, device=dev)
+    w = torch.zeros(HEAD_DIM, 64, dtype=torch.bfloat16, device=dev)
+    rope = torch.zeros(32, ROPE, dtype=torch.bfloat16, device=dev)
+    codes = torch.zeros(32, HEAD_DIM, dtype=torch.uint8, device=dev)
+    row_s = torch.zeros(32, HEAD_DIM // 32, dtype=torch.uint8, device=dev)
+    col_s = torch.zeros(1, HEAD_DIM, dtype=torch.uint8, device=dev)
+    args = _dynamic((x, w, rope, rope, codes, row_s, codes, col_s))
+    return cute.compile(ProjRopeKernel(STAGES), *args, cutlass.Int32(1),
+                        cuda_driver.CUstream(torch.cuda.current_stream(dev).cuda_stream))
+
+
+def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: int,
+                stream) -> None:
+    """Outputs as uint8 views: row and col [tokens, heads, 192], row_s [tokens, heads, 6],
+    col_s [tokens / 32, heads, 192]; every operand aligned as ``ALIGNMENT`` says."""
+    if tokens == 0:
+        return
+    import cuda.bindings.driver as cuda_driver
+    from ...validate import sm_count
+    clusters = min(sm_count(x.device) // CLUSTER_M, -(-tokens // (BLOCK_M * CLUSTER_M)) * heads)
+    args = _dynamic((x, w, cos, sin, row.view(tokens, -1), row_s.view(tokens, -1),
+                     col.view(tokens, -1), col_s.view(tokens // 32, -1)))
+    compiled(x.device.index)(*args, cutlass.Int32(clusters),
+                             cuda_driver.CUstream(stream.cuda_stream))
