@@ -34,7 +34,7 @@ CLUSTER_M = 2          # CTAs along the tokens sharing one W slice
 THREADS = 512          # producer, two MMA warpgroups, epilogue
 NOPE, ROPE = 128, 64
 HEAD_DIM = NOPE + ROPE
-PITCH = HEAD_DIM + 8   # words per staged row: rows 4 apart land 32 banks apart
+PITCH = HEAD_DIM + 8   # words per staged row: rows start 8 banks apart (see the docstring)
 
 # Named barriers (0 is the CTA-wide one), between the MMA warpgroups and the epilogue: the side
 # that hands over arrives, the other syncs (an arrive synchronizes with a sync on the same
