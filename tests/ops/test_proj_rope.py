@@ -171,27 +171,32 @@ def test_gpu_other_head_shapes(seed, nope, rope):
     _check(out, gemm_proj_rope_mxfp8_reference(x, w, cos, sin, **kw))
 
 
+def _agrees_with_head_kernel(launch, tokens, k, heads, w_out_in=True):
+    """``launch(x, w, cos, sin, *outs, tokens=, k=, heads=, nope=, rope=, w_out_in=)`` against
+    the Triton head kernel, outputs poisoned first: the same FP32 values up to summation order
+    and the same quantizer, so their bytes agree."""
+    from graphrt.ops.proj_rope.kernels import head_config, launch_head
+    x, w, cos, sin, _ = _problem(tokens, k, heads, w_out_in=w_out_in, device="cuda")
+    shapes = [(tokens, heads * 192), (tokens, heads * 6), (tokens, heads * 192), (tokens // 32, heads * 192)]
+    results = []
+    for run in (launch, lambda *o, **a: launch_head(head_config(False), *o, dot_fp32=False, **a)):
+        outs = [torch.full(sh, 0xAB, dtype=torch.uint8, device="cuda") for sh in shapes]
+        run(x, w, cos, sin, *outs, tokens=tokens, k=k, heads=heads, nope=128, rope=64,
+            w_out_in=w_out_in)
+        results.append(outs)
+    for got, head in zip(*results):
+        assert (got == head).float().mean().item() >= 0.9999
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("w_out_in", [True, False])
 def test_gpu_warp_specialized_kernel_agrees_with_head_kernel(seed, w_out_in):
-    """The Gluon kernel and the Triton head kernel issue the same products in the same order and
-    quantize alike: their bytes agree, over whole tiles and a last tile of 32 tokens."""
-    from graphrt.ops.proj_rope.kernels import head_config, launch_head
+    """The Gluon kernel issues the same products in the same order as the head kernel, over
+    whole tiles and a last tile of 32 tokens."""
     from graphrt.ops.proj_rope.kernels_ws import GLUON_API_OK, WS_CONFIG, launch_ws
     if torch.cuda.get_device_capability()[0] != 9 or not GLUON_API_OK:
         pytest.skip("the warp-specialized kernel runs on Hopper with Triton 3.6")
-    tokens, k, heads = 288, 1536, 3
-    x, w, cos, sin, kw = _problem(tokens, k, heads, w_out_in=w_out_in, device="cuda")
-    shapes = [(tokens, heads * 192), (tokens, heads * 6), (tokens, heads * 192), (tokens // 32, heads * 192)]
-    results = []
-    for launch in (lambda *o, **a: launch_ws(WS_CONFIG, *o, **a),
-                   lambda *o, **a: launch_head(head_config(False), *o, dot_fp32=False, **a)):
-        outs = [torch.full(sh, 0xAB, dtype=torch.uint8, device="cuda") for sh in shapes]
-        launch(x, w, cos, sin, *outs, tokens=tokens, k=k, heads=heads, nope=128, rope=64,
-               w_out_in=w_out_in)
-        results.append(outs)
-    for ws, head in zip(*results):
-        assert (ws == head).float().mean().item() >= 0.9999
+    _agrees_with_head_kernel(lambda *o, **a: launch_ws(WS_CONFIG, *o, **a), 288, 1536, 3, w_out_in)
 
 
 def _cute_kernels():
@@ -208,26 +213,12 @@ def _cute_kernels():
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [32, 288, 4096])
 def test_gpu_cute_kernel_agrees_with_head_kernel(seed, tokens):
-    """The CuTe kernel (W multicast, epilogue warpgroup) against the Triton head kernel: the
-    same FP32 values up to summation order, so nearly all bytes agree; rows past the tokens and
-    a cluster whose second CTA has no rows (32 tokens) included. Poisoned outputs first."""
-    from graphrt.ops.proj_rope.kernels import head_config, launch_head
-    kernels_cute = _cute_kernels()
-    k, heads = 1536, 5
-    x, w, cos, sin, _ = _problem(tokens, k, heads, device="cuda")
-    shapes = [(tokens, heads, 192), (tokens, heads, 6), (tokens, heads, 192),
-              (tokens // 32, heads, 192)]
-    results = []
-    for launch in (lambda *o, **a: kernels_cute.launch_cute(
-                       *o, tokens=tokens, heads=heads, stream=torch.cuda.current_stream()),
-                   lambda *o, **a: launch_head(head_config(False), *o, tokens=tokens, k=k,
-                                               heads=heads, nope=128, rope=64, w_out_in=True,
-                                               dot_fp32=False)):
-        outs = [torch.full(sh, 0xAB, dtype=torch.uint8, device="cuda") for sh in shapes]
-        launch(x, w, cos, sin, *outs)
-        results.append(outs)
-    for cute_out, head_out in zip(*results):
-        assert (cute_out == head_out).float().mean().item() >= 0.9999
+    """The CuTe kernel (W multicast, epilogue warpgroup): rows past the tokens and a cluster
+    whose second CTA has no rows (32 tokens) included."""
+    launch_cute = _cute_kernels().launch_cute
+    _agrees_with_head_kernel(lambda *o, tokens, heads, **_: launch_cute(*o, tokens=tokens,
+                                                                         heads=heads),
+                             tokens, 1536, 5)
 
 
 @pytest.mark.gpu

@@ -441,16 +441,17 @@ def compiled(device_index: int):
                         cuda_driver.CUstream(torch.cuda.current_stream(dev).cuda_stream))
 
 
-def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: int,
-                stream) -> None:
-    """Outputs as uint8 views: row and col [tokens, heads, 192], row_s [tokens, heads, 6],
-    col_s [tokens / 32, heads, 192]; every operand aligned as ``ALIGNMENT`` says."""
+def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: int) -> None:
+    """The kernel on the current stream. Outputs as uint8 views: row and col [tokens, heads, 192],
+    row_s [tokens, heads, 6], col_s [tokens / 32, heads, 192]; every operand aligned as
+    ``ALIGNMENT`` says."""
     if tokens == 0:
         return
     import cuda.bindings.driver as cuda_driver
+    from ...streams import current_stream
     from ...validate import sm_count
     clusters = min(sm_count(x.device) // CLUSTER_M, -(-tokens // (BLOCK_M * CLUSTER_M)) * heads)
     args = _dynamic((x, w, cos, sin, row.view(tokens, -1), row_s.view(tokens, -1),
                      col.view(tokens, -1), col_s.view(tokens // 32, -1)))
     compiled(x.device.index)(*args, cutlass.Int32(clusters),
-                             cuda_driver.CUstream(stream.cuda_stream))
+                             cuda_driver.CUstream(current_stream(x.device).cuda_stream))

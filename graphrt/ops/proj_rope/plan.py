@@ -1,6 +1,7 @@
 """Plan for projection GEMM + YaRN RoPE + dual-direction MXFP8 quantize (DeepSeek MLA Q)."""
 from __future__ import annotations
 
+import importlib
 from functools import partial
 
 import torch
@@ -9,7 +10,7 @@ from ...arena import align_up
 from ...contract import Contract, compact_spec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
-from ...streams import current_stream, on_stream
+from ...streams import on_stream
 from ...validate import (compact_operand, dtype_name, require_disjoint, require_tensor,
                          workspace_as, workspace_operand)
 from .reference import FP8, gemm_proj_rope_mxfp8_reference
@@ -18,35 +19,16 @@ BF16 = torch.bfloat16
 X_CHUNK = 4096   # tokens of x dequantized per step on the MXFP8 path (a multiple of 32)
 
 
-def _fits_ws_kernel(k: int, nope: int, rope: int, capability) -> bool:
-    """Whether the warp-specialized Gluon kernel runs this case: Hopper and its shapes (the module
-    is imported only then: Gluon needs a CUDA build of Triton)."""
+def _hopper_kernels(module: str, capability):
+    """The Hopper-only kernel module ``module`` of this package, or None off Hopper or when it
+    does not import (kernels_ws needs a CUDA build of Triton with Gluon, kernels_cute needs
+    nvidia-cutlass-dsl)."""
     if capability is None or capability[0] != 9:
-        return False
+        return None
     try:
-        from .kernels_ws import fits_ws_kernel
-    except ImportError:   # a Triton without Gluon
-        return False
-    return fits_ws_kernel(k, nope, rope)
-
-
-def _fits_cute_kernel(k: int, nope: int, rope: int, w_out_in: bool, capability) -> bool:
-    """Whether the CuTe DSL kernel runs this case: Hopper, nvidia-cutlass-dsl installed (the
-    module imports it at the top) and its shapes."""
-    if capability is None or capability[0] != 9:
-        return False
-    try:
-        from .kernels_cute import fits_cute_kernel
+        return importlib.import_module(f".{module}", __package__)
     except ImportError:
-        return False
-    return fits_cute_kernel(k, nope, rope, w_out_in)
-
-
-def _launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: int) -> None:
-    """The CuTe DSL kernel on the current stream."""
-    from .kernels_cute import launch_cute
-    launch_cute(x, w, cos, sin, row, row_s, col, col_s, tokens=tokens, heads=heads,
-                stream=current_stream(x.device))
+        return None
 
 
 class GemmProjRopeMxfp8(Plan):
@@ -140,16 +122,15 @@ class GemmProjRopeMxfp8(Plan):
             nope, rope = c.flag("qk_nope_dim"), c.flag("qk_rope_dim")
             self.dot_fp32 = c.device_type != "cuda"
             kw = dict(k=self.k, heads=self.heads, nope=nope, rope=rope, w_out_in=c.flag("w_out_in"))
-            if not self.dot_fp32 and _fits_cute_kernel(self.k, nope, rope, c.flag("w_out_in"),
-                                                       c.capability):
-                from .kernels_cute import compiled
-                compiled(torch.cuda.current_device())       # compile now, not in the first call
+            cute = None if self.dot_fp32 else _hopper_kernels("kernels_cute", c.capability)
+            ws = None if self.dot_fp32 else _hopper_kernels("kernels_ws", c.capability)
+            if cute is not None and cute.fits_cute_kernel(self.k, nope, rope, c.flag("w_out_in")):
+                cute.compiled(torch.cuda.current_device())  # compile now, not in the first call
                 self.kernel = "CuTe DSL (W multicast, epilogue warpgroup)"
-                self._gemm = partial(_launch_cute, heads=self.heads)
-            elif not self.dot_fp32 and _fits_ws_kernel(self.k, nope, rope, c.capability):
-                from .kernels_ws import WS_CONFIG, launch_ws
-                self.config, self.kernel = WS_CONFIG, "warp-specialized (Gluon)"
-                self._gemm = partial(launch_ws, WS_CONFIG, **kw)
+                self._gemm = partial(cute.launch_cute, heads=self.heads)
+            elif ws is not None and ws.fits_ws_kernel(self.k, nope, rope):
+                self.config, self.kernel = ws.WS_CONFIG, "warp-specialized (Gluon)"
+                self._gemm = partial(ws.launch_ws, ws.WS_CONFIG, **kw)
             elif fits_head_kernel(self.k, nope, rope):
                 self.config, self.kernel = head_config(self.dot_fp32), "head"
                 self._gemm = partial(launch_head, self.config, dot_fp32=self.dot_fp32, **kw)
