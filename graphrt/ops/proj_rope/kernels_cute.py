@@ -36,9 +36,9 @@ NOPE, ROPE = 128, 64
 HEAD_DIM = NOPE + ROPE
 PITCH = HEAD_DIM + 8   # words per staged row: rows start 8 banks apart (see the docstring)
 
-# Named barriers (0 is the CTA-wide one), between the MMA warpgroups and the epilogue: the side
-# that hands over arrives, the other syncs (an arrive synchronizes with a sync on the same
-# barrier in the PTX memory model; compute-sanitizer's racecheck does not follow it).
+# Named barriers (0 is the CTA-wide one), between the MMA warpgroups and the epilogue. Both sides
+# sync rather than one arriving: it times the same on the H200 and compute-sanitizer's racecheck
+# then sees the order (it does not follow an arrive to a sync).
 _BAR_FULL = 1          # the FP32 tile is staged
 _BAR_EMPTY = 2         # the epilogue has read it
 _HANDOFF_THREADS = 384
@@ -297,7 +297,7 @@ class ProjRopeKernel:
                     for h in cutlass.range_constexpr(2):
                         _sts2(my_staged + (8 * h * PITCH + 8 * j) * 4, acc[j * 4 + 2 * h],
                               acc[j * 4 + 2 * h + 1])
-                cute.arch.barrier_arrive(barrier_id=_BAR_FULL, number_of_threads=_HANDOFF_THREADS)
+                cute.arch.barrier(barrier_id=_BAR_FULL, number_of_threads=_HANDOFF_THREADS)
         else:
             cute.arch.warpgroup_reg_alloc(152)
             etid = tidx - 384
@@ -310,8 +310,7 @@ class ProjRopeKernel:
                 self.column_pass(etid, m_tile, head, tokens, n_total, staged, cos, sin, col,
                                  col_s)
                 if ct + num_clusters < cluster_tiles:
-                    cute.arch.barrier_arrive(barrier_id=_BAR_EMPTY,
-                                             number_of_threads=_HANDOFF_THREADS)
+                    cute.arch.barrier(barrier_id=_BAR_EMPTY, number_of_threads=_HANDOFF_THREADS)
 
     @cute.jit
     def row_pass(self, etid, m_tile, head, tokens, n_total, staged, cos, sin, row, row_s):
