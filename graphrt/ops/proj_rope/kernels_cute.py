@@ -166,9 +166,24 @@ class ProjRopeKernel:
         self.stages = stages
 
     @cute.jit
-    def __call__(self, x: cute.Tensor, w: cute.Tensor, cos: cute.Tensor, sin: cute.Tensor,
-                 row: cute.Tensor, row_s: cute.Tensor, col: cute.Tensor, col_s: cute.Tensor,
-                 num_clusters: cutlass.Int32, stream):
+    def __call__(self, x_ptr: cute.Pointer, w_ptr: cute.Pointer, cos_ptr: cute.Pointer,
+                 sin_ptr: cute.Pointer, row_ptr: cute.Pointer, row_s_ptr: cute.Pointer,
+                 col_ptr: cute.Pointer, col_s_ptr: cute.Pointer, tokens: cutlass.Int32,
+                 k: cutlass.Int32, heads: cutlass.Int32, num_clusters: cutlass.Int32, stream):
+        """Operands as pointers and extents (cheaper per call than tensors from DLPack): x
+        [tokens, k], w [heads * 192, k], cos and sin [tokens, 64], row and col codes
+        [tokens, heads * 192], row scales [tokens, heads * 6], col scales
+        [tokens / 32, heads * 192], all row-major."""
+        n_total = heads * HEAD_DIM
+
+        def rows(ptr, n_rows, n_cols):
+            return cute.make_tensor(ptr, cute.make_layout((n_rows, n_cols), stride=(n_cols, 1)))
+
+        x, w = rows(x_ptr, tokens, k), rows(w_ptr, n_total, k)
+        cos, sin = rows(cos_ptr, tokens, ROPE), rows(sin_ptr, tokens, ROPE)
+        row, col = rows(row_ptr, tokens, n_total), rows(col_ptr, tokens, n_total)
+        row_s = rows(row_s_ptr, tokens, n_total // 32)
+        col_s = rows(col_s_ptr, tokens // 32, n_total)
         ab = x.element_type
         tile = (BLOCK_M, HEAD_DIM, BLOCK_K)
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
@@ -415,10 +430,12 @@ def fits_cute_kernel(k: int, nope: int, rope: int, w_out_in: bool) -> bool:
 ALIGNMENT = (16, 16, 8, 8, 4, 1, 4, 2)
 
 
-def _dynamic(tensors):
-    """Every extent a run-time value."""
-    from cutlass.cute.runtime import from_dlpack
-    return [from_dlpack(t, assumed_align=a).mark_layout_dynamic(leading_dim=t.dim() - 1)
+def _pointers(tensors):
+    """cute pointers to the operands' first elements, with the alignment ``ALIGNMENT`` names."""
+    import torch
+    from cutlass.cute.runtime import make_ptr
+    dtypes = {torch.bfloat16: cutlass.BFloat16, torch.uint8: cutlass.Uint8}
+    return [make_ptr(dtypes[t.dtype], t.data_ptr(), cute.AddressSpace.gmem, assumed_align=a)
             for t, a in zip(tensors, ALIGNMENT)]
 
 
@@ -435,8 +452,9 @@ def compiled(device_index: int):
     codes = torch.zeros(32, HEAD_DIM, dtype=torch.uint8, device=dev)
     row_s = torch.zeros(32, HEAD_DIM // 32, dtype=torch.uint8, device=dev)
     col_s = torch.zeros(1, HEAD_DIM, dtype=torch.uint8, device=dev)
-    args = _dynamic((x, w, rope, rope, codes, row_s, codes, col_s))
-    return cute.compile(ProjRopeKernel(STAGES), *args, cutlass.Int32(1),
+    args = _pointers((x, w, rope, rope, codes, row_s, codes, col_s))
+    return cute.compile(ProjRopeKernel(STAGES), *args, cutlass.Int32(32), cutlass.Int32(64),
+                        cutlass.Int32(1), cutlass.Int32(1),
                         cuda_driver.CUstream(torch.cuda.current_stream(dev).cuda_stream))
 
 
@@ -450,7 +468,7 @@ def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: i
     from ...streams import current_stream
     from ...validate import sm_count
     clusters = min(sm_count(x.device) // CLUSTER_M, -(-tokens // (BLOCK_M * CLUSTER_M)) * heads)
-    args = _dynamic((x, w, cos, sin, row.view(tokens, -1), row_s.view(tokens, -1),
-                     col.view(tokens, -1), col_s.view(tokens // 32, -1)))
-    compiled(x.device.index)(*args, cutlass.Int32(clusters),
+    args = _pointers((x, w, cos, sin, row, row_s, col, col_s))
+    compiled(x.device.index)(*args, cutlass.Int32(tokens), cutlass.Int32(x.shape[1]),
+                             cutlass.Int32(heads), cutlass.Int32(clusters),
                              cuda_driver.CUstream(current_stream(x.device).cuda_stream))
