@@ -19,13 +19,19 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import cuda.bindings.driver as cuda_driver
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
+import torch
 from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.cute.runtime import make_ptr
 from cutlass.tensor_utils import LayoutEnum
+
+from ...streams import current_stream
+from ...validate import sm_count
 
 BLOCK_M = 128          # tokens per CTA
 HALF_M = 64            # tokens per MMA warpgroup
@@ -142,11 +148,6 @@ def _select_int(pred, a, b):
     return cute.arch.inline_ptx("selp.b32 {$w0}, {$r0}, {$r1}, {$r2};",
                                 write_only_types=[cutlass.Int32],
                                 read_only_args=[a, b, pred])
-
-
-def _stg4(addr, w0, w1, w2, w3, pred):
-    cute.arch.inline_ptx("st.global.v4.b32 [{$r0}], {{$r1}, {$r2}, {$r3}, {$r4}};",
-                         read_only_args=[addr, w0, w1, w2, w3], predicate=pred)
 
 
 def _stg1(addr, b, pred):
@@ -430,21 +431,19 @@ def fits_cute_kernel(k: int, nope: int, rope: int, w_out_in: bool) -> bool:
 ALIGNMENT = (16, 16, 8, 8, 4, 1, 4, 2)
 
 
+_CUTE_DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.uint8: cutlass.Uint8}
+
+
 def _pointers(tensors):
     """cute pointers to the operands' first elements, with the alignment ``ALIGNMENT`` names."""
-    import torch
-    from cutlass.cute.runtime import make_ptr
-    dtypes = {torch.bfloat16: cutlass.BFloat16, torch.uint8: cutlass.Uint8}
-    return [make_ptr(dtypes[t.dtype], t.data_ptr(), cute.AddressSpace.gmem, assumed_align=a)
-            for t, a in zip(tensors, ALIGNMENT)]
+    return [make_ptr(_CUTE_DTYPES[t.dtype], t.data_ptr(), cute.AddressSpace.gmem,
+                     assumed_align=a) for t, a in zip(tensors, ALIGNMENT)]
 
 
 @lru_cache(maxsize=None)
 def compiled(device_index: int):
     """The kernel compiled for every shape (all extents are run-time values): about 1-2 s, once
     per process and device."""
-    import torch
-    import cuda.bindings.driver as cuda_driver
     dev = torch.device("cuda", device_index)
     x = torch.zeros(32, 64, dtype=torch.bfloat16, device=dev)
     w = torch.zeros(HEAD_DIM, 64, dtype=torch.bfloat16, device=dev)
@@ -464,9 +463,6 @@ def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: i
     ``ALIGNMENT`` says."""
     if tokens == 0:
         return
-    import cuda.bindings.driver as cuda_driver
-    from ...streams import current_stream
-    from ...validate import sm_count
     clusters = min(sm_count(x.device) // CLUSTER_M, -(-tokens // (BLOCK_M * CLUSTER_M)) * heads)
     args = _pointers((x, w, cos, sin, row, row_s, col, col_s))
     compiled(x.device.index)(*args, cutlass.Int32(tokens), cutlass.Int32(x.shape[1]),
