@@ -10,7 +10,8 @@ tile's K loop the MMA warpgroups write the FP32 tile to shared memory (rows padd
 so an 8-byte store takes the minimum two wavefronts) and start the next tile while the epilogue
 warpgroup applies RoPE and quantizes from shared memory, under the next tile's products. The
 epilogue reads in the layout each direction wants: 4 token rows x 8 lanes per warp for the
-row-wise blocks, feature pairs over 32 tokens per thread for the column-wise blocks.
+row-wise blocks, feature pairs over 32 tokens per thread for the column-wise blocks. The row pass
+writes the rotated rope features back in place, so the column pass needs no cos/sin of its own.
 
 Needs nvidia-cutlass-dsl (``pip install graphrt[cute]``); the plan uses it when it imports and
 falls back to the Triton/Gluon kernels otherwise. Index math on outputs is 64-bit.
@@ -114,14 +115,6 @@ def _sts2(addr, a, b):
     cute.arch.inline_ptx("st.shared.v2.f32 [{$r0}], {{$r1}, {$r2}};", read_only_args=[addr, a, b])
 
 
-def _ldg_bf16x2(addr):
-    """Two consecutive BF16 values as FP32 (an L2-resident read)."""
-    return cute.arch.inline_ptx(
-        "{ .reg .b32 w, a, b; ld.global.nc.b32 w, [{$r0}]; shl.b32 a, w, 16;"
-        " and.b32 b, w, 0xFFFF0000; mov.b32 {$w0}, a; mov.b32 {$w1}, b; }",
-        write_only_types=[cutlass.Float32] * 2, read_only_args=[addr])
-
-
 def _select(flag, a, b):
     """a where the Int32 flag is nonzero, else b."""
     return cute.arch.inline_ptx(
@@ -129,14 +122,26 @@ def _select(flag, a, b):
         write_only_types=[cutlass.Float32], read_only_args=[flag, a, b])
 
 
-def _ldg_bf16x4(addr):
-    """Four consecutive BF16 values as FP32."""
+def _ldg_u32x2(addr):
+    """Two 32-bit words (an L2-resident read), converted only where they are used so the load
+    goes out early."""
     return cute.arch.inline_ptx(
-        "{ .reg .b32 w0, w1, a, b, c, d; ld.global.nc.v2.b32 {w0, w1}, [{$r0}];"
-        " shl.b32 a, w0, 16; and.b32 b, w0, 0xFFFF0000; shl.b32 c, w1, 16;"
-        " and.b32 d, w1, 0xFFFF0000; mov.b32 {$w0}, a; mov.b32 {$w1}, b; mov.b32 {$w2}, c;"
-        " mov.b32 {$w3}, d; }",
-        write_only_types=[cutlass.Float32] * 4, read_only_args=[addr])
+        "ld.global.nc.v2.b32 {{$w0}, {$w1}}, [{$r0}];",
+        write_only_types=[cutlass.Uint32] * 2, read_only_args=[addr])
+
+
+def _bf16x4(w0, w1):
+    """The four BF16 values packed in two words, as FP32."""
+    return cute.arch.inline_ptx(
+        "{ .reg .b32 a, b, c, d; shl.b32 a, {$r0}, 16; and.b32 b, {$r0}, 0xFFFF0000;"
+        " shl.b32 c, {$r1}, 16; and.b32 d, {$r1}, 0xFFFF0000; mov.b32 {$w0}, a;"
+        " mov.b32 {$w1}, b; mov.b32 {$w2}, c; mov.b32 {$w3}, d; }",
+        write_only_types=[cutlass.Float32] * 4, read_only_args=[w0, w1])
+
+
+def _sts4(addr, a, b, c, d):
+    cute.arch.inline_ptx("st.shared.v4.f32 [{$r0}], {{$r1}, {$r2}, {$r3}, {$r4}};",
+                         read_only_args=[addr, a, b, c, d])
 
 
 def _stg_word(addr, w, pred):
@@ -323,8 +328,8 @@ class ProjRopeKernel:
                 m_tile = (ct % m_pairs) * CLUSTER_M + rank
                 cute.arch.barrier(barrier_id=_BAR_FULL, number_of_threads=_HANDOFF_THREADS)
                 self.row_pass(etid, m_tile, head, tokens, n_total, staged, cos, sin, row, row_s)
-                self.column_pass(etid, m_tile, head, tokens, n_total, staged, cos, sin, col,
-                                 col_s)
+                cute.arch.sync_warp()                # the column pass reads what its warp rotated
+                self.column_pass(etid, m_tile, head, tokens, n_total, staged, col, col_s)
                 if ct + num_clusters < cluster_tiles:
                     cute.arch.barrier(barrier_id=_BAR_EMPTY, number_of_threads=_HANDOFF_THREADS)
 
@@ -332,50 +337,59 @@ class ProjRopeKernel:
     def row_pass(self, etid, m_tile, head, tokens, n_total, staged, cos, sin, row, row_s):
         """Row-wise 32-feature blocks. A warp takes 4 token rows at a time, 8 lanes per row and
         4 features per lane, so every load and store is a contiguous run; a block's maximum
-        takes three shuffles within the 8 lanes."""
+        takes three shuffles within the 8 lanes. It also rotates the rope features in place
+        for the column pass; warp w takes token rows 32 w .. 32 w + 31, the block whose rope
+        features the column pass reads in the same warp."""
         lane = etid % 32
         rr = lane // 8
         seg = lane % 8
-        for g in cutlass.range(etid // 32, BLOCK_M // 4, 4, unroll=1):
-            my_code = cutlass.Int32(0)                   # lane seg keeps block seg's code
+        warp = etid // 32
+        for g in cutlass.range(8 * warp, 8 * warp + 8, unroll=1):
             r = 4 * g + rr
             t = m_tile * BLOCK_M + r
-            valid = t < tokens
             t_ld = cutlass.Int64(cutlass.min(t, tokens - 1)) * (ROPE * 2)
             src = staged + (r * PITCH + 4 * seg) * 4
+            blocks = [list(_lds4(src + 32 * b * 4)) for b in range(4)]
+            # The rope pairs (x1_j, x2_j) at rope features 2j, 2j + 1, j = 4 seg .. 4 seg + 3:
+            # out[j] = x1_j cos_j - x2_j sin_j (block 4), x2_j cos_(32+j) + x1_j sin_(32+j)
+            # (block 5).
+            pe_addr = staged + (r * PITCH + NOPE + 8 * seg) * 4
+            pe = list(_lds4(pe_addr)) + list(_lds4(pe_addr + 16))
+            trig = [_ldg_u32x2(table.iterator.toint() + t_ld + (half + 4 * seg) * 2)
+                    for half in (0, ROPE // 2) for table in (cos, sin)]
+            c, s_ = _bf16x4(*trig[0]), _bf16x4(*trig[1])
+            first = [pe[2 * i] * c[i] - pe[2 * i + 1] * s_[i] for i in range(4)]
+            c, s_ = _bf16x4(*trig[2]), _bf16x4(*trig[3])
+            second = [pe[2 * i + 1] * c[i] + pe[2 * i] * s_[i] for i in range(4)]
+            # out[j] goes back to word 2j and out[32 + j] to 2j + 1, where the pair was; each
+            # lane rewrites only the words it read.
+            _sts4(pe_addr, first[0], second[0], first[1], second[1])
+            _sts4(pe_addr + 16, first[2], second[2], first[3], second[3])
+            blocks += [first, second]
+            # Each step runs over all six blocks before the next starts, so their shuffles are
+            # in flight together: the helpers are asm, which keeps program order, and one
+            # block's chain after another's made the row pass the kernel's critical path.
+            m = [_abs_max(v) for v in blocks]
+            for offset in (1, 2, 4):
+                other = [cute.arch.shuffle_sync_bfly(mb, offset=offset) for mb in m]
+                m = [_fmax(mb, ob) for mb, ob in zip(m, other)]
+            scaled = [_e8m0(mb) for mb in m]
+            valid = t < tokens
             dst = row.iterator.toint() + cutlass.Int64(t) * n_total + head * HEAD_DIM + 4 * seg
-            scales = row_s.iterator.toint() + cutlass.Int64(t) * (n_total // 32) + head * 6
+            my_code = cutlass.Int32(0)                   # lane seg keeps block seg's code
             for b in cutlass.range_constexpr(6):
-                if cutlass.const_expr(b < 4):
-                    v = list(_lds4(src + 32 * b * 4))
-                else:
-                    # out[j] = x1_j cos_j - x2_j sin_j (block 4), x2_j cos_(32+j) +
-                    # x1_j sin_(32+j) (block 5): (x1_j, x2_j) is the pair at rope features 2j,
-                    # 2j + 1; this lane's j are 4 seg .. 4 seg + 3.
-                    half = (b - 4) * (ROPE // 2)
-                    pe = list(_lds4(staged + (r * PITCH + NOPE + 8 * seg) * 4)) + \
-                        list(_lds4(staged + (r * PITCH + NOPE + 8 * seg + 4) * 4))
-                    c = _ldg_bf16x4(cos.iterator.toint() + t_ld + (half + 4 * seg) * 2)
-                    s_ = _ldg_bf16x4(sin.iterator.toint() + t_ld + (half + 4 * seg) * 2)
-                    if cutlass.const_expr(b == 4):
-                        v = [pe[2 * i] * c[i] - pe[2 * i + 1] * s_[i] for i in range(4)]
-                    else:
-                        v = [pe[2 * i + 1] * c[i] + pe[2 * i] * s_[i] for i in range(4)]
-                m = _abs_max(v)
-                m = _fmax(m, cute.arch.shuffle_sync_bfly(m, offset=1))
-                m = _fmax(m, cute.arch.shuffle_sync_bfly(m, offset=2))
-                m = _fmax(m, cute.arch.shuffle_sync_bfly(m, offset=4))
-                code, factor = _e8m0(m)
+                v, (code, factor) = blocks[b], scaled[b]
                 _stg_word(dst + 32 * b, _e4m3x4(v[0] * factor, v[1] * factor, v[2] * factor,
                                                 v[3] * factor), valid)
                 my_code = _select_int(seg == b, code, my_code)
-            _stg1(scales + seg, my_code, valid & (seg < 6))
+            _stg1(row_s.iterator.toint() + cutlass.Int64(t) * (n_total // 32) + head * 6 + seg,
+                  my_code, valid & (seg < 6))
 
     @cute.jit
-    def column_pass(self, etid, m_tile, head, tokens, n_total, staged, cos, sin, col, col_s):
+    def column_pass(self, etid, m_tile, head, tokens, n_total, staged, col, col_s):
         """Items (32-token block, output feature pair): two nope items per thread (etid and
-        etid + 128 over 4 blocks x 64 pairs), then one rope item (4 blocks x 32 pairs). Lanes
-        take neighbouring pairs, so each store is a contiguous run of a token row."""
+        etid + 128 over 4 blocks x 64 pairs), then one rope item (4 blocks x 32 pairs, block =
+        warp). Lanes take neighbouring pairs, so each store is a contiguous run of a token row."""
         for k in cutlass.range_constexpr(3):
             if cutlass.const_expr(k < 2):
                 item = etid + 128 * k
@@ -391,19 +405,15 @@ class ProjRopeKernel:
                 for rr in cutlass.range_constexpr(32):
                     v0[rr], v1[rr] = _lds2(staged + ((block * 32 + rr) * PITCH + f) * 4)
             else:
-                # Output features f, f + 1 come from the interleaved pairs j, j + 1
-                # (j = (f - 128) % 32, at rope features 2j .. 2j + 3) and cos/sin at f - 128:
-                # x1 cos - x2 sin in the first half, x2 cos + x1 sin in the second.
+                # The row pass left out[j] at rope word 2j and out[32 + j] at 2j + 1: output
+                # features f, f + 1 are words 2j, 2j + 2 (first half) or 2j + 1, 2j + 3.
                 j = (f - NOPE) % (ROPE // 2)
                 first = cutlass.Int32(f < NOPE + ROPE // 2)
                 for rr in cutlass.range_constexpr(32):
-                    t_ld = cutlass.Int64(cutlass.min(t0 + rr, tokens - 1)) * (ROPE * 2)
-                    x1a, x2a, x1b, x2b = _lds4(
+                    w0, w1, w2, w3 = _lds4(
                         staged + ((block * 32 + rr) * PITCH + NOPE + 2 * j) * 4)
-                    ca, cb = _ldg_bf16x2(cos.iterator.toint() + t_ld + (f - NOPE) * 2)
-                    sa_, sb_ = _ldg_bf16x2(sin.iterator.toint() + t_ld + (f - NOPE) * 2)
-                    v0[rr] = _select(first, x1a * ca - x2a * sa_, x2a * ca + x1a * sa_)
-                    v1[rr] = _select(first, x1b * cb - x2b * sb_, x2b * cb + x1b * sb_)
+                    v0[rr] = _select(first, w0, w1)
+                    v1[rr] = _select(first, w2, w3)
             code0, factor0 = _e8m0(_abs_max(v0))
             code1, factor1 = _e8m0(_abs_max(v1))
             dst = col.iterator.toint() + cutlass.Int64(t0) * n_total + head * HEAD_DIM + f
