@@ -467,6 +467,18 @@ def compiled(device_index: int):
                         cuda_driver.CUstream(torch.cuda.current_stream(dev).cuda_stream))
 
 
+@lru_cache(maxsize=64)
+def _cu_stream(handle: int) -> cuda_driver.CUstream:
+    return cuda_driver.CUstream(handle)
+
+
+@lru_cache(maxsize=1024)
+def _extents(tokens: int, k: int, heads: int, clusters: int) -> tuple:
+    """The kernel's run-time extents as DSL integers (building them costs more host time than
+    looking them up)."""
+    return cutlass.Int32(tokens), cutlass.Int32(k), cutlass.Int32(heads), cutlass.Int32(clusters)
+
+
 def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: int) -> None:
     """The kernel on the current stream. Outputs as uint8 views: row and col [tokens, heads, 192],
     row_s [tokens, heads, 6], col_s [tokens / 32, heads, 192]; every operand aligned as
@@ -475,6 +487,5 @@ def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: i
         return
     clusters = min(sm_count(x.device) // CLUSTER_M, -(-tokens // (BLOCK_M * CLUSTER_M)) * heads)
     args = _pointers((x, w, cos, sin, row, row_s, col, col_s))
-    compiled(x.device.index)(*args, cutlass.Int32(tokens), cutlass.Int32(x.shape[1]),
-                             cutlass.Int32(heads), cutlass.Int32(clusters),
-                             cuda_driver.CUstream(current_stream(x.device).cuda_stream))
+    compiled(x.device.index)(*args, *_extents(tokens, x.shape[1], heads, clusters),
+                             _cu_stream(current_stream(x.device).cuda_stream))
