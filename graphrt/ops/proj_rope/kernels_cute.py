@@ -444,10 +444,16 @@ ALIGNMENT = (16, 16, 8, 8, 4, 1, 4, 2)
 _CUTE_DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.uint8: cutlass.Uint8}
 
 
+@lru_cache(maxsize=512)
+def _pointer(dtype: torch.dtype, address: int, align: int):
+    """A cute pointer (an immutable description): training loops pass the same buffers again
+    and again, and a lookup costs less host time than ``make_ptr``."""
+    return make_ptr(_CUTE_DTYPES[dtype], address, cute.AddressSpace.gmem, assumed_align=align)
+
+
 def _pointers(tensors):
     """cute pointers to the operands' first elements, with the alignment ``ALIGNMENT`` names."""
-    return [make_ptr(_CUTE_DTYPES[t.dtype], t.data_ptr(), cute.AddressSpace.gmem,
-                     assumed_align=a) for t, a in zip(tensors, ALIGNMENT)]
+    return [_pointer(t.dtype, t.data_ptr(), a) for t, a in zip(tensors, ALIGNMENT)]
 
 
 @lru_cache(maxsize=None)
