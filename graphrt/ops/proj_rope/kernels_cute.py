@@ -9,9 +9,9 @@ FP32 accumulator in registers) and one epilogue warpgroup. The kernel is persist
 tile's K loop the MMA warpgroups write the FP32 tile to shared memory (rows padded to 200 words,
 so an 8-byte store takes the minimum two wavefronts) and start the next tile while the epilogue
 warpgroup applies RoPE and quantizes from shared memory, under the next tile's products. The
-epilogue reads in the layout each direction wants: 4 token rows x 8 lanes per warp for the
-row-wise blocks, feature pairs over 32 tokens per thread for the column-wise blocks. The row pass
-writes the rotated rope features back in place, so the column pass needs no cos/sin of its own.
+epilogue first rotates the rope features in place (into output order), then reads the staged
+tile once: a lane holds 8 token rows x 4 features of a 32-feature block and quantizes both
+directions from the same registers.
 
 Needs nvidia-cutlass-dsl (``pip install graphrt[cute]``); the plan uses it when it imports and
 falls back to the Triton/Gluon kernels otherwise. Index math on outputs is 64-bit.
@@ -84,13 +84,6 @@ def _e8m0(amax):
         write_only_types=[cutlass.Int32, cutlass.Float32], read_only_args=[amax])
 
 
-def _e4m3x2(lo, hi):
-    """Two E4M3 codes (nearest even, saturating) in a 16-bit word, lo in the low byte."""
-    return cute.arch.inline_ptx(
-        "{ .reg .b16 h; cvt.rn.satfinite.e4m3x2.f32 h, {$r1}, {$r0}; cvt.u32.u16 {$w0}, h; }",
-        write_only_types=[cutlass.Uint32], read_only_args=[lo, hi])
-
-
 def _e4m3x4(v0, v1, v2, v3):
     """Four E4M3 codes in a 32-bit word, v0 in the low byte."""
     return cute.arch.inline_ptx(
@@ -105,21 +98,8 @@ def _lds4(addr):
         write_only_types=[cutlass.Float32] * 4, read_only_args=[addr])
 
 
-def _lds2(addr):
-    return cute.arch.inline_ptx(
-        "ld.shared.v2.f32 {{$w0}, {$w1}}, [{$r0}];",
-        write_only_types=[cutlass.Float32] * 2, read_only_args=[addr])
-
-
 def _sts2(addr, a, b):
     cute.arch.inline_ptx("st.shared.v2.f32 [{$r0}], {{$r1}, {$r2}};", read_only_args=[addr, a, b])
-
-
-def _select(flag, a, b):
-    """a where the Int32 flag is nonzero, else b."""
-    return cute.arch.inline_ptx(
-        "{ .reg .pred p; setp.ne.s32 p, {$r0}, 0; selp.f32 {$w0}, {$r1}, {$r2}, p; }",
-        write_only_types=[cutlass.Float32], read_only_args=[flag, a, b])
 
 
 def _ldg_u32x2(addr):
@@ -160,9 +140,30 @@ def _stg1(addr, b, pred):
                          read_only_args=[addr, b.to(cutlass.Uint16)], predicate=pred)
 
 
-def _stg2(addr, h, pred):
-    cute.arch.inline_ptx("st.global.b16 [{$r0}], {$r1};",
-                         read_only_args=[addr, h.to(cutlass.Uint16)], predicate=pred)
+def _trig_words(cos, sin, t, tokens, seg):
+    """cos and sin of a lane's 4 rope pairs (j = 4 seg .. 4 seg + 3) in both halves, token t
+    (clamped), as the 8 raw words of 4 loads."""
+    t_ld = cutlass.Int64(cutlass.min(t, tokens - 1)) * (ROPE * 2)
+    return [w for half in (0, ROPE // 2) for table in (cos, sin)
+            for w in _ldg_u32x2(table.iterator.toint() + t_ld + (half + 4 * seg) * 2)]
+
+
+def _rotate_rope(staged, first_row, seg, step0, trig):
+    """RoPE in place for 4 row steps (rows first_row + 4 step): the lane reads its pairs
+    (x1_j, x2_j) at rope words 2j, 2j + 1 (j = 4 seg .. 4 seg + 3) and writes out[j] =
+    x1_j cos_j - x2_j sin_j to word j and out[32 + j] = x2_j cos_(32+j) + x1_j sin_(32+j) to
+    word 32 + j: output order. All loads of the 4 steps go out first, and a warp sync puts every
+    lane's reads before any lane's writes (lanes write words that other lanes read)."""
+    addrs = [staged + ((first_row + 4 * (step0 + g)) * PITCH + NOPE) * 4 for g in range(4)]
+    pes = [list(_lds4(a + 32 * seg)) + list(_lds4(a + 32 * seg + 16)) for a in addrs]
+    cute.arch.sync_warp()              # every lane's reads before any lane's writes
+    for a, pe, words in zip(addrs, pes, trig):
+        c, s_ = _bf16x4(words[0], words[1]), _bf16x4(words[2], words[3])
+        first = [pe[2 * i] * c[i] - pe[2 * i + 1] * s_[i] for i in range(4)]
+        c, s_ = _bf16x4(words[4], words[5]), _bf16x4(words[6], words[7])
+        second = [pe[2 * i + 1] * c[i] + pe[2 * i] * s_[i] for i in range(4)]
+        _sts4(a + 16 * seg, *first)
+        _sts4(a + (ROPE // 2) * 4 + 16 * seg, *second)
 
 
 class ProjRopeKernel:
@@ -323,106 +324,83 @@ class ProjRopeKernel:
             cute.arch.warpgroup_reg_alloc(152)
             etid = tidx - 384
             n_total = heads * HEAD_DIM
+            lane = etid % 32
+            first_row = 32 * (etid // 32) + lane // 8     # this lane's rows in the rope pre-pass
             for ct in cutlass.range(cluster, cluster_tiles, num_clusters, unroll=1):
                 head = ct // m_pairs
                 m_tile = (ct % m_pairs) * CLUSTER_M + rank
+                t_first = m_tile * BLOCK_M + first_row
+                # cos/sin of the first 4 row steps go out before the wait for the tile.
+                trig_a = [_trig_words(cos, sin, t_first + 4 * g, tokens, lane % 8)
+                          for g in range(4)]
                 cute.arch.barrier(barrier_id=_BAR_FULL, number_of_threads=_HANDOFF_THREADS)
-                self.row_pass(etid, m_tile, head, tokens, n_total, staged, cos, sin, row, row_s)
-                cute.arch.sync_warp()                # the column pass reads what its warp rotated
-                self.column_pass(etid, m_tile, head, tokens, n_total, staged, col, col_s)
+                trig_b = [_trig_words(cos, sin, t_first + 4 * g, tokens, lane % 8)
+                          for g in range(4, 8)]
+                _rotate_rope(staged, first_row, lane % 8, 0, trig_a)
+                _rotate_rope(staged, first_row, lane % 8, 4, trig_b)
+                cute.arch.sync_warp()                # the quantizer reads what its warp rotated
+                self.quantize(etid, m_tile, head, tokens, n_total, staged, row, row_s, col, col_s)
                 if ct + num_clusters < cluster_tiles:
                     cute.arch.barrier(barrier_id=_BAR_EMPTY, number_of_threads=_HANDOFF_THREADS)
 
     @cute.jit
-    def row_pass(self, etid, m_tile, head, tokens, n_total, staged, cos, sin, row, row_s):
-        """Row-wise 32-feature blocks. A warp takes 4 token rows at a time, 8 lanes per row and
-        4 features per lane, so every load and store is a contiguous run; a block's maximum
-        takes three shuffles within the 8 lanes. It also rotates the rope features in place
-        for the column pass; warp w takes token rows 32 w .. 32 w + 31, the block whose rope
-        features the column pass reads in the same warp."""
+    def quantize(self, etid, m_tile, head, tokens, n_total, staged, row, row_s, col, col_s):
+        """Both directions from one read of the staged tile. Warp w takes token rows 32 w ..
+        32 w + 31 (one column-wise block); lane (tg, fg) holds rows 8 tg .. 8 tg + 7 x features
+        4 fg .. 4 fg + 3 of each 32-feature block. A column's maximum takes two shuffles
+        across tg, a row's three across fg, and every code store is a 4-byte word of one row."""
         lane = etid % 32
-        rr = lane // 8
-        seg = lane % 8
-        warp = etid // 32
-        for g in cutlass.range(8 * warp, 8 * warp + 8, unroll=1):
-            r = 4 * g + rr
-            t = m_tile * BLOCK_M + r
-            t_ld = cutlass.Int64(cutlass.min(t, tokens - 1)) * (ROPE * 2)
-            src = staged + (r * PITCH + 4 * seg) * 4
-            blocks = [list(_lds4(src + 32 * b * 4)) for b in range(4)]
-            # The rope pairs (x1_j, x2_j) at rope features 2j, 2j + 1, j = 4 seg .. 4 seg + 3:
-            # out[j] = x1_j cos_j - x2_j sin_j (block 4), x2_j cos_(32+j) + x1_j sin_(32+j)
-            # (block 5).
-            pe_addr = staged + (r * PITCH + NOPE + 8 * seg) * 4
-            pe = list(_lds4(pe_addr)) + list(_lds4(pe_addr + 16))
-            trig = [_ldg_u32x2(table.iterator.toint() + t_ld + (half + 4 * seg) * 2)
-                    for half in (0, ROPE // 2) for table in (cos, sin)]
-            c, s_ = _bf16x4(*trig[0]), _bf16x4(*trig[1])
-            first = [pe[2 * i] * c[i] - pe[2 * i + 1] * s_[i] for i in range(4)]
-            c, s_ = _bf16x4(*trig[2]), _bf16x4(*trig[3])
-            second = [pe[2 * i + 1] * c[i] + pe[2 * i] * s_[i] for i in range(4)]
-            # out[j] goes back to word 2j and out[32 + j] to 2j + 1, where the pair was; each
-            # lane rewrites only the words it read.
-            _sts4(pe_addr, first[0], second[0], first[1], second[1])
-            _sts4(pe_addr + 16, first[2], second[2], first[3], second[3])
-            blocks += [first, second]
-            # Each step runs over all six blocks before the next starts, so their shuffles are
-            # in flight together: the helpers are asm, which keeps program order, and one
-            # block's chain after another's made the row pass the kernel's critical path.
-            m = [_abs_max(v) for v in blocks]
-            for offset in (1, 2, 4):
-                other = [cute.arch.shuffle_sync_bfly(mb, offset=offset) for mb in m]
-                m = [_fmax(mb, ob) for mb, ob in zip(m, other)]
-            scaled = [_e8m0(mb) for mb in m]
-            valid = t < tokens
-            dst = row.iterator.toint() + cutlass.Int64(t) * n_total + head * HEAD_DIM + 4 * seg
-            my_code = cutlass.Int32(0)                   # lane seg keeps block seg's code
-            for b in cutlass.range_constexpr(6):
-                v, (code, factor) = blocks[b], scaled[b]
-                _stg_word(dst + 32 * b, _e4m3x4(v[0] * factor, v[1] * factor, v[2] * factor,
-                                                v[3] * factor), valid)
-                my_code = _select_int(seg == b, code, my_code)
-            _stg1(row_s.iterator.toint() + cutlass.Int64(t) * (n_total // 32) + head * 6 + seg,
-                  my_code, valid & (seg < 6))
-
-    @cute.jit
-    def column_pass(self, etid, m_tile, head, tokens, n_total, staged, col, col_s):
-        """Items (32-token block, output feature pair): two nope items per thread (etid and
-        etid + 128 over 4 blocks x 64 pairs), then one rope item (4 blocks x 32 pairs, block =
-        warp). Lanes take neighbouring pairs, so each store is a contiguous run of a token row."""
-        for k in cutlass.range_constexpr(3):
-            if cutlass.const_expr(k < 2):
-                item = etid + 128 * k
-                block = item // (NOPE // 2)
-                f = 2 * (item % (NOPE // 2))             # output features f, f + 1
-            else:
-                block = etid // (ROPE // 2)
-                f = NOPE + 2 * (etid % (ROPE // 2))
-            t0 = m_tile * BLOCK_M + block * 32
-            v0 = [None] * 32
-            v1 = [None] * 32
-            if cutlass.const_expr(k < 2):
-                for rr in cutlass.range_constexpr(32):
-                    v0[rr], v1[rr] = _lds2(staged + ((block * 32 + rr) * PITCH + f) * 4)
-            else:
-                # The row pass left out[j] at rope word 2j and out[32 + j] at 2j + 1: output
-                # features f, f + 1 are words 2j, 2j + 2 (first half) or 2j + 1, 2j + 3.
-                j = (f - NOPE) % (ROPE // 2)
-                first = cutlass.Int32(f < NOPE + ROPE // 2)
-                for rr in cutlass.range_constexpr(32):
-                    w0, w1, w2, w3 = _lds4(
-                        staged + ((block * 32 + rr) * PITCH + NOPE + 2 * j) * 4)
-                    v0[rr] = _select(first, w0, w1)
-                    v1[rr] = _select(first, w2, w3)
-            code0, factor0 = _e8m0(_abs_max(v0))
-            code1, factor1 = _e8m0(_abs_max(v1))
-            dst = col.iterator.toint() + cutlass.Int64(t0) * n_total + head * HEAD_DIM + f
-            for rr in cutlass.range_constexpr(32):
-                _stg2(dst + cutlass.Int64(rr) * n_total,
-                      _e4m3x2(v0[rr] * factor0, v1[rr] * factor1), t0 + rr < tokens)
-            t_block = m_tile * (BLOCK_M // 32) + block
-            _stg2(col_s.iterator.toint() + cutlass.Int64(t_block) * n_total + head * HEAD_DIM + f,
-                  code0 | (code1 << 8), t_block < tokens // 32)
+        tg = lane // 8
+        fg = lane % 8
+        r0 = 32 * (etid // 32) + 8 * tg
+        t0 = m_tile * BLOCK_M + r0
+        t_block = m_tile * (BLOCK_M // 32) + etid // 32
+        # Lane fg keeps the row-wise scale codes of block fg, one per row, for the end.
+        k0 = cutlass.Int32(0)
+        k1 = cutlass.Int32(0)
+        k2 = cutlass.Int32(0)
+        k3 = cutlass.Int32(0)
+        k4 = cutlass.Int32(0)
+        k5 = cutlass.Int32(0)
+        k6 = cutlass.Int32(0)
+        k7 = cutlass.Int32(0)
+        for fb in cutlass.range(HEAD_DIM // 32, unroll=1):
+            v = [list(_lds4(staged + ((r0 + k) * PITCH + 32 * fb + 4 * fg) * 4))
+                 for k in range(8)]
+            # Each step runs over all twelve maxima before the next starts (the helpers are
+            # asm, which keeps program order), so their shuffles are in flight together.
+            mc = [_abs_max([v[k][i] for k in range(8)]) for i in range(4)]
+            mr = [_abs_max(v[k]) for k in range(8)]
+            for offset_c, offset_r in ((8, 1), (16, 2)):
+                oc = [cute.arch.shuffle_sync_bfly(m, offset=offset_c) for m in mc]
+                orr = [cute.arch.shuffle_sync_bfly(m, offset=offset_r) for m in mr]
+                mc = [_fmax(a, b) for a, b in zip(mc, oc)]
+                mr = [_fmax(a, b) for a, b in zip(mr, orr)]
+            orr = [cute.arch.shuffle_sync_bfly(m, offset=4) for m in mr]
+            mr = [_fmax(a, b) for a, b in zip(mr, orr)]
+            cs = [_e8m0(m) for m in mc]
+            rs = [_e8m0(m) for m in mr]
+            _stg_word(col_s.iterator.toint() + cutlass.Int64(t_block) * n_total
+                      + head * HEAD_DIM + 32 * fb + 4 * fg,
+                      cs[0][0] | (cs[1][0] << 8) | (cs[2][0] << 16) | (cs[3][0] << 24),
+                      (tg == 0) & (t_block < tokens // 32))
+            mine = fg == fb
+            codes = [k0, k1, k2, k3, k4, k5, k6, k7]
+            for k in cutlass.range_constexpr(8):
+                at = cutlass.Int64(t0 + k) * n_total + head * HEAD_DIM + 32 * fb + 4 * fg
+                vk, (code, factor) = v[k], rs[k]
+                _stg_word(row.iterator.toint() + at,
+                          _e4m3x4(vk[0] * factor, vk[1] * factor, vk[2] * factor,
+                                  vk[3] * factor), t0 + k < tokens)
+                _stg_word(col.iterator.toint() + at,
+                          _e4m3x4(vk[0] * cs[0][1], vk[1] * cs[1][1], vk[2] * cs[2][1],
+                                  vk[3] * cs[3][1]), t0 + k < tokens)
+                codes[k] = _select_int(mine, code, codes[k])
+            k0, k1, k2, k3, k4, k5, k6, k7 = codes
+        codes = [k0, k1, k2, k3, k4, k5, k6, k7]
+        for k in cutlass.range_constexpr(8):
+            _stg1(row_s.iterator.toint() + cutlass.Int64(t0 + k) * (n_total // 32) + head * 6
+                  + fg, codes[k], (t0 + k < tokens) & (fg < HEAD_DIM // 32))
 
 
 # -- launch ----------------------------------------------------------------------------------------
@@ -436,9 +414,9 @@ def fits_cute_kernel(k: int, nope: int, rope: int, w_out_in: bool) -> bool:
 
 
 # Byte alignment the kernel's accesses need of x, w (TMA), cos, sin (8-byte loads), row codes
-# (4-byte stores), row scales, col codes, col scales (2-byte stores); the plan's contract gives
-# 16 for every operand.
-ALIGNMENT = (16, 16, 8, 8, 4, 1, 4, 2)
+# (4-byte stores), row scales (bytes), col codes and col scales (4-byte stores); the plan's
+# contract gives 16 for every operand.
+ALIGNMENT = (16, 16, 8, 8, 4, 1, 4, 4)
 
 
 _CUTE_DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.uint8: cutlass.Uint8}
