@@ -325,19 +325,20 @@ class ProjRopeKernel:
             etid = tidx - 384
             n_total = heads * HEAD_DIM
             lane = etid % 32
+            seg = lane % 8                               # this lane's 4 rope pairs: j = 4 seg ..
             first_row = 32 * (etid // 32) + lane // 8     # this lane's rows in the rope pre-pass
             for ct in cutlass.range(cluster, cluster_tiles, num_clusters, unroll=1):
                 head = ct // m_pairs
                 m_tile = (ct % m_pairs) * CLUSTER_M + rank
                 t_first = m_tile * BLOCK_M + first_row
                 # cos/sin of the first 4 row steps go out before the wait for the tile.
-                trig_a = [_trig_words(cos, sin, t_first + 4 * g, tokens, lane % 8)
+                trig_a = [_trig_words(cos, sin, t_first + 4 * g, tokens, seg)
                           for g in range(4)]
                 cute.arch.barrier(barrier_id=_BAR_FULL, number_of_threads=_HANDOFF_THREADS)
-                trig_b = [_trig_words(cos, sin, t_first + 4 * g, tokens, lane % 8)
+                trig_b = [_trig_words(cos, sin, t_first + 4 * g, tokens, seg)
                           for g in range(4, 8)]
-                _rotate_rope(staged, first_row, lane % 8, 0, trig_a)
-                _rotate_rope(staged, first_row, lane % 8, 4, trig_b)
+                _rotate_rope(staged, first_row, seg, 0, trig_a)
+                _rotate_rope(staged, first_row, seg, 4, trig_b)
                 cute.arch.sync_warp()                # the quantizer reads what its warp rotated
                 self.quantize(etid, m_tile, head, tokens, n_total, staged, row, row_s, col, col_s)
                 if ct + num_clusters < cluster_tiles:

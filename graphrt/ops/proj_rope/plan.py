@@ -122,13 +122,14 @@ class GemmProjRopeMxfp8(Plan):
             nope, rope = c.flag("qk_nope_dim"), c.flag("qk_rope_dim")
             self.dot_fp32 = c.device_type != "cuda"
             kw = dict(k=self.k, heads=self.heads, nope=nope, rope=rope, w_out_in=c.flag("w_out_in"))
-            cute = None if self.dot_fp32 else _hopper_kernels("kernels_cute", c.capability)
-            ws = None if self.dot_fp32 else _hopper_kernels("kernels_ws", c.capability)
+            # _hopper_kernels imports a module only when the device is a Hopper GPU.
+            cute = _hopper_kernels("kernels_cute", c.capability)
             if cute is not None and cute.fits_cute_kernel(self.k, nope, rope, c.flag("w_out_in")):
                 cute.compiled(torch.cuda.current_device())  # compile now, not in the first call
                 self.kernel = "CuTe DSL (W multicast, epilogue warpgroup)"
                 self._gemm = partial(cute.launch_cute, heads=self.heads)
-            elif ws is not None and ws.fits_ws_kernel(self.k, nope, rope):
+            elif ((ws := _hopper_kernels("kernels_ws", c.capability)) is not None
+                  and ws.fits_ws_kernel(self.k, nope, rope)):
                 self.config, self.kernel = ws.WS_CONFIG, "warp-specialized (Gluon)"
                 self._gemm = partial(ws.launch_ws, ws.WS_CONFIG, **kw)
             elif fits_head_kernel(self.k, nope, rope):
@@ -150,16 +151,16 @@ class GemmProjRopeMxfp8(Plan):
 
     def allocate_outputs(self, x, w, cos, sin, *, out_fp8_row=None, out_scales_row=None,
                          out_fp8_col=None, out_scales_col=None, **_):
-        t, h, d, dev = x.shape[0], self.heads, self.head_dim, x.device
+        t, h, d = x.shape[0], self.heads, self.head_dim
         out = {}
         if out_fp8_row is None:
-            out["out_fp8_row"] = torch.empty(t, h, d, dtype=FP8, device=dev)
+            out["out_fp8_row"] = x.new_empty(t, h, d, dtype=FP8)
         if out_scales_row is None:
-            out["out_scales_row"] = torch.empty(t, h, d // 32, dtype=torch.uint8, device=dev)
+            out["out_scales_row"] = x.new_empty(t, h, d // 32, dtype=torch.uint8)
         if out_fp8_col is None:
-            out["out_fp8_col"] = torch.empty(t, h, d, dtype=FP8, device=dev)
+            out["out_fp8_col"] = x.new_empty(t, h, d, dtype=FP8)
         if out_scales_col is None:
-            out["out_scales_col"] = torch.empty(t // 32, h, d, dtype=torch.uint8, device=dev)
+            out["out_scales_col"] = x.new_empty(t // 32, h, d, dtype=torch.uint8)
         return out
 
     def execute(self, x, w, cos, sin, *, x_scale=None, w_scale=None, out_fp8_row=None,
