@@ -65,6 +65,19 @@ def test_replay_report_verdicts():
     assert not ReplayReport(0.0).ok
 
 
+def test_replay_input_mutation_covers_float8():
+    """verify_replay mutates inputs in place between replays (x * 0.5 + 0.125); float8 tensors,
+    which have no arithmetic kernels, go through FP32."""
+    from graphrt.capture.verify import _mutate
+    x = torch.randn(64).to(torch.float8_e4m3fn)
+    b = torch.randn(64).to(torch.bfloat16)
+    want_x = (x.float() * 0.5 + 0.125).to(torch.float8_e4m3fn)
+    want_b = b * 0.5 + 0.125
+    _mutate([x, b, torch.arange(3)])
+    assert torch.equal(x.view(torch.uint8), want_x.view(torch.uint8))
+    assert torch.equal(b, want_b)
+
+
 def test_mhc_block_eager_cpu_reference_path():
     from graphrt.bench.models import MhcBlock, loss_and_grads
     block = MhcBlock(32, 4, 64)

@@ -233,12 +233,13 @@ def test_gpu_plan_takes_cute_kernel(seed):
 
 
 @pytest.mark.gpu
-def test_gpu_capture_replay(seed):
+@pytest.mark.parametrize("mx", [False, True])
+def test_gpu_capture_replay(seed, mx):
     from graphrt.capture import capture, verify_replay
-    x, w, cos, sin, kw = _problem(256, 512, 4, device="cuda")
+    x, w, cos, sin, kw = _problem(256, 512, 4, mx=mx, device="cuda")
     frag = capture(lambda x: tuple(gemm_proj_rope_mxfp8(x, w, cos, sin, **kw)), x)
     report = verify_replay(frag, lambda x: tuple(gemm_proj_rope_mxfp8(x, w, cos, sin, **kw)),
-                           lambda i: (torch.randn_like(x),), steps=2)
+                           lambda i: (torch.randn(x.shape, device="cuda").to(x.dtype),), steps=2)
     assert report.ok, str(report)
 
 
