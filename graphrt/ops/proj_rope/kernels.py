@@ -25,7 +25,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ...kernel_utils import launch, mma
+from ...kernel_utils import (allow_dependent_launch, launch, mma, use_pdl,
+                            wait_for_prior_kernel)
 
 BLOCK = tl.constexpr(32)    # tokens and features per program: one block in each direction
 BLOCK_K = tl.constexpr(32)
@@ -283,12 +284,13 @@ def launch_block(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, k: int,
 DEQUANT_ROWS, DEQUANT_COLS = 32, 128
 
 
-@triton.jit(do_not_specialize=["rows"])
-def _mxfp8_dequant_kernel(CODES, SCALES, OUT, rows, COLS: tl.constexpr,
-                          BLOCKS_ALONG_COLS: tl.constexpr, HW_CVT: tl.constexpr,
-                          BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+@triton.jit
+def _mxfp8_dequant_tile(CODES, SCALES, OUT, rows, tile, COLS: tl.constexpr,
+                        BLOCKS_ALONG_COLS: tl.constexpr, HW_CVT: tl.constexpr,
+                        BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    col_tiles: tl.constexpr = (COLS + BLOCK_C - 1) // BLOCK_C
+    r = (tile // col_tiles).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = (tile % col_tiles) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (r < rows)[:, None] & (c < COLS)[None, :]
     offs = r[:, None] * COLS + c[None, :]
     codes = tl.load(CODES + offs, mask=mask, other=0)
@@ -303,13 +305,36 @@ def _mxfp8_dequant_kernel(CODES, SCALES, OUT, rows, COLS: tl.constexpr,
     tl.store(OUT + offs, (v * _pow2(e.to(tl.int32) - 127)).to(tl.bfloat16), mask=mask)
 
 
-def launch_dequant(codes, scales, out, *, blocks_along_cols: bool, dot_fp32: bool) -> None:
-    """BF16 ``out`` = uint8 E4M3 ``codes`` [rows, cols] times their E8M0 ``scales``, blocks of
-    32 along the columns (scales [rows, cols / 32]) or along the rows (scales [rows / 32, cols])."""
-    rows, cols = codes.shape
-    if rows == 0:
+@triton.jit(do_not_specialize=["rows_a", "tiles_a", "rows_b"])
+def _mxfp8_dequant_kernel(CODES_A, SCALES_A, OUT_A, rows_a, tiles_a, CODES_B, SCALES_B, OUT_B,
+                          rows_b, COLS_A: tl.constexpr, COLS_B: tl.constexpr,
+                          ALONG_COLS_A: tl.constexpr, ALONG_COLS_B: tl.constexpr,
+                          HW_CVT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+                          PDL: tl.constexpr):
+    # the first tiles_a programs take operand A, the rest operand B
+    wait_for_prior_kernel(PDL)
+    tile = tl.program_id(0)
+    if tile < tiles_a:
+        _mxfp8_dequant_tile(CODES_A, SCALES_A, OUT_A, rows_a, tile, COLS_A, ALONG_COLS_A, HW_CVT,
+                            BLOCK_R, BLOCK_C)
+    else:
+        _mxfp8_dequant_tile(CODES_B, SCALES_B, OUT_B, rows_b, tile - tiles_a, COLS_B,
+                            ALONG_COLS_B, HW_CVT, BLOCK_R, BLOCK_C)
+    allow_dependent_launch(PDL)
+
+
+def launch_dequant(operands, *, dot_fp32: bool) -> None:
+    """One launch for one or two operands (codes, scales, out, blocks_along_cols): BF16 ``out``
+    = uint8 E4M3 ``codes`` [rows, cols] times their E8M0 ``scales``, blocks of 32 along the
+    columns (scales [rows, cols / 32]) or along the rows (scales [rows / 32, cols])."""
+    operands = [op for op in operands if op[0].shape[0]]
+    if not operands:
         return
-    grid = (triton.cdiv(rows, DEQUANT_ROWS), triton.cdiv(cols, DEQUANT_COLS))
-    launch(_mxfp8_dequant_kernel, grid, codes, scales, out, rows, COLS=cols,
-           BLOCKS_ALONG_COLS=blocks_along_cols, HW_CVT=not dot_fp32, BLOCK_R=DEQUANT_ROWS,
-           BLOCK_C=DEQUANT_COLS, num_warps=4)
+    (ca, sa, oa, along_a), (cb, sb, ob, along_b) = operands[0], operands[-1]
+    tiles = [triton.cdiv(c.shape[0], DEQUANT_ROWS) * triton.cdiv(c.shape[1], DEQUANT_COLS)
+             for c, *_ in operands]
+    pdl = use_pdl(ca)
+    launch(_mxfp8_dequant_kernel, (sum(tiles),), ca, sa, oa, ca.shape[0], tiles[0], cb, sb, ob,
+           cb.shape[0], COLS_A=ca.shape[1], COLS_B=cb.shape[1], ALONG_COLS_A=along_a,
+           ALONG_COLS_B=along_b, HW_CVT=not dot_fp32, BLOCK_R=DEQUANT_ROWS,
+           BLOCK_C=DEQUANT_COLS, PDL=pdl, launch_pdl=pdl, num_warps=4)

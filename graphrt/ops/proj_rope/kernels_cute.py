@@ -31,6 +31,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.cute.runtime import make_ptr
 from cutlass.tensor_utils import LayoutEnum
 
+from ...kernel_utils import PDL_ENABLED
 from ...streams import current_stream
 from ...validate import sm_count
 
@@ -217,7 +218,7 @@ class ProjRopeKernel:
         self.kernel(tiled_mma, tma_a, ga, tma_b, gb, cos, sin, row, row_s, col, col_s,
                     a_layout, b_layout).launch(
             grid=(CLUSTER_M * num_clusters, 1, 1), block=(THREADS, 1, 1),
-            cluster=(CLUSTER_M, 1, 1), stream=stream)
+            cluster=(CLUSTER_M, 1, 1), stream=stream, use_pdl=PDL_ENABLED)
 
     @cute.kernel
     def kernel(self, mma: cute.TiledMma, tma_a: cute.CopyAtom, ga: cute.Tensor,
@@ -260,6 +261,9 @@ class ProjRopeKernel:
             tma_b, rank, cute.make_layout(CLUSTER_M), cute.group_modes(sb, 0, 2),
             cute.group_modes(cute.local_tile(gb, (HEAD_DIM, BLOCK_K), (None, None)), 0, 2))
         pipeline.pipeline_init_wait(cluster_shape_mn=(CLUSTER_M, 1))
+        # Launched as a programmatic dependent launch, the set-up above overlaps the previous
+        # kernel's drain; no global memory is touched before it has finished.
+        cute.arch.griddepcontrol_wait()
 
         if warp < 4:
             cute.arch.warpgroup_reg_dealloc(40)

@@ -206,12 +206,12 @@ class GemmProjRopeMxfp8(Plan):
                 return
             w_bytes = align_up(self.n_total * self.k * 2)
             w16 = workspace_as(workspace, self.n_total * self.k * 2, BF16).view(w.shape)
-            launch_dequant(w.view(torch.uint8), w_scale, w16, blocks_along_cols=c.flag("w_out_in"),
-                           dot_fp32=dot_fp32)
             x16 = workspace[w_bytes:w_bytes + X_CHUNK * self.k * 2].view(BF16).view(X_CHUNK, self.k)
+            w_operand = (w.view(torch.uint8), w_scale, w16, c.flag("w_out_in"))
             for t0 in range(0, t, X_CHUNK):
                 t1 = min(t, t0 + X_CHUNK)
-                launch_dequant(x.view(torch.uint8)[t0:t1], x_scale[t0:t1], x16[:t1 - t0],
-                               blocks_along_cols=True, dot_fp32=dot_fp32)
+                x_operand = (x.view(torch.uint8)[t0:t1], x_scale[t0:t1], x16[:t1 - t0], True)
+                launch_dequant([w_operand, x_operand] if t0 == 0 else [x_operand],
+                               dot_fp32=dot_fp32)
                 gemm(x16[:t1 - t0], w16, cos[t0:t1], sin[t0:t1], row[t0:t1], out_scales_row[t0:t1],
                      col[t0:t1], out_scales_col[t0 // 32:t1 // 32], tokens=t1 - t0)
