@@ -281,28 +281,43 @@ def launch_block(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, k: int,
            DOT_FP32=dot_fp32, num_warps=4)
 
 
-DEQUANT_ROWS, DEQUANT_COLS = 32, 128
+DEQUANT_ROWS, DEQUANT_COLS, DEQUANT_WARPS = 32, 256, 4
 
 
 @triton.jit
 def _mxfp8_dequant_tile(CODES, SCALES, OUT, rows, tile, COLS: tl.constexpr,
                         BLOCKS_ALONG_COLS: tl.constexpr, HW_CVT: tl.constexpr,
                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    # A tile's scales are loaded once as a small 2-D block and broadcast over their 32 codes
+    # through a third axis, so the codes move in 16-byte accesses and no load is per element.
     col_tiles: tl.constexpr = (COLS + BLOCK_C - 1) // BLOCK_C
-    r = (tile // col_tiles).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    c = (tile % col_tiles) * BLOCK_C + tl.arange(0, BLOCK_C)
-    mask = (r < rows)[:, None] & (c < COLS)[None, :]
-    offs = r[:, None] * COLS + c[None, :]
+    r0 = (tile // col_tiles).to(tl.int64) * BLOCK_R
+    c0 = (tile % col_tiles) * BLOCK_C
+    j = tl.arange(0, 32)
+    if BLOCKS_ALONG_COLS:   # scales (rows, COLS / 32); axes (row, block, column in block)
+        r = r0 + tl.arange(0, BLOCK_R)
+        blocks = c0 // 32 + tl.arange(0, BLOCK_C // 32)
+        e = tl.load(SCALES + r[:, None] * (COLS // 32) + blocks[None, :],
+                    mask=(r < rows)[:, None] & (blocks < COLS // 32)[None, :], other=127)
+        c = blocks[:, None] * 32 + j[None, :]
+        offs = r[:, None, None] * COLS + c[None, :, :]
+        mask = (r < rows)[:, None, None] & (c < COLS)[None, :, :]
+        factor = _pow2(e.to(tl.int32) - 127)[:, :, None]
+    else:                   # scales (rows / 32, COLS); axes (block of rows, row in block, column)
+        groups = r0 // 32 + tl.arange(0, BLOCK_R // 32)
+        c = c0 + tl.arange(0, BLOCK_C)
+        e = tl.load(SCALES + groups[:, None] * COLS + c[None, :],
+                    mask=(groups < (rows + 31) // 32)[:, None] & (c < COLS)[None, :], other=127)
+        r = groups[:, None] * 32 + j[None, :]
+        offs = r[:, :, None] * COLS + c[None, None, :]
+        mask = (r < rows)[:, :, None] & (c < COLS)[None, None, :]
+        factor = _pow2(e.to(tl.int32) - 127)[:, None, :]
     codes = tl.load(CODES + offs, mask=mask, other=0)
-    if BLOCKS_ALONG_COLS:   # scales (rows, COLS / 32)
-        e = tl.load(SCALES + r[:, None] * (COLS // 32) + (c // 32)[None, :], mask=mask, other=127)
-    else:                   # scales (rows / 32, COLS)
-        e = tl.load(SCALES + (r // 32)[:, None] * COLS + c[None, :], mask=mask, other=127)
     if HW_CVT:
         v = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
     else:
         v = _e4m3_decode(codes)
-    tl.store(OUT + offs, (v * _pow2(e.to(tl.int32) - 127)).to(tl.bfloat16), mask=mask)
+    tl.store(OUT + offs, (v * factor).to(tl.bfloat16), mask=mask)
 
 
 @triton.jit(do_not_specialize=["rows_a", "tiles_a", "rows_b"])
@@ -337,4 +352,4 @@ def launch_dequant(operands, *, dot_fp32: bool) -> None:
     launch(_mxfp8_dequant_kernel, (sum(tiles),), ca, sa, oa, ca.shape[0], tiles[0], cb, sb, ob,
            cb.shape[0], COLS_A=ca.shape[1], COLS_B=cb.shape[1], ALONG_COLS_A=along_a,
            ALONG_COLS_B=along_b, HW_CVT=not dot_fp32, BLOCK_R=DEQUANT_ROWS,
-           BLOCK_C=DEQUANT_COLS, PDL=pdl, launch_pdl=pdl, num_warps=4)
+           BLOCK_C=DEQUANT_COLS, PDL=pdl, launch_pdl=pdl, num_warps=DEQUANT_WARPS)
