@@ -281,7 +281,7 @@ def launch_block(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, k: int,
            DOT_FP32=dot_fp32, num_warps=4)
 
 
-DEQUANT_ROWS, DEQUANT_COLS, DEQUANT_WARPS = 32, 256, 4
+DEQUANT_ROWS, DEQUANT_COLS, DEQUANT_WARPS = 32, 128, 4
 
 
 @triton.jit
