@@ -161,12 +161,16 @@ def main():
             dict(HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, STAGES=cfg.stages,
                  MMA_REGS=cfg.mma_regs, EPILOGUE_REGS=cfg.epilogue_regs, num_warps=4),
             num_warps=4, maxnreg=proj_ws.LAUNCH_REGS, gluon=True)
-    for along_cols in (True, False):
-        ok &= check(f"mxfp8 dequant blocks_along_cols={along_cols}", proj._mxfp8_dequant_kernel,
-                    sig(CODES="*u8", SCALES="*u8", OUT="*bf16", rows="i32", COLS=c,
-                        BLOCKS_ALONG_COLS=c, HW_CVT=c, BLOCK_R=c, BLOCK_C=c),
-                    dict(COLS=1536, BLOCKS_ALONG_COLS=along_cols, HW_CVT=True, BLOCK_R=32,
-                         BLOCK_C=128))
+    for along_cols in (True, False):   # W's blocks along its columns or rows; x's along columns
+        ok &= check(f"mxfp8 dequant W blocks_along_cols={along_cols}", proj._mxfp8_dequant_kernel,
+                    sig(CODES_A="*u8", SCALES_A="*u8", OUT_A="*bf16", rows_a="i32", tiles_a="i32",
+                        CODES_B="*u8", SCALES_B="*u8", OUT_B="*bf16", rows_b="i32", COLS_A=c,
+                        COLS_B=c, ALONG_COLS_A=c, ALONG_COLS_B=c, HW_CVT=c, BLOCK_R=c, BLOCK_C=c,
+                        PDL=c),
+                    dict(COLS_A=1536 if along_cols else 24576, COLS_B=1536,
+                         ALONG_COLS_A=along_cols, ALONG_COLS_B=True, HW_CVT=True,
+                         BLOCK_R=proj.DEQUANT_ROWS, BLOCK_C=proj.DEQUANT_COLS, PDL=True),
+                    num_warps=proj.DEQUANT_WARPS)
     sys.exit(0 if ok else 1)
 
 
