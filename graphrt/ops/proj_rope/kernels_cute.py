@@ -443,17 +443,12 @@ def _pointers(tensors):
 def compiled(device_index: int):
     """The kernel compiled for every shape (all extents are run-time values): about 1-2 s, once
     per process and device."""
-    dev = torch.device("cuda", device_index)
-    x = torch.zeros(32, 64, dtype=torch.bfloat16, device=dev)
-    w = torch.zeros(HEAD_DIM, 64, dtype=torch.bfloat16, device=dev)
-    rope = torch.zeros(32, ROPE, dtype=torch.bfloat16, device=dev)
-    codes = torch.zeros(32, HEAD_DIM, dtype=torch.uint8, device=dev)
-    row_s = torch.zeros(32, HEAD_DIM // 32, dtype=torch.uint8, device=dev)
-    col_s = torch.zeros(1, HEAD_DIM, dtype=torch.uint8, device=dev)
-    args = _pointers((x, w, rope, rope, codes, row_s, codes, col_s))
+    # Compiling needs the operands' types and alignments, not memory: null pointers stand in.
+    dtypes = (torch.bfloat16,) * 4 + (torch.uint8,) * 4
+    args = [_pointer(dtype, 0, align) for dtype, align in zip(dtypes, ALIGNMENT)]
+    stream = torch.cuda.current_stream(torch.device("cuda", device_index)).cuda_stream
     return cute.compile(ProjRopeKernel(STAGES), *args, cutlass.Int32(32), cutlass.Int32(64),
-                        cutlass.Int32(1), cutlass.Int32(1),
-                        cuda_driver.CUstream(torch.cuda.current_stream(dev).cuda_stream))
+                        cutlass.Int32(1), cutlass.Int32(1), cuda_driver.CUstream(stream))
 
 
 @lru_cache(maxsize=64)
