@@ -16,7 +16,7 @@ _TARGET_PROGRAMS = 512   # enough programs to spread the partials over every SM
 @triton.jit(do_not_specialize=["n_parts"])
 def _sum_partials_kernel(PARTIAL, OUT_A, OUT_B, n_parts, COLS: tl.constexpr,
                          BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, NUM_STAGES: tl.constexpr,
-                         AFTER_PRIMARY: tl.constexpr):
+                         AFTER_PRIMARY: tl.constexpr, EVICTION: tl.constexpr):
     matrix = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_mask = cols < COLS
@@ -27,7 +27,7 @@ def _sum_partials_kernel(PARTIAL, OUT_A, OUT_B, n_parts, COLS: tl.constexpr,
         parts = p0 + tl.arange(0, BLOCK_P)
         mask = (parts < n_parts)[:, None] & col_mask[None, :]
         tile = tl.load(base + parts[:, None].to(tl.int64) * COLS + cols[None, :], mask=mask,
-                       other=0.0)
+                       other=0.0, eviction_policy=EVICTION)
         acc += tl.sum(tile, axis=0)
     if matrix == 0:
         tl.store(OUT_A + cols, acc.to(OUT_A.dtype.element_ty), mask=col_mask)
@@ -45,18 +45,23 @@ def partial_blocks(n_parts: int, cols: int, matrices: int = 1) -> tuple[int, int
     return block_p, block_c
 
 
-def sum_partials(partial, outs: Sequence, n_parts: int) -> None:
+def sum_partials(partial, outs: Sequence, n_parts: int, eviction_policy: str = "",
+                 max_parts: int | None = None) -> None:
     """outs[m][c] = sum over p of partial[m, p, c], for partial viewed as [len(outs), n_parts, C]
     and one or two outputs of C elements each. Tiles of parts are summed as one tree and the
     tiles in order, the same way every run (no atomics). On a GPU it is a programmatic dependent
     launch: its programs may start while the kernel that wrote the partials finishes (that kernel
-    calls ``allow_dependent_launch``), and wait for its writes before reading them."""
+    calls ``allow_dependent_launch``), and wait for its writes before reading them.
+
+    eviction_policy: the L2 policy of the partials' loads ("evict_last" where the kernel that
+    wrote them keeps them in L2). max_parts: the most parts the caller ever passes; the tile
+    shape then follows it, so one compile serves every ``n_parts`` up to it."""
     if not 1 <= len(outs) <= 2:
         raise ValueError(f"sum_partials takes one or two outputs, got {len(outs)}")
     cols = outs[0].numel()
-    block_p, block_c = partial_blocks(n_parts, cols, len(outs))
+    block_p, block_c = partial_blocks(max_parts or n_parts, cols, len(outs))
     grid = (triton.cdiv(cols, block_c), len(outs))
     pdl = use_pdl(partial)
     launch(_sum_partials_kernel, grid, partial, outs[0], outs[-1], n_parts, COLS=cols,
-           BLOCK_P=block_p, BLOCK_C=block_c, NUM_STAGES=3, AFTER_PRIMARY=pdl, launch_pdl=pdl,
-           num_warps=4)
+           BLOCK_P=block_p, BLOCK_C=block_c, NUM_STAGES=3, AFTER_PRIMARY=pdl,
+           EVICTION=eviction_policy, launch_pdl=pdl, num_warps=4)

@@ -79,21 +79,22 @@ def main():
         dict(HIDDEN=16392, BLOCK_H=4096, NUM_CHUNKS=5, HAS_G_RESIDUAL=False, PDL=True), 8)
     ok &= check("reduction", reduction._sum_partials_kernel, sig(
         PARTIAL="*fp32", OUT_A="*bf16", OUT_B="*bf16", n_parts="i32", COLS=c, BLOCK_P=c,
-        BLOCK_C=c, NUM_STAGES=c, AFTER_PRIMARY=c),
-        dict(COLS=512, BLOCK_P=64, BLOCK_C=16, NUM_STAGES=3, AFTER_PRIMARY=True))
+        BLOCK_C=c, NUM_STAGES=c, AFTER_PRIMARY=c, EVICTION=c),
+        dict(COLS=512, BLOCK_P=64, BLOCK_C=16, NUM_STAGES=3, AFTER_PRIMARY=True,
+             EVICTION="evict_last"))
     ok &= check("uniform", capture_random._uniform_kernel, sig(OUT="*fp32", STATE="*i64", n="i32",
                                                               BLOCK=c), dict(BLOCK=1024))
-    mhc_cfg = mhc.mhc_config(20480, 24, 132)
+    mhc_cfg = mhc.TILE
     bt, bk = mhc_cfg.block_t, mhc_cfg.block_k
     for n_pad in (24, 25):
         ok &= check(f"mhc bwd n_pad={n_pad}", mhc._mhc_bwd_kernel, sig(
             X_DESC=f"tensordesc<bf16[{bt},{bk}]>", DX_DESC=f"tensordesc<bf16[{bt},{bk}]>",
             P_DESC=f"tensordesc<fp32[{bt},32]>", GP="*fp32", W="*fp32", GR="*fp32", R="*fp32",
             PARTIAL="*fp32", n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c,
-            NUM_STAGES=c, P_TMA=c, DOT_FP32=c, PDL=c),
+            NUM_STAGES=c, P_TMA=c, DOT_FP32=c, PDL=c, EVICTION=c),
             dict(K=20480, N=24, N_PAD=n_pad, N_BLOCK=32, BLOCK_T=bt, BLOCK_K=bk,
                  NUM_STAGES=mhc_cfg.num_stages, P_TMA=mhc.p_through_tma(n_pad), DOT_FP32=False,
-                 PDL=True), mhc_cfg.num_warps, maxnreg=mhc_cfg.max_registers)
+                 PDL=True, EVICTION=mhc.PARTIAL_EVICTION), mhc_cfg.num_warps, maxnreg=mhc_cfg.max_registers)
     for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
                                           (False, False, False)):
         ok &= check(f"hstu fwd dropout={dropout} tensor_seed={from_tensors}", hstu._hstu_fwd_kernel, sig(

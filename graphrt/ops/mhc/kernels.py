@@ -12,7 +12,6 @@ from shared memory, which lets x feed both products without a transpose through 
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -24,43 +23,37 @@ from ...kernel_utils import (allow_dependent_launch, launch, mma, use_pdl,
                              wait_for_prior_kernel)
 from ...reduction import sum_partials
 
-MAX_GROUPS = 32
-TYPICAL_ROWS = 4096  # the row count the group choice is tuned for (rows are a run-time extent)
+MAX_GROUPS = 8  # row groups at most: the workspace holds that many dweight partials
+# A program's start and end (W loaded and split, the pipeline filled, its dweight partial
+# written) cost about as much as this many row tiles: fitted on an H200 (NOTES.md, mHC v9)
+PROGRAM_OVERHEAD_TILES = 3.6
+PARTIAL_EVICTION = "evict_last"  # the partials stay in L2 until the reduction reads them
 
 
 @dataclass(frozen=True)
 class MhcConfig:
     block_t: int
     block_k: int
-    groups: int       # programs along the rows: the number of dweight partials
     num_warps: int
     num_stages: int
     max_registers: int | None = None  # ptxas register cap (None: the compiler's choice)
 
 
-def row_groups(k_blocks: int, n: int, slots: int) -> int:
-    """Row groups with the least estimated time, in units of one ideal pass over x: k_blocks *
-    groups programs run ``slots`` at a time (a part-filled last wave costs a whole one), and each
-    group adds a dweight partial of N rows to write and read back."""
+@lru_cache(maxsize=4096)
+def row_groups(k_blocks: int, row_tiles: int, slots: int) -> int:
+    """Programs along the rows (the number of dweight partials) with the least estimated time:
+    k_blocks * groups programs run ``slots`` at a time, in whole waves (a part-filled last wave
+    costs a whole one), each walking row_tiles / groups tiles plus PROGRAM_OVERHEAD_TILES.
+    Depends on the row count, a run-time extent: the kernels compile once for every choice."""
     def cost(g: int) -> float:
-        programs = k_blocks * g
-        fill = programs / (triton.cdiv(programs, slots) * slots)
-        return 1.0 / fill + 2.0 * g * n / TYPICAL_ROWS
+        return triton.cdiv(k_blocks * g, slots) * (row_tiles / g + PROGRAM_OVERHEAD_TILES)
     return min(range(1, MAX_GROUPS + 1), key=cost)
 
 
 # The tile swept on an H200 (scripts/sweep_mhc.py; NOTES.md has the figures): 64 x 128 tiles,
 # 4 warps, 3 stages, 89 KB of shared memory, so 2 programs per SM.
-TILE = MhcConfig(block_t=64, block_k=128, groups=1, num_warps=4, num_stages=3)
+TILE = MhcConfig(block_t=64, block_k=128, num_warps=4, num_stages=3)
 PROGRAMS_PER_SM = 2
-
-
-@lru_cache(maxsize=None)
-def mhc_config(k: int, n: int, sm_count: int) -> MhcConfig:
-    """TILE with the row groups that fill whole waves on ``sm_count`` SMs: a plan-time fact,
-    since the groups fix the order of the dweight reduction (cached: read on every lookup)."""
-    groups = row_groups(triton.cdiv(k, TILE.block_k), n, PROGRAMS_PER_SM * sm_count)
-    return dataclasses.replace(TILE, groups=groups)
 
 
 def n_block(n: int) -> int:
@@ -79,7 +72,8 @@ def _split_bf16(v):
 def _mhc_bwd_kernel(X_DESC, DX_DESC, P_DESC, GP, W, GR, R, PARTIAL, n_rows,
                     K: tl.constexpr, N: tl.constexpr, N_PAD: tl.constexpr, N_BLOCK: tl.constexpr,
                     BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
-                    P_TMA: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr):
+                    P_TMA: tl.constexpr, DOT_FP32: tl.constexpr, PDL: tl.constexpr,
+                    EVICTION: tl.constexpr):
     # x, dx and (when its row stride allows) grad_proj move through TMA: the hardware computes
     # addresses and bounds (rows past T and columns past N read as zero, and are not written)
     pid_k = tl.program_id(0)
@@ -120,7 +114,7 @@ def _mhc_bwd_kernel(X_DESC, DX_DESC, P_DESC, GP, W, GR, R, PARTIAL, n_rows,
     acc = acc_hi + acc_lo
     partial = PARTIAL + group.to(tl.int64) * (N * K)
     tl.store(partial + ns[None, :] * K + cols[:, None], acc,
-             mask=n_mask[None, :] & col_mask[:, None])
+             mask=n_mask[None, :] & col_mask[:, None], eviction_policy=EVICTION)
 
 
 def p_through_tma(n_pad: int) -> bool:
@@ -128,23 +122,29 @@ def p_through_tma(n_pad: int) -> bool:
     return n_pad * 4 % 16 == 0
 
 
-def launch_backward(cfg: MhcConfig, x, weight, grad_proj, grad_r, r, dx, dweight, partial,
-                    n_rows: int) -> None:
-    """partial: FP32 workspace of cfg.groups * N * K elements."""
+def launch_backward(cfg: MhcConfig, slots: int, x, weight, grad_proj, grad_r, r, dx, dweight,
+                    partial, n_rows: int, groups: int | None = None) -> None:
+    """partial: FP32 workspace of MAX_GROUPS * N * K elements (``groups`` * N * K with ``groups``
+    given); slots: programs resident at once on the device. groups: None for ``row_groups``'s
+    choice."""
     if n_rows == 0:
         dweight.zero_()
         return
     n, k = weight.shape
+    k_blocks = triton.cdiv(k, cfg.block_k)
+    if groups is None:
+        groups = row_groups(k_blocks, triton.cdiv(n_rows, cfg.block_t), slots)
     n_pad, nb = grad_proj.shape[1], n_block(n)
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_t, cfg.block_k])
     dx_desc = TensorDescriptor.from_tensor(dx, [cfg.block_t, cfg.block_k])
     p_tma = p_through_tma(n_pad)
     p_desc = (TensorDescriptor(grad_proj, [n_rows, n], [n_pad, 1], [cfg.block_t, nb]) if p_tma
               else x_desc)
-    grid = (triton.cdiv(k, cfg.block_k), cfg.groups)
     pdl = use_pdl(x)
-    launch(_mhc_bwd_kernel, grid, x_desc, dx_desc, p_desc, grad_proj, weight, grad_r, r, partial,
-           n_rows, K=k, N=n, N_PAD=n_pad, N_BLOCK=nb, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
-           NUM_STAGES=cfg.num_stages, P_TMA=p_tma, DOT_FP32=not x.is_cuda, PDL=pdl,
-           launch_pdl=pdl, num_warps=cfg.num_warps, maxnreg=cfg.max_registers)
-    sum_partials(partial, [dweight], cfg.groups)
+    launch(_mhc_bwd_kernel, (k_blocks, groups), x_desc, dx_desc, p_desc, grad_proj, weight,
+           grad_r, r, partial, n_rows, K=k, N=n, N_PAD=n_pad, N_BLOCK=nb, BLOCK_T=cfg.block_t,
+           BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, P_TMA=p_tma, DOT_FP32=not x.is_cuda,
+           PDL=pdl, EVICTION=PARTIAL_EVICTION, launch_pdl=pdl, num_warps=cfg.num_warps,
+           maxnreg=cfg.max_registers)
+    # the reduction's tile shape follows MAX_GROUPS, not groups: one compile for every choice
+    sum_partials(partial, [dweight], groups, PARTIAL_EVICTION, max_parts=max(groups, MAX_GROUPS))

@@ -1,8 +1,6 @@
 """Plan for the mHC projection/RMS backward (DeepSeek manifold-constrained hyper-connections)."""
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from ...contract import Contract, compact_spec
@@ -47,13 +45,14 @@ class MhcProjectionBackward(Plan):
         specs = (compact_spec("x", x, (0,)), compact_spec("weight", weight),
                  compact_spec("grad_proj", grad_proj, (0,)), compact_spec("grad_r", grad_r, (0,)),
                  compact_spec("r", r, (0,)))
-        groups = 0
-        if backend == "triton" and x.dim() == 2 and require_tensor("weight", weight).dim() == 2:
-            # the row groups fix the order of the dweight reduction: part of the key
-            from .kernels import mhc_config
-            groups = mhc_config(x.shape[1], weight.shape[0], sm_count(device)).groups
+        slots = 0
+        if backend == "triton":
+            # the resident programs pick the row groups, which fix the order of the dweight
+            # reduction: part of the key
+            from .kernels import PROGRAMS_PER_SM
+            slots = PROGRAMS_PER_SM * sm_count(device)
         return Contract(cls.op, backend, device_type, cap, specs,
-                        (("allow_tf32", bool(allow_tf32)), ("groups", groups)))
+                        (("allow_tf32", bool(allow_tf32)), ("slots", slots)))
 
     def _check_support(self) -> None:
         c = self.contract
@@ -87,13 +86,16 @@ class MhcProjectionBackward(Plan):
         self.k, self.n = k, n
 
     def _compile(self) -> None:
-        self.groups = self.contract.flag("groups")
+        self.slots = self.contract.flag("slots")
         if self.backend == "triton":
             from .kernels import TILE
-            self.config = dataclasses.replace(TILE, groups=self.groups)
+            self.config = TILE
 
     def workspace_bytes(self) -> int:
-        return self.groups * self.n * self.k * 4 if self.backend == "triton" else 0
+        if self.backend != "triton":
+            return 0
+        from .kernels import MAX_GROUPS
+        return MAX_GROUPS * self.n * self.k * 4
 
     def allocate_outputs(self, x, weight, grad_proj, grad_r, r, *, dx=None, dweight=None, **_):
         out = {}
@@ -128,5 +130,5 @@ class MhcProjectionBackward(Plan):
         from .kernels import launch_backward
         partial = workspace_as(workspace, self.workspace_bytes(), torch.float32)
         with on_stream(stream):
-            launch_backward(self.config, x, weight, grad_proj, grad_r, r, dx, dweight, partial,
-                            rows)
+            launch_backward(self.config, self.slots, x, weight, grad_proj, grad_r, r, dx,
+                            dweight, partial, rows)
