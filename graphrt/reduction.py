@@ -16,7 +16,7 @@ _TARGET_PROGRAMS = 512   # enough programs to spread the partials over every SM
 @triton.jit(do_not_specialize=["n_parts"])
 def _sum_partials_kernel(PARTIAL, OUT_A, OUT_B, n_parts, COLS: tl.constexpr,
                          BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, NUM_STAGES: tl.constexpr,
-                         AFTER_PRIMARY: tl.constexpr, EVICTION: tl.constexpr):
+                         AFTER_PRIMARY: tl.constexpr, EVICTION: tl.constexpr = ""):
     matrix = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_mask = cols < COLS
