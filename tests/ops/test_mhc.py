@@ -88,6 +88,17 @@ def test_plan_key_excludes_rows(seed):
     assert MhcProjectionBackward.contract_for(*_inputs(4, 64, n=8), allow_tf32=True) != a
 
 
+def test_row_groups_follow_the_measured_h200_order():
+    # 264 resident programs (132 SMs x 2); NOTES.md mHC v9 has the times these choices won
+    from graphrt.ops.mhc.kernels import MAX_GROUPS, row_groups
+    assert row_groups(160, 64, 264) == 3     # 4096 x 20480: 97.6 us, against 104.6 with 8
+    assert row_groups(224, 256, 264) == 7    # 16384 x 28672: 501.1 us, against 538.3 with 3
+    assert row_groups(224, 64, 264) == 1     # 4096 x 28672: 135.2 us, against 143.2 with 7
+    assert row_groups(160, 1, 264) == 1
+    assert all(1 <= row_groups(kb, rows, 264) <= MAX_GROUPS
+               for kb in (1, 7, 160, 1000) for rows in (1, 3, 64, 4096))
+
+
 @needs_interpreter
 @pytest.mark.parametrize("t,k,n,n_pad", [(1, 64, 24, 24), (129, 136, 24, 32), (70, 256, 5, 8)])
 def test_triton_kernel_interpreted(seed, t, k, n, n_pad):
