@@ -94,7 +94,8 @@ def main():
             NUM_STAGES=c, P_TMA=c, DOT_FP32=c, PDL=c, EVICTION=c),
             dict(K=20480, N=24, N_PAD=n_pad, N_BLOCK=32, BLOCK_T=bt, BLOCK_K=bk,
                  NUM_STAGES=mhc_cfg.num_stages, P_TMA=mhc.p_through_tma(n_pad), DOT_FP32=False,
-                 PDL=True, EVICTION=mhc.PARTIAL_EVICTION), mhc_cfg.num_warps, maxnreg=mhc_cfg.max_registers)
+                 PDL=True, EVICTION=mhc.PARTIAL_EVICTION),
+            mhc_cfg.num_warps, maxnreg=mhc_cfg.max_registers)
     for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
                                           (False, False, False)):
         ok &= check(f"hstu fwd dropout={dropout} tensor_seed={from_tensors}", hstu._hstu_fwd_kernel, sig(
