@@ -439,6 +439,11 @@ def _pointers(tensors):
     return [_pointer(t.dtype, t.data_ptr(), a) for t, a in zip(tensors, ALIGNMENT)]
 
 
+@lru_cache(maxsize=64)
+def _cu_stream(handle: int) -> cuda_driver.CUstream:
+    return cuda_driver.CUstream(handle)
+
+
 @lru_cache(maxsize=None)
 def compiled(device_index: int):
     """The kernel compiled for every shape (all extents are run-time values): about 1-2 s, once
@@ -448,12 +453,7 @@ def compiled(device_index: int):
     args = [_pointer(dtype, 0, align) for dtype, align in zip(dtypes, ALIGNMENT)]
     stream = torch.cuda.current_stream(torch.device("cuda", device_index)).cuda_stream
     return cute.compile(ProjRopeKernel(STAGES), *args, cutlass.Int32(32), cutlass.Int32(64),
-                        cutlass.Int32(1), cutlass.Int32(1), cuda_driver.CUstream(stream))
-
-
-@lru_cache(maxsize=64)
-def _cu_stream(handle: int) -> cuda_driver.CUstream:
-    return cuda_driver.CUstream(handle)
+                        cutlass.Int32(1), cutlass.Int32(1), _cu_stream(stream))
 
 
 @lru_cache(maxsize=1024)
