@@ -44,12 +44,15 @@ class Runtime:
         self.streams = StreamTracker()
         self._rng: RngState | None = None
         self._graph_pool = None
+        self._lazy_lock = threading.Lock()   # threads may make the first call together
 
     @property
     def rng(self) -> RngState:
         """The device-side (seed, offset) state that graphrt's random ops read."""
         if self._rng is None:
-            self._rng = RngState(self.device)
+            with self._lazy_lock:
+                if self._rng is None:
+                    self._rng = RngState(self.device)
         return self._rng
 
     def graph_pool(self):
@@ -57,16 +60,20 @@ class Runtime:
 
         PyTorch frees a graph pool when the last graph using it goes, and a stale handle then
         breaks the next capture; an empty anchor graph keeps the pool for the runtime's life."""
-        if self._graph_pool is None:
-            pool = torch.cuda.graph_pool_handle()
-            anchor = torch.cuda.CUDAGraph(keep_graph=True)
-            stream = torch.cuda.Stream(device=self.device)
-            with warnings.catch_warnings(), torch.cuda.stream(stream):
-                warnings.simplefilter("ignore")  # "the captured graph is empty" is the point
-                anchor.capture_begin(pool=pool)
-                anchor.capture_end()
-            self._graph_pool, self._pool_anchor = pool, anchor
+        with self._lazy_lock:
+            if self._graph_pool is None:
+                self._make_graph_pool()
         return self._graph_pool
+
+    def _make_graph_pool(self) -> None:
+        pool = torch.cuda.graph_pool_handle()
+        anchor = torch.cuda.CUDAGraph(keep_graph=True)
+        stream = torch.cuda.Stream(device=self.device)
+        with warnings.catch_warnings(), torch.cuda.stream(stream):
+            warnings.simplefilter("ignore")  # "the captured graph is empty" is the point
+            anchor.capture_begin(pool=pool)
+            anchor.capture_end()
+        self._graph_pool, self._pool_anchor = pool, anchor
 
     def plan(self, plan_cls: type[Plan], *args, **kwargs) -> Plan:
         """The compiled plan for these arguments, from this runtime's store."""

@@ -167,6 +167,58 @@ def test_arena_hold_outlives_scope_and_release_frees():
         assert arena.take(16).data_ptr() == kept.data_ptr()
 
 
+def test_arena_scope_releases_only_its_own_threads_regions():
+    """Thread A's scope closes while thread B still uses its region: B's bytes stay reserved, and
+    the next take (from A) lands above them, never on them."""
+    import threading
+
+    arena = WorkspaceArena(1 << 16, "cpu")
+    b_took, a_closed, b_may_close = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def thread_b():
+        with arena.scope():
+            seen["b"] = arena.take(1024)
+            b_took.set()
+            b_may_close.wait(10)
+            seen["b_live_after_a"] = arena.stats()["live_regions"]
+
+    with arena.scope():
+        a = arena.take(512)
+        worker = threading.Thread(target=thread_b)
+        worker.start()
+        assert b_took.wait(10)
+    a_closed.set()
+    with arena.scope():
+        again = arena.take(2048)
+        b = seen["b"]
+        assert not (again.data_ptr() < b.data_ptr() + b.numel()
+                    and b.data_ptr() < again.data_ptr() + again.numel()), "B's region handed out"
+    b_may_close.set()
+    worker.join(10)
+    assert seen["b_live_after_a"] == 1 and a.numel() == 512
+    s = arena.stats()
+    assert s["in_use"] == 0 and s["live_regions"] == 0
+
+
+def test_arena_hold_keeps_only_its_own_threads_regions():
+    import threading
+
+    arena = WorkspaceArena(1 << 16, "cpu")
+    with arena.hold() as hold:
+        def other():
+            with arena.scope():
+                arena.take(256)
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(10)
+        with arena.scope():
+            arena.take(128)
+    assert hold.nbytes == 128 and arena.stats()["live_regions"] == 1
+    hold.release()
+    assert arena.stats()["in_use"] == 0
+
+
 # -- validation ---------------------------------------------------------------------------------
 def test_row_layout_accepts_padded_rows_and_rejects_others():
     base = torch.zeros(4, 3, 80, dtype=torch.bfloat16)

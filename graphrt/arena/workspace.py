@@ -32,10 +32,13 @@ class _Region:
 class ArenaHold:
     """Regions taken while a hold is active; they outlive scopes until ``release()``.
 
-    A captured CUDA graph keeps its workspace this way, so replays see stable addresses.
+    A captured CUDA graph keeps its workspace this way, so replays see stable addresses. A hold
+    takes the regions of its own thread and those taken on a capturing CUDA stream (autograd runs
+    a captured backward on its device thread), never other threads' eager work.
     """
 
     arena: "WorkspaceArena"
+    thread: int = field(default_factory=threading.get_ident)
     regions: list = field(default_factory=list)
     released: bool = False
 
@@ -53,9 +56,11 @@ class ArenaHold:
 class WorkspaceArena:
     """One buffer allocated up front; ``take`` returns aligned uint8 views of it.
 
-    Regions are released last in, first out when their ``scope()`` closes. A region reused on a
-    different stream than its last user first makes the new stream wait for the old one.
-    Exhaustion raises :class:`ArenaExhausted`; the arena never allocates anything else.
+    Regions are released when the ``scope()`` that took them closes; a scope owns only the
+    regions its own thread took inside it, so any number of threads (each on its own stream or
+    not) can share one arena. A region reused on a different stream than its last user first
+    makes the new stream wait for the old one. Exhaustion raises :class:`ArenaExhausted`; the
+    arena never allocates anything else.
 
     >>> arena = WorkspaceArena(1 << 20, torch.device("cpu"))
     >>> with arena.scope():
@@ -76,12 +81,28 @@ class WorkspaceArena:
         self._buffer = torch.empty(self.capacity + ALIGNMENT, dtype=torch.uint8, device=self.device)
         self._base = align_up(self._buffer.data_ptr()) - self._buffer.data_ptr()
         self._lock = threading.RLock()
-        self._regions: list[_Region] = []
+        self._regions: list[_Region] = []   # live regions in address order; the last is the top
         self._top = 0
         self._last_use: list[tuple[int, int, object]] = []
         self._holds: list[ArenaHold] = []
+        self._local = threading.local()     # .scopes: this thread's open scopes, innermost last
         self._high_water = 0
         self._takes = 0
+
+    def _scopes(self) -> list[list[_Region]]:
+        scopes = getattr(self._local, "scopes", None)
+        if scopes is None:
+            scopes = self._local.scopes = []
+        return scopes
+
+    def _active_hold(self) -> ArenaHold | None:
+        me = threading.get_ident()
+        for h in reversed(self._holds):
+            if h.thread == me:
+                return h
+        if self._holds and is_capturing(self.device):
+            return self._holds[-1]
+        return None
 
     # -- taking and releasing ------------------------------------------------------------------
     def take(self, nbytes: int, stream=None) -> torch.Tensor:
@@ -89,6 +110,7 @@ class WorkspaceArena:
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ContractError(f"nbytes: expected a size >= 0, got {nbytes}")
+        scopes = self._scopes()
         with self._lock:
             start = align_up(self._top)
             end = start + nbytes
@@ -98,11 +120,13 @@ class WorkspaceArena:
                     f"(capacity {self.capacity}, in use {self._top}, high water {self._high_water}); "
                     f"make a Runtime with a larger arena_bytes")
             self._wait_for_other_streams(start, end, stream)
-            hold = self._holds[-1] if self._holds else None
+            hold = self._active_hold()
             region = _Region(start, end, stream, hold)
             self._regions.append(region)
             if hold is not None:
                 hold.regions.append(region)
+            elif scopes:
+                scopes[-1].append(region)
             self._top = end
             self._high_water = max(self._high_water, end)
             self._takes += 1
@@ -125,19 +149,21 @@ class WorkspaceArena:
 
     @contextlib.contextmanager
     def scope(self) -> Iterator["WorkspaceArena"]:
-        """Regions taken inside are released when the block ends (unless a hold keeps them)."""
-        with self._lock:
-            mark = len(self._regions)
+        """Regions this thread takes inside are released when the block ends (unless a hold
+        keeps them); other threads' regions are theirs to release."""
+        scopes = self._scopes()
+        mine: list[_Region] = []
+        scopes.append(mine)
         try:
             yield self
         finally:
-            with self._lock:
-                mine = [r for r in self._regions[mark:] if r.hold is None]
-                self._release(mine)
+            scopes.remove(mine)
+            self._release(mine)
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[ArenaHold]:
-        """Regions taken inside belong to the returned hold and outlive their scopes."""
+        """Regions taken inside (by this thread, or on a capturing stream) belong to the returned
+        hold and outlive their scopes."""
         h = ArenaHold(self)
         with self._lock:
             self._holds.append(h)
@@ -153,8 +179,7 @@ class WorkspaceArena:
                 if not r.released:
                     r.released = True
                     self._last_use.append((r.start, r.end, r.stream))
-            while self._regions and self._regions[-1].released:
-                self._regions.pop()
+            self._regions = [r for r in self._regions if not r.released]
             self._top = self._regions[-1].end if self._regions else 0
 
     # -- reporting -----------------------------------------------------------------------------
