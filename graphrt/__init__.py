@@ -1,6 +1,7 @@
 """graphrt: fused training kernels and CUDA-graph capture of whole backward passes for PyTorch."""
 from .contract import Contract, TensorSpec
-from .errors import ArenaExhausted, CaptureError, ContractError, UnsupportedError
+from .errors import ArenaExhausted, CaptureError, ContractError, DeviceCheckError, UnsupportedError
+from .device_checks import check_errors
 from .plan import Plan, PlanStore
 from .result import Result
 from .runtime import Runtime, runtime
@@ -9,5 +10,6 @@ from . import capture, nn, ops
 
 __version__ = "0.1.0"
 
-__all__ = ["ArenaExhausted", "CaptureError", "Contract", "ContractError", "Plan", "PlanStore", "Result",
-           "Runtime", "TensorSpec", "UnsupportedError", "WorkspaceArena", "capture", "nn", "ops", "runtime"]
+__all__ = ["ArenaExhausted", "CaptureError", "Contract", "ContractError", "DeviceCheckError",
+           "Plan", "PlanStore", "Result",
+           "Runtime", "TensorSpec", "UnsupportedError", "WorkspaceArena", "capture", "check_errors", "nn", "ops", "runtime"]

@@ -16,3 +16,8 @@ class ArenaExhausted(RuntimeError):
 class CaptureError(RuntimeError):
     """The code given to a CUDA-graph capture did something a graph cannot hold (a host sync, an
     allocation outside the graph's pool) or the fragment was misused; the message says what to do."""
+
+
+class DeviceCheckError(ContractError):
+    """A kernel found bad input where the host could not look (inside ``plan.execute`` or a CUDA
+    graph) and flagged it on the device; ``graphrt.check_errors()`` raises it."""

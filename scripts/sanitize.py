@@ -29,6 +29,20 @@ for counts in ([0, 17, 5, 0, 33], [64, 0]):
     tokens = sum(counts)
     graphrt.ops.grouped_gemm_wgrad(torch.randn(tokens, 136, dtype=torch.bfloat16, device="cuda").t(),
                                    torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda"), offsets)
+# bad offsets through the plan (no host check): past tokens_sum, negative, decreasing, the
+# largest int32; the kernel must stay inside a and b and flag them
+a_bad = torch.randn(136, 40, dtype=torch.bfloat16, device="cuda")
+b_bad = torch.randn(40, 72, dtype=torch.bfloat16, device="cuda")
+for bad in ([4, 9, 400], [4, -30, 40], [30, 3, 40], [4, 9, 2**31 - 1], [-2**31, 0, 40]):
+    offsets = torch.tensor(bad, dtype=torch.int32, device="cuda")
+    plan = graphrt.ops.GroupedGemmWgrad(a_bad, b_bad, offsets).compile()
+    plan.execute(a_bad, b_bad, offsets, wgrad=torch.empty(3, 136, 72, dtype=torch.bfloat16,
+                                                        device="cuda"))
+    try:
+        graphrt.check_errors()
+        raise SystemExit(f"bad offsets {bad} were not flagged")
+    except graphrt.DeviceCheckError:
+        pass
 from graphrt.ops.proj_rope import mxfp8_quantize
 x = torch.randn(64, 64, dtype=torch.bfloat16, device="cuda")
 w = torch.randn(2 * 192, 64, dtype=torch.bfloat16, device="cuda")

@@ -20,7 +20,7 @@ def main():
     for experts, hidden, inter, tokens in CASES:
         counts = random_counts(experts, tokens, gen)
         offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
-        bounds = expert_bounds(offsets)
+        bounds = expert_bounds(offsets, tokens)
         sets = [(torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda").t(),
                  torch.randn(tokens, inter, dtype=torch.bfloat16, device="cuda")) for _ in range(2)]
         out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")

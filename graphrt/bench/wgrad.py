@@ -27,7 +27,7 @@ def run(progress=print) -> list[dict]:
         progress(f"wgrad E={experts} hidden={hidden} intermediate={inter} tokens={tokens} ...")
         counts = random_counts(experts, tokens, gen)
         offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
-        bounds = expert_bounds(offsets)
+        bounds = expert_bounds(offsets, tokens)
         sets = [(torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda").t(),
                  torch.randn(tokens, inter, dtype=torch.bfloat16, device="cuda"))
                 for _ in range(2)]

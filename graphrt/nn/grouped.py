@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ContractError
 from ..ops.grouped_gemm import grouped_gemm_wgrad
+from ..ops.grouped_gemm.plan import check_offsets_on_host
 from ..ops.grouped_gemm.reference import expert_bounds
-from ..streams import StreamTracker, fork
+from ..streams import StreamTracker, fork, is_capturing
+from ..validate import dtype_name, require_tensor, vector_operand
 
 
 def _grouped_matmul(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -14,14 +17,15 @@ def _grouped_matmul(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> 
     if x.is_cuda and hasattr(torch, "_grouped_mm"):
         return torch._grouped_mm(x, w, offs=offsets)
     out = x.new_empty(x.shape[0], w.shape[2])
-    for e, (begin, end) in enumerate(expert_bounds(offsets)):
+    for e, (begin, end) in enumerate(expert_bounds(offsets, x.shape[0])):
         out[begin:end] = (x[begin:end].float() @ w[e].float()).to(x.dtype)
     return out
 
 
 def _weight_grad(dy, x, offsets, dtype):
-    # Wgrad[e] = dy_e^T x_e: A = dy^T (out, T) is M-major, B = x (T, in) is N-major
-    return grouped_gemm_wgrad(dy.t(), x, offsets, wgrad_dtype=dtype)[0]
+    # Wgrad[e] = dy_e^T x_e: A = dy^T (out, T) is M-major, B = x (T, in) is N-major; the
+    # offsets were checked in forward
+    return grouped_gemm_wgrad(dy.t(), x, offsets, wgrad_dtype=dtype, check_offsets=False)[0]
 
 
 class _GroupedLinearFunction(torch.autograd.Function):
@@ -59,19 +63,42 @@ class GroupedLinear(torch.nn.Module):
     graphrt's grouped wgrad kernel; forward and input gradient use torch._grouped_mm. With
     ``wgrad_on_side_stream`` the weight gradient overlaps the input gradient on a side stream.
 
+    Eager forward calls read the offsets on the host (one synchronization) and raise
+    ``ContractError`` naming the first bad expert (out of order, outside [0, T], or a last end
+    that is not T, which would leave rows of y unwritten); ``check_offsets=False`` skips the read.
+    Under CUDA-graph capture the wgrad kernel flags bad offsets for ``graphrt.check_errors()``.
+
     >>> experts = graphrt.nn.GroupedLinear(8, 7168, 2048).cuda()        # doctest: +SKIP
     >>> y = experts(x_sorted, offsets)                                   # doctest: +SKIP
     """
 
     def __init__(self, experts: int, in_features: int, out_features: int, *, device=None,
-                 dtype: torch.dtype = torch.bfloat16, wgrad_on_side_stream: bool = False):
+                 dtype: torch.dtype = torch.bfloat16, wgrad_on_side_stream: bool = False,
+                 check_offsets: bool = True):
         super().__init__()
-        self.wgrad_on_side_stream = wgrad_on_side_stream
+        for name, v in (("experts", experts), ("in_features", in_features),
+                        ("out_features", out_features)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ContractError(f"{name}: expected a positive int, got {v!r}")
+        if dtype != torch.bfloat16:
+            raise ContractError(f"dtype: the grouped kernels take bfloat16, got {dtype_name(dtype)}")
+        self.wgrad_on_side_stream = bool(wgrad_on_side_stream)
+        self.check_offsets = bool(check_offsets)
         self.weight = torch.nn.Parameter(
             torch.randn(experts, out_features, in_features, device=device, dtype=dtype)
             / in_features ** 0.5)
 
     def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        experts, out_f, in_f = self.weight.shape
+        x = require_tensor("x", x)
+        if x.dim() != 2 or x.shape[1] != in_f or x.dtype != self.weight.dtype:
+            raise ContractError(f"x: expected (T, {in_f}) {dtype_name(self.weight.dtype)}, got "
+                                f"{tuple(x.shape)} {dtype_name(x.dtype)}")
+        if x.device != self.weight.device:
+            raise ContractError(f"x: expected device {self.weight.device}, got {x.device}")
+        vector_operand("offsets", offsets, (torch.int32,), experts, x.device)
+        if self.check_offsets and not is_capturing(x.device):
+            check_offsets_on_host(offsets, x.shape[0])
         return _GroupedLinearFunction.apply(x, self.weight, offsets, self.wgrad_on_side_stream)
 
     def extra_repr(self) -> str:

@@ -136,6 +136,99 @@ def test_bad_offsets_rejected_under_the_validate_flag():
     assert_unchanged(before, (w,))
 
 
+# -- offsets are never trusted -------------------------------------------------------------------
+# (offsets, first bad expert, experts computed as empty): tokens_sum is 12 throughout
+BAD_OFFSETS = [
+    ([4, 9, 40], 2, [2]),              # past tokens_sum
+    ([4, -3, 12], 1, [1, 2]),          # negative (expert 2 then begins below 0)
+    ([7, 3, 12], 1, [1]),              # decreasing
+    ([4, 9, 10], 2, []),               # last end below tokens_sum: flagged, nothing emptied
+    ([4, 9, 2**31 - 1], 2, [2]),       # the largest int32
+]
+
+
+def _bad_case(device, bad):
+    torch.manual_seed(7)
+    a, b, _ = _problem([4, 5, 3], 24, 40, device=device)
+    return a, b, torch.tensor(bad, dtype=torch.int32, device=device)
+
+
+def _expected_with_empty(a, b, offsets, empty, init=None):
+    ends = offsets.tolist()
+    out = []
+    for e in range(len(ends)):
+        begin = ends[e - 1] if e else 0
+        if e in empty:
+            out.append(torch.zeros(a.shape[0], b.shape[1]) if init is None else init[e].float())
+        else:
+            acc = a[:, begin:ends[e]].double() @ b[begin:ends[e]].double()
+            out.append((acc if init is None else acc + init[e].double()).float())
+    return torch.stack(out)
+
+
+def _check_bad_offsets(device, backend):
+    rt = graphrt.Runtime(device)
+    for bad, first, empty in BAD_OFFSETS:
+        a, b, offsets = _bad_case(device, bad)
+        w = torch.full((3, 24, 40), float("nan"), device=device)
+        before = snapshot(w)
+        with env(GRAPHRT_BACKEND=backend):
+            with pytest.raises(ContractError, match=f"offsets: .*expert {first}"):
+                grouped_gemm_wgrad(a, b, offsets, wgrad=w, wgrad_dtype=torch.float32, runtime=rt)
+            assert_unchanged(before, (w,))
+            graphrt.check_errors(device)   # nothing launched, nothing flagged
+            # where the host cannot look: defined results and a flag
+            plan = rt.plan(GroupedGemmWgrad, a, b, offsets, wgrad=w)
+            plan.execute(a, b, offsets, wgrad=w)
+            with pytest.raises(graphrt.DeviceCheckError, match=r"offsets.*first at index " + str(first)):
+                graphrt.check_errors(device)
+            graphrt.check_errors(device)   # cleared by the read
+            ref = _expected_with_empty(a.cpu(), b.cpu(), offsets.cpu().clamp(max=12), empty)
+            assert rel_l2(w.cpu(), ref) < 1e-5, (bad, backend)
+            # accumulating: an expert with bad bounds is left as it was
+            init = torch.randn(3, 24, 40, device=device)
+            acc = rt.plan(GroupedGemmWgrad, a, b, offsets, wgrad=w, accumulate_on_output=True)
+            w.copy_(init)
+            acc.execute(a, b, offsets, wgrad=w)
+            with pytest.raises(graphrt.DeviceCheckError):
+                graphrt.check_errors(device)
+            ref = _expected_with_empty(a.cpu(), b.cpu(), offsets.cpu().clamp(max=12), empty,
+                                       init.cpu())
+            assert rel_l2(w.cpu(), ref) < 1e-5, (bad, backend, "accumulate")
+
+
+def test_bad_offsets_reference_backend_cpu():
+    _check_bad_offsets("cpu", "reference")
+
+
+@needs_interpreter
+def test_bad_offsets_interpreted_kernel():
+    _check_bad_offsets("cpu", "triton")
+
+
+def test_valid_offsets_flag_nothing():
+    a, b, offsets = _problem([4, 0, 8], 8, 8)
+    plan = GroupedGemmWgrad(a, b, offsets).compile()
+    w = torch.empty(3, 8, 8, dtype=BF16)
+    plan.execute(a, b, offsets, wgrad=w)
+    graphrt.check_errors("cpu")
+
+
+def test_zero_experts():
+    a, b, _ = _problem([], 8, 8)
+    offsets = torch.zeros(0, dtype=torch.int32)
+    ref = grouped_gemm_wgrad_reference(a, b, offsets)
+    assert ref.shape == (0, 8, 8)
+    (w,) = grouped_gemm_wgrad(a, b, offsets)
+    assert w.shape == (0, 8, 8)
+
+
+def test_check_offsets_must_be_bool():
+    a, b, offsets = _problem([4, 4], 8, 8)
+    with pytest.raises(ContractError, match="check_offsets"):
+        grouped_gemm_wgrad(a, b, offsets, check_offsets="no")
+
+
 def test_plan_key_excludes_tokens_sum():
     a, b, offsets = _problem([4, 4], 8, 8)
     a2, b2, offsets2 = _problem([40, 4], 8, 8)
@@ -174,6 +267,25 @@ def test_gpu_error_paths_write_nothing():
     _errors("cuda")
 
 
+@pytest.mark.gpu
+def test_gpu_bad_offsets_stay_in_bounds_and_flag():
+    _check_bad_offsets("cuda", "triton")
+
+
+@pytest.mark.gpu
+def test_gpu_bad_offsets_under_capture_flag_on_replay(seed):
+    from graphrt.capture import capture
+    a, b, offsets = _problem([100, 200, 0, 212], 256, 128, device="cuda")
+    frag = capture(lambda a, b, o: grouped_gemm_wgrad(a, b, o)[0], a, b, offsets)
+    graphrt.check_errors("cuda")
+    bad = torch.tensor([100, 2**31 - 1, 50, 512], dtype=torch.int32, device="cuda")
+    out = frag(a, b, bad)
+    with pytest.raises(graphrt.DeviceCheckError, match="first at index 1"):
+        graphrt.check_errors("cuda")
+    assert torch.equal(out[1], torch.zeros_like(out[1])) and torch.equal(out[2], torch.zeros_like(out[2]))
+    assert torch.isfinite(out.float()).all()
+
+
 def _module_check(device):
     torch.manual_seed(0)
     layer = graphrt.nn.GroupedLinear(3, 32, 16, device=device)
@@ -198,3 +310,25 @@ def test_grouped_linear_module_cpu():
 @pytest.mark.gpu
 def test_grouped_linear_module_gpu():
     _module_check("cuda")
+
+
+def test_grouped_linear_rejects_bad_inputs_before_running():
+    layer = graphrt.nn.GroupedLinear(3, 32, 16)
+    x = torch.randn(16, 32, dtype=BF16)
+    good = torch.tensor([5, 5, 16], dtype=torch.int32)
+    cases = [
+        ((x, torch.tensor([5, 5, 12], dtype=torch.int32)), "offsets: the last end must equal tokens_sum=16"),
+        ((x, torch.tensor([5, 3, 16], dtype=torch.int32)), "offsets: expert 1"),
+        ((x, good.long()), "offsets: expected dtype"),
+        ((x, good[:2]), "offsets: expected 3"),
+        ((torch.randn(16, 31, dtype=BF16), good), "x: expected"),
+        ((x.float(), good), "x: expected"),
+    ]
+    for args, pattern in cases:
+        with pytest.raises(ContractError, match=pattern):
+            layer(*args)
+    for bad in (dict(experts=0), dict(in_features=2.5), dict(dtype=torch.float32)):
+        kwargs = dict(experts=3, in_features=32, out_features=16)
+        kwargs.update(bad)
+        with pytest.raises(ContractError, match=next(iter(bad))):
+            graphrt.nn.GroupedLinear(**kwargs)

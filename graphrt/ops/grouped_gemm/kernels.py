@@ -4,6 +4,9 @@ Program (tile, expert) computes one [BLOCK_M, BLOCK_N] tile of Wgrad[expert] by 
 expert's tokens (begin, end read from the offsets on the device, so routing may change between
 CUDA-graph replays). Operand layouts are compile-time choices; tokens_sum is the only run-time
 extent. Accumulation is FP32; a tile of an empty expert is zeros (left alone when accumulating).
+Offsets are never trusted: an expert whose bounds are not 0 <= begin <= end <= tokens_sum is
+treated as empty (no read outside A and B), and the first tile of each expert reports bad bounds,
+and a last end that is not tokens_sum, in the device error flags (graphrt.device_checks).
 """
 from __future__ import annotations
 
@@ -12,7 +15,12 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from ... import device_checks
 from ...kernel_utils import launch, mma
+
+OFFSETS_DECREASING = tl.constexpr(device_checks.OFFSETS_DECREASING)
+OFFSETS_OUT_OF_RANGE = tl.constexpr(device_checks.OFFSETS_OUT_OF_RANGE)
+OFFSETS_LAST_NOT_TOTAL = tl.constexpr(device_checks.OFFSETS_LAST_NOT_TOTAL)
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,7 @@ def gemm_config(interpreted: bool) -> GemmConfig:
 
 
 @triton.jit(do_not_specialize=["tokens_sum"])
-def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, tokens_sum,
+def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
                   HIDDEN: tl.constexpr, INTER: tl.constexpr, A_K_MAJOR: tl.constexpr,
                   B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
@@ -53,7 +61,18 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, tokens_sum,
     m_mask, n_mask = m < HIDDEN, n < INTER
     end = tl.load(OFFSETS + expert).to(tl.int64)
     begin = tl.load(OFFSETS + expert - 1, mask=expert > 0, other=0).to(tl.int64)
-    count = end - begin
+    total = tokens_sum.to(tl.int64)
+    problem = tl.where(end < begin, OFFSETS_DECREASING, 0)
+    problem |= tl.where((begin < 0) | (end < 0) | (end > total), OFFSETS_OUT_OF_RANGE, 0)
+    problem |= tl.where((expert == tl.num_programs(1) - 1) & (end != total),
+                        OFFSETS_LAST_NOT_TOTAL, 0)
+    if tile == 0:
+        if problem != 0:
+            tl.atomic_or(ERRORS, problem)
+            tl.atomic_min(ERRORS + 1, expert)
+    valid = (problem & (OFFSETS_DECREASING | OFFSETS_OUT_OF_RANGE)) == 0
+    begin = tl.where(valid, begin, 0)
+    count = tl.where(valid, end - begin, 0)
     if ACCUMULATE:
         if count == 0:
             return
@@ -95,17 +114,19 @@ _TL_DTYPES = {"torch.bfloat16": tl.bfloat16, "torch.float16": tl.float16,
               "torch.float32": tl.float32}
 
 
-def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, *, hidden: int,
-                 inter: int, a_k_major: bool, b_k_major: bool, ragged: bool, accumulate: bool,
-                 dot_fp32: bool) -> None:
-    """out: the dense output; with ``out_ptrs`` (discrete) the addresses are read from it."""
+def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
+                 hidden: int, inter: int, a_k_major: bool, b_k_major: bool, ragged: bool,
+                 accumulate: bool, dot_fp32: bool) -> None:
+    """out: the dense output; with ``out_ptrs`` (discrete) the addresses are read from it;
+    ``errors``: the device's error flags (graphrt.device_checks.error_flags)."""
     experts = offsets.numel()
     if experts == 0:
         return
     tiles = triton.cdiv(hidden, cfg.block_m) * triton.cdiv(inter, cfg.block_n)
     discrete = out_ptrs is not None
     launch(_wgrad_kernel, (tiles, experts),
-        a, b, offsets, out if not discrete else a, out_ptrs if discrete else offsets, a.shape[1],
+        a, b, offsets, out if not discrete else a, out_ptrs if discrete else offsets, errors,
+        a.shape[1],
         HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, RAGGED=ragged,
         DISCRETE=discrete, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
         OUT_DTYPE=_TL_DTYPES[str(out_dtype)], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,

@@ -6,12 +6,13 @@ import os
 import torch
 
 from ...contract import Contract, TensorSpec
+from ...device_checks import OFFSETS_DECREASING, OFFSETS_OUT_OF_RANGE, error_flags
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import is_capturing, on_stream
 from ...validate import (compact_operand, dtype_name, require_aligned, require_disjoint,
                          require_tensor, vector_operand)
-from .reference import grouped_gemm_wgrad_reference
+from .reference import expert_bounds, grouped_gemm_wgrad_reference, offset_problems
 
 OUTPUT_MODES = ("dense", "discrete")
 INPUT_ORDERS = ("tensor2d", "tensor_ragged")
@@ -48,6 +49,12 @@ class GroupedGemmWgrad(Plan):
     offsets: int32 [E] cumulative ends, read on the device. Output dense (E, hidden,
     intermediate) or discrete (``wgrad_ptrs``: int64 [E] addresses), BF16/FP16/FP32, overwritten
     or accumulated into.
+
+    ``execute`` does not read the offsets on the host (it must not synchronize): an expert whose
+    bounds are not 0 <= begin <= end <= tokens_sum is computed as empty (zeros; untouched when
+    accumulating), nothing outside ``a`` and ``b`` is read, and the problem is flagged on the
+    device for ``graphrt.check_errors()``. ``GRAPHRT_VALIDATE_OFFSETS=1`` makes ``execute`` read
+    them on the host too and raise ``ContractError`` (not under capture).
 
     >>> plan = GroupedGemmWgrad(a, b, offsets).compile()                     # doctest: +SKIP
     >>> plan.execute(a, b, offsets, wgrad=out)                               # doctest: +SKIP
@@ -108,6 +115,8 @@ class GroupedGemmWgrad(Plan):
         self.experts = off.shape[0]
 
     def _compile(self) -> None:
+        if self.contract.device_type == "cuda":  # made here, never inside a capture
+            error_flags(torch.device("cuda", torch.cuda.current_device()))
         if self.backend == "triton":
             from .kernels import gemm_config
             self.interpreted = self.contract.device_type != "cuda"
@@ -128,17 +137,6 @@ class GroupedGemmWgrad(Plan):
                                        * step + out.data_ptr())
         return allocated
 
-    def _check_offsets_on_host(self, offsets, tokens_sum: int) -> None:
-        values = offsets.cpu().tolist()
-        previous = 0
-        for e, v in enumerate(values):
-            if v < previous:
-                raise ContractError(f"offsets: expected non-decreasing cumulative ends, got "
-                                    f"{v} after {previous} at expert {e}")
-            previous = v
-        if values and values[-1] != tokens_sum:
-            raise ContractError(f"offsets: the last end must equal tokens_sum={tokens_sum}, got "
-                                f"{values[-1]}")
 
     def execute(self, a, b, offsets, *, wgrad=None, wgrad_ptrs=None, workspace=None, stream=None,
                 **_) -> None:
@@ -169,7 +167,7 @@ class GroupedGemmWgrad(Plan):
             wgrad = compact_operand("wgrad", wgrad, (out_dtype,),
                                     (self.experts, self.hidden, self.inter), device)
         if _validate_on_host() and not is_capturing(device):
-            self._check_offsets_on_host(offsets, tokens_sum)
+            check_offsets_on_host(offsets, tokens_sum)
             if discrete:
                 for e, ptr in enumerate(wgrad_ptrs.cpu().tolist()):
                     if ptr == 0 or ptr % 16:
@@ -178,18 +176,20 @@ class GroupedGemmWgrad(Plan):
         require_disjoint({"wgrad": wgrad, "wgrad_ptrs": wgrad_ptrs},
                          {"a": a, "b": b, "offsets": offsets})
         accumulate = c.flag("accumulate")
+        errors = error_flags(device)
         if self.backend == "reference":
-            self._execute_reference(a, b, offsets, wgrad, wgrad_ptrs, accumulate, out_dtype)
+            self._execute_reference(a, b, offsets, wgrad, wgrad_ptrs, accumulate, out_dtype,
+                                    errors)
             return
         from .kernels import launch_wgrad
         with on_stream(stream):
             launch_wgrad(self.config, a, b, offsets, wgrad, wgrad_ptrs if discrete else None,
-                         out_dtype, hidden=self.hidden, inter=self.inter,
+                         out_dtype, errors, hidden=self.hidden, inter=self.inter,
                          a_k_major=c.spec("a").layout == "k", b_k_major=c.spec("b").layout == "k",
                          ragged=c.flag("input_order") == "tensor_ragged", accumulate=accumulate,
                          dot_fp32=self.interpreted)
 
-    def _execute_reference(self, a, b, offsets, wgrad, wgrad_ptrs, accumulate, out_dtype):
+    def _execute_reference(self, a, b, offsets, wgrad, wgrad_ptrs, accumulate, out_dtype, errors):
         if wgrad is None:
             raise ContractError("wgrad_ptrs: the reference backend writes through a stacked "
                                 "wgrad tensor; pass wgrad too")
@@ -198,9 +198,34 @@ class GroupedGemmWgrad(Plan):
                                            out_dtype=out_dtype,
                                            accumulate_into=wgrad if accumulate else None)
         if accumulate:  # an empty expert stays untouched
-            counts = torch.diff(offsets.long(), prepend=offsets.new_zeros(1).long()).cpu()
-            for e in range(self.experts):
-                if counts[e] > 0:
+            for e, (begin, end) in enumerate(expert_bounds(offsets, a.shape[1])):
+                if end > begin:
                     wgrad[e].copy_(ref[e])
         else:
             wgrad.copy_(ref)
+        problems = offset_problems(offsets, a.shape[1])
+        if problems:  # flagged as the kernel would
+            mask = 0
+            for _, bit in problems:
+                mask |= bit
+            errors[0:1].bitwise_or_(mask)
+            errors[1:2].clamp_max_(min(e for e, _ in problems))
+
+
+def check_offsets_on_host(offsets: torch.Tensor, tokens_sum: int) -> None:
+    """Raise ContractError naming the first expert whose cumulative end is out of order, out of
+    [0, tokens_sum], or (the last) not tokens_sum. Reads the offsets on the host (a sync)."""
+    problems = offset_problems(offsets, tokens_sum)
+    if not problems:
+        return
+    expert, bit = problems[0]
+    ends = [int(v) for v in offsets.cpu().tolist()]
+    begin, end = (ends[expert - 1] if expert else 0), ends[expert]
+    if bit == OFFSETS_DECREASING:
+        what = (f"expert {expert}'s end {end} is below its begin {begin} (cumulative ends must "
+                f"be non-decreasing)")
+    elif bit == OFFSETS_OUT_OF_RANGE:
+        what = f"expert {expert}'s tokens [{begin}, {end}) are outside [0, tokens_sum={tokens_sum}]"
+    else:
+        what = f"the last end must equal tokens_sum={tokens_sum}, got {end} at expert {expert}"
+    raise ContractError(f"offsets: {what}; pass check_offsets=False to skip this host read")

@@ -3,12 +3,34 @@ from __future__ import annotations
 
 import torch
 
+from ...device_checks import OFFSETS_DECREASING, OFFSETS_LAST_NOT_TOTAL, OFFSETS_OUT_OF_RANGE
 
-def expert_bounds(offsets: torch.Tensor) -> list[tuple[int, int]]:
-    """[(begin, end)] per expert from cumulative ends (reads the offsets on the host)."""
+
+def offset_problems(offsets: torch.Tensor, tokens_sum: int) -> list[tuple[int, int]]:
+    """[(expert, problem bit)] for every expert whose cumulative end is out of order, out of
+    [0, tokens_sum], or (the last) not tokens_sum (reads the offsets on the host)."""
     ends = [int(v) for v in offsets.cpu().tolist()]
-    begins = [0] + ends[:-1]
-    return list(zip(begins, ends))
+    found = []
+    for e, end in enumerate(ends):
+        begin = ends[e - 1] if e else 0
+        if end < begin:
+            found.append((e, OFFSETS_DECREASING))
+        if min(begin, end) < 0 or end > tokens_sum:
+            found.append((e, OFFSETS_OUT_OF_RANGE))
+    if ends and ends[-1] != tokens_sum:
+        found.append((len(ends) - 1, OFFSETS_LAST_NOT_TOTAL))
+    return found
+
+
+def expert_bounds(offsets: torch.Tensor, tokens_sum: int) -> list[tuple[int, int]]:
+    """[(begin, end)] per expert from cumulative ends (reads the offsets on the host). An expert
+    whose bounds are not 0 <= begin <= end <= tokens_sum is empty, (0, 0), as in the kernel."""
+    ends = [int(v) for v in offsets.cpu().tolist()]
+    bounds = []
+    for e, end in enumerate(ends):
+        begin = ends[e - 1] if e else 0
+        bounds.append((begin, end) if 0 <= begin <= end <= tokens_sum else (0, 0))
+    return bounds
 
 
 def expert_slices(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, input_order: str):
@@ -18,7 +40,7 @@ def expert_slices(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, input
     at element hidden * begin, B_e (n_e, intermediate) with strides (1, n_e) at intermediate * begin."""
     hidden, inter = a.shape[0], b.shape[1]
     out = []
-    for begin, end in expert_bounds(offsets):
+    for begin, end in expert_bounds(offsets, a.shape[1]):
         n = end - begin
         if input_order == "tensor2d":
             out.append((a[:, begin:end], b[begin:end, :]))
@@ -33,7 +55,10 @@ def expert_slices(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, input
 def grouped_gemm_wgrad_reference(a, b, offsets, *, input_order="tensor2d",
                                  out_dtype=torch.bfloat16, accumulate_into=None):
     """Stacked (E, hidden, intermediate): Wgrad[e] = A[:, begin:end] @ B[begin:end, :] in FP32
-    (plus ``accumulate_into`` when given), cast to ``out_dtype``."""
+    (plus ``accumulate_into`` when given), cast to ``out_dtype``. Experts with invalid bounds
+    count as empty (see ``expert_bounds``)."""
+    if offsets.numel() == 0:
+        return torch.empty(0, a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
     results = []
     for e, (a_e, b_e) in enumerate(expert_slices(a, b, offsets, input_order)):
         w = a_e.float() @ b_e.float()
