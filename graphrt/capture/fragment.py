@@ -11,16 +11,9 @@ from ..runtime import Runtime
 from ..runtime import runtime as default_runtime
 from ..streams import join_open_branches
 from ..validate import dtype_name
+from . import failure
 from .inspect import graph_shape, node_counts
 from .tree import flatten, unflatten
-
-_CAPTURE_HINT = (
-    "A CUDA graph cannot hold a host synchronization (.item(), .cpu(), .tolist(), printing a CUDA "
-    "tensor, torch.nonzero or another data-dependent shape, a non-capturable optimizer step) or "
-    "memory taken outside the graph's pool (pinned host memory, another device, a library's own "
-    "cudaMalloc, torch.cuda.empty_cache()). Move that work out of the captured function, or make it "
-    "device-side (optimizers: capturable=True).")
-
 
 def _device_of(args) -> torch.device:
     for a in flatten(args)[0]:
@@ -30,27 +23,18 @@ def _device_of(args) -> torch.device:
 
 
 def _warm_up(fn, args, warmup: int, reset: Callable[[], None] | None, rt: Runtime) -> None:
-    """Eager runs on a side stream, the last one with host syncs turned into errors."""
+    """Eager runs on a side stream: plans compile and lazy initialization happens outside the
+    capture. They run as the user's code runs eagerly (host syncs allowed: code that skips its
+    syncs while a stream is capturing, as Hugging Face's mask preparation does, must not be
+    rejected here); syncs that would reach the graph are caught in the capture itself."""
     side = torch.cuda.Stream(device=rt.device)
     side.wait_stream(torch.cuda.current_stream(rt.device))
     rng_before = rt.rng.snapshot()
     with torch.cuda.stream(side):
-        for i in range(warmup):
+        for _ in range(warmup):
             if reset is not None:
                 reset()
-            if i < warmup - 1:
-                fn(*args)
-                continue
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                fn(*args)
-            except RuntimeError as err:
-                if "synchronizing" in str(err):
-                    raise CaptureError(f"the function synchronizes with the host, which a CUDA "
-                                       f"graph cannot capture ({err}). {_CAPTURE_HINT}") from err
-                raise
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
+            fn(*args)
     torch.cuda.current_stream(rt.device).wait_stream(side)
     rt.rng.restore(rng_before)  # warm-ups must not consume the caller's random stream
 
@@ -65,7 +49,10 @@ def _end_allocation_to_pool(device: torch.device, pool) -> None:
 
 
 def _capture_graph(fn, args, rt: Runtime, keep_graph: bool = True):
-    """Capture ``fn(*args)`` into a CUDA graph drawing on the runtime's pool and arena hold."""
+    """Capture ``fn(*args)`` into a CUDA graph drawing on the runtime's pool and arena hold.
+
+    While capturing, host synchronizations raise at the Python line that asks for them (CUDA's
+    sync-debug mode), before they can invalidate the capture, so the error names that line."""
     graph = torch.cuda.CUDAGraph(keep_graph=keep_graph)
     pool = rt.graph_pool()
     stream = torch.cuda.Stream(device=rt.device)
@@ -75,10 +62,14 @@ def _capture_graph(fn, args, rt: Runtime, keep_graph: bool = True):
     outputs = None
     with rt.arena.hold() as hold, torch.cuda.stream(stream):
         graph.capture_begin(pool=pool)
+        sync_mode = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
         try:
             outputs = fn(*args)
         except BaseException as err:  # noqa: BLE001 - re-raised below with context
             error = err
+        finally:
+            torch.cuda.set_sync_debug_mode(sync_mode)
         join_open_branches()  # a side stream left unjoined would invalidate the capture
         try:
             graph.capture_end()
@@ -91,14 +82,25 @@ def _capture_graph(fn, args, rt: Runtime, keep_graph: bool = True):
         with contextlib.suppress(Exception):
             graph.reset()
         del graph
-        if isinstance(error, ArenaExhausted):
-            raise ArenaExhausted(f"during capture: {error}") from error
-        if isinstance(error, RuntimeError) and "captur" in str(error).lower():
-            raise CaptureError(f"capture failed: {error}. {_CAPTURE_HINT}") from error
-        raise error
+        raise _capture_failure(error)
     graph.instantiate()
     held = torch.cuda.memory_reserved(rt.device) - reserved_before
     return graph, outputs, hold, max(0, held)
+
+
+def _capture_failure(error: BaseException) -> BaseException:
+    """The exception to raise for a failed capture: CaptureError naming the user's line for
+    what a graph cannot hold, the original error otherwise."""
+    if isinstance(error, ArenaExhausted):
+        return ArenaExhausted(f"during capture: {error}").with_traceback(error.__traceback__)
+    kind = failure.classify(error)
+    if kind is None:
+        return error
+    what = ("the captured function synchronizes with the host" if kind == "sync" else
+            "the captured function did something a CUDA graph cannot hold")
+    wrapped = CaptureError(f"{what}{failure.where(error)} ({error}). {failure.HINT}")
+    wrapped.__cause__ = error
+    return wrapped
 
 
 class Fragment:
@@ -221,10 +223,14 @@ def capture(fn: Callable, *sample_args, warmup: int = 3, runtime: Runtime | None
             after_warmup: Callable[[], None] | None = None) -> Fragment:
     """Capture ``fn(*sample_args)`` as one CUDA graph; ``sample_args`` become the static inputs.
 
-    Warm-up runs (``warmup`` of them, on a side stream, the last with host syncs turned into
-    errors) compile plans and finish lazy initialization first; ``reset`` runs before each of them
-    and before the capture, ``after_warmup`` once after them (to undo their side effects). Workspaces that plans take from the runtime's arena during the capture
-    stay reserved for the fragment's lifetime, so replays see stable addresses.
+    Warm-up runs (``warmup`` of them, eager, on a side stream) compile plans and finish lazy
+    initialization first; ``reset`` runs before each of them and before the capture,
+    ``after_warmup`` once after them (to undo their side effects). Whatever ``torch.cuda.graph``
+    can capture is captured: code that behaves differently while a stream is capturing is judged
+    by what it does under capture. A failed capture raises :class:`CaptureError` naming the line
+    that did what a graph cannot hold, and leaves the runtime usable. Workspaces that plans take
+    from the runtime's arena during the capture stay reserved for the fragment's lifetime, so
+    replays see stable addresses.
 
     >>> frag = graphrt.capture.capture(step, x, w)           # doctest: +SKIP
     >>> y = frag(new_x, w)                                   # copies new_x in, replays

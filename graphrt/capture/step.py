@@ -95,6 +95,10 @@ def graph_step(model: torch.nn.Module, loss_fn: Callable, sample_batch, optimize
     ``loss = loss_fn(model(*inputs), target)``, ``loss.backward()`` and, with an optimizer (built
     with ``capturable=True``), ``optimizer.step()``. The batch tensors become the static inputs.
     Warm-up runs are undone: parameters and optimizer state are as they were before the call.
+    Whatever ``torch.cuda.graph`` can capture is captured (Hugging Face models included: their
+    host syncs are skipped while a stream captures). A failed capture raises ``CaptureError``
+    naming the line at fault and leaves parameters and optimizer state as they were, gradients
+    cleared: an eager step or another capture works afterwards.
 
     Data parallel (one process per GPU, e.g. under torchrun, NCCL): with ``process_group`` (such
     as ``torch.distributed.group.WORLD``) the gradients are averaged over the group inside the
@@ -134,6 +138,10 @@ def graph_step(model: torch.nn.Module, loss_fn: Callable, sample_batch, optimize
         frag = capture(train_step, *batch, warmup=warmup, runtime=runtime, reset=clear_grads,
                        after_warmup=state.restore)
     except BaseException:
+        # the model and optimizer go back to where they were, with no gradients (a failed
+        # capture may have left .grad tensors that no kernel ever wrote)
+        clear_grads()
+        state.restore()
         if reducer is not None:
             reducer.remove()
         raise

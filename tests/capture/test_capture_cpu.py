@@ -105,3 +105,33 @@ def test_hstu_block_eager_cpu_reference_path():
     step = loss_and_grads(block, lambda xu: block(*xu.chunk(2, dim=1)))
     loss, *grads = step(torch.randn(8, 32, dtype=torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16))
     assert torch.isfinite(loss) and len(grads) == 3
+
+
+def test_capture_failure_names_the_library_line_and_the_users_line():
+    from graphrt.capture import failure
+
+    lib_source = "def prepare(mask):\n    return mask.sync_me()\n"
+    lib = {}
+    exec(compile(lib_source, "/opt/env/lib/python3.11/site-packages/somelib/masks.py", "exec"), lib)
+
+    import os
+    torch_source = "def sync_me(self):\n    raise RuntimeError('called a synchronizing CUDA operation')\n"
+    fake = {}   # stands for torch's own frame (.item() and friends)
+    exec(compile(torch_source, os.path.join(os.path.dirname(torch.__file__), "fake.py"), "exec"), fake)
+    Mask = type("Mask", (), {"sync_me": fake["sync_me"]})
+
+    def users_model(mask):
+        return lib["prepare"](mask)   # the user's line
+
+    try:
+        users_model(Mask())
+    except RuntimeError as err:
+        caught = err
+    assert failure.classify(caught) == "sync"
+    text = failure.where(caught)
+    line = users_model.__code__.co_firstlineno + 1
+    assert "site-packages/somelib/masks.py:2 in prepare" in text
+    assert f"(reached from {__file__}:{line} in users_model: return lib" in text
+    assert failure.classify(RuntimeError("operation not permitted when stream is capturing")) == "capture"
+    assert failure.classify(ValueError("called a synchronizing CUDA operation")) is None
+    assert failure.classify(RuntimeError("shape mismatch")) is None

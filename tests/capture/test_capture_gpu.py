@@ -187,9 +187,11 @@ def test_verify_replay_catches_a_wrong_eager_function(seed):
     assert not bad.ok
 
 
-def test_host_sync_in_step_is_a_clear_error(seed):
+def test_host_sync_in_step_is_a_clear_error_naming_the_line(seed):
     model = Stack(64, 128, 1, device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)
     x = torch.randn(16, 64, dtype=BF16, device="cuda")
+    before = [p.detach().clone() for p in model.parameters()]
 
     def loss_with_sync(out, target):
         loss = mse(out, target)
@@ -197,11 +199,54 @@ def test_host_sync_in_step_is_a_clear_error(seed):
             raise AssertionError
         return loss
 
-    with pytest.raises(CaptureError, match="synchronizes with the host"):
-        graph_step(model, loss_with_sync, (x, x))
+    with pytest.raises(CaptureError, match="synchronizes with the host") as info:
+        graph_step(model, loss_with_sync, (x, x), opt)
+    assert f"test_capture_gpu.py:{loss_with_sync.__code__.co_firstlineno + 2}" in str(info.value)
+    assert "loss.item()" in str(info.value)
     assert not torch.cuda.is_current_stream_capturing()
-    step = graph_step(model, mse, (x, x))
+    # everything is as it was: parameters, no gradients, a usable optimizer and runtime
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
+    assert all(p.grad is None for p in model.parameters())
+    loss = mse(model(x), x)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    assert torch.isfinite(loss).all()
+    step = graph_step(model, mse, (x, x), opt)
     assert torch.isfinite(step(x, x)).all()
+    y, _ = rmsnorm_forward(x, torch.ones(64, device="cuda"))
+    assert torch.isfinite(y.float()).all()
+
+
+def test_sync_only_outside_capture_is_not_rejected(seed):
+    """Code that syncs eagerly and skips it while a stream captures (as Hugging Face's mask
+    preparation does) captures, as it would with torch.cuda.graph."""
+    x, w, _ = _norm_inputs()
+    eager_syncs = []
+
+    def fn(x):
+        if not torch.cuda.is_current_stream_capturing():
+            eager_syncs.append(bool((x[:, -1] == 0).all()))   # a host sync, eager only
+        return rmsnorm_forward(x, w)[0]
+
+    frag = capture(fn, x)
+    assert eager_syncs  # the warm-ups ran it
+    nx = torch.randn_like(x)
+    assert torch.equal(frag(nx), rmsnorm_forward(nx, w)[0])
+
+
+def test_sync_inside_a_model_names_the_models_line(seed):
+    class Syncs(torch.nn.Module):
+        def forward(self, x):
+            scale = float(x.abs().max())   # a host sync inside the model
+            return x / scale
+
+    x = torch.randn(8, 8, device="cuda")
+    with pytest.raises(CaptureError) as info:
+        capture(Syncs(), x)
+    assert "float(x.abs().max())" in str(info.value) and "in forward" in str(info.value)
+    frag = capture(lambda x: x * 2, x)            # the runtime and its pool still work
+    assert torch.equal(frag(x), x * 2)
 
 
 def test_token_buckets_replay_variable_token_counts(seed):
