@@ -26,6 +26,7 @@ def test_threads_on_their_own_streams_share_one_runtime_bitwise():
     cases = [_case(100 + i, 512 * (1 + i % 4) + 17 * i, 4096) for i in range(THREADS)]
     expected = [graphrt.ops.rmsnorm_backward(*c) for c in cases]
     torch.cuda.synchronize()
+    live_before = graphrt.runtime().arena.stats()["live_regions"]   # fragments of other tests
     results = [[] for _ in range(THREADS)]
     errors = []
     start = threading.Barrier(THREADS)
@@ -51,4 +52,4 @@ def test_threads_on_their_own_streams_share_one_runtime_bitwise():
     wrong = [(i, r) for i in range(THREADS) for r, out in enumerate(results[i])
              if not (torch.equal(out.dx, expected[i].dx) and torch.equal(out.dw, expected[i].dw))]
     assert len(results[0]) == ROUNDS and not wrong, f"{len(wrong)} of {THREADS * ROUNDS} wrong"
-    assert graphrt.runtime().arena.stats()["live_regions"] == 0
+    assert graphrt.runtime().arena.stats()["live_regions"] == live_before

@@ -32,9 +32,10 @@ class _Region:
 class ArenaHold:
     """Regions taken while a hold is active; they outlive scopes until ``release()``.
 
-    A captured CUDA graph keeps its workspace this way, so replays see stable addresses. A hold
-    takes the regions of its own thread and those taken on a capturing CUDA stream (autograd runs
-    a captured backward on its device thread), never other threads' eager work.
+    A captured CUDA graph keeps its workspace this way, so replays see stable addresses. On a
+    CUDA arena a hold takes the regions taken on a capturing stream, from any thread (autograd
+    runs a captured backward on its device thread), never eager work; on a CPU arena, those its
+    own thread takes.
     """
 
     arena: "WorkspaceArena"
@@ -85,6 +86,9 @@ class WorkspaceArena:
         self._top = 0
         self._last_use: list[tuple[int, int, object]] = []
         self._holds: list[ArenaHold] = []
+        # regions taken while a stream captures with no hold open (a plain torch.cuda.graph
+        # around graphrt calls): the graph may replay any time, so they are never given back
+        self._pinned = ArenaHold(self)
         self._local = threading.local()     # .scopes: this thread's open scopes, innermost last
         self._high_water = 0
         self._takes = 0
@@ -96,12 +100,14 @@ class WorkspaceArena:
         return scopes
 
     def _active_hold(self) -> ArenaHold | None:
+        if self._on_cuda:
+            if not is_capturing(self.device):
+                return None
+            return self._holds[-1] if self._holds else self._pinned
         me = threading.get_ident()
         for h in reversed(self._holds):
             if h.thread == me:
                 return h
-        if self._holds and is_capturing(self.device):
-            return self._holds[-1]
         return None
 
     # -- taking and releasing ------------------------------------------------------------------
@@ -162,8 +168,8 @@ class WorkspaceArena:
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[ArenaHold]:
-        """Regions taken inside (by this thread, or on a capturing stream) belong to the returned
-        hold and outlive their scopes."""
+        """Regions taken inside on a capturing stream (on a CPU arena: by this thread) belong to
+        the returned hold and outlive their scopes."""
         h = ArenaHold(self)
         with self._lock:
             self._holds.append(h)
@@ -188,7 +194,8 @@ class WorkspaceArena:
             return {"device": str(self.device), "capacity": self.capacity, "in_use": self._top,
                     "high_water": self._high_water, "takes": self._takes,
                     "live_regions": sum(not r.released for r in self._regions),
-                    "held_bytes": sum(h.nbytes for h in self._holds)}
+                    "held_bytes": sum(h.nbytes for h in self._holds),
+                    "pinned_bytes": self._pinned.nbytes}
 
     def __repr__(self) -> str:
         s = self.stats()

@@ -4,6 +4,8 @@
 - ``graph_step(model, loss_fn, batch, optimizer)``: forward, loss, backward, optimizer step;
   with ``process_group``, gradients averaged over data-parallel ranks inside the graph
   (``GradientReducer``).
+- ``graph_modules(model, modules, sample_args)``: per-module capture (forward and backward
+  graphs of each listed submodule) for models that cannot be captured whole.
 - ``TokenBuckets``: a fragment per padded token count.
 - ``verify_replay``: replay against eager with NaN-poisoned outputs and in-place input mutation.
 - ``fork()``: a side-stream branch (e.g. weight gradients), joined with ``branch.join()``.
@@ -18,11 +20,13 @@ from ..streams import Branch, fork
 from .buckets import TokenBuckets, bucket_for
 from .data_parallel import GradientReducer
 from .fragment import Fragment, capture
+from .modules import GraphedModules, graph_modules
 from .step import StepGraph, graph_step
 from .verify import ReplayReport, verify_replay
 
-__all__ = ["Branch", "Fragment", "GradientReducer", "ReplayReport", "StepGraph", "TokenBuckets",
-           "bucket_for", "capture", "fork", "graph_step", "uniform_", "verify_replay"]
+__all__ = ["Branch", "Fragment", "GradientReducer", "GraphedModules", "ReplayReport", "StepGraph",
+           "TokenBuckets", "bucket_for", "capture", "fork", "graph_modules", "graph_step",
+           "uniform_", "verify_replay"]
 
 
 def __getattr__(name):

@@ -22,21 +22,37 @@ def _device_of(args) -> torch.device:
     raise ContractError("sample_args: expected at least one tensor to capture with")
 
 
-def _warm_up(fn, args, warmup: int, reset: Callable[[], None] | None, rt: Runtime) -> None:
-    """Eager runs on a side stream: plans compile and lazy initialization happens outside the
-    capture. They run as the user's code runs eagerly (host syncs allowed: code that skips its
-    syncs while a stream is capturing, as Hugging Face's mask preparation does, must not be
+def _warm_up(fn, args, warmup: int, reset: Callable[[], None] | None, rt: Runtime,
+             stream) -> None:
+    """Eager runs on the capture's stream: plans compile and lazy initialization happens outside
+    the capture. They run as the user's code runs eagerly (host syncs allowed: code that skips
+    its syncs while a stream is capturing, as Hugging Face's mask preparation does, must not be
     rejected here); syncs that would reach the graph are caught in the capture itself."""
-    side = torch.cuda.Stream(device=rt.device)
-    side.wait_stream(torch.cuda.current_stream(rt.device))
+    stream.wait_stream(torch.cuda.current_stream(rt.device))
     rng_before = rt.rng.snapshot()
-    with torch.cuda.stream(side):
+    with torch.cuda.stream(stream):
         for _ in range(warmup):
             if reset is not None:
                 reset()
             fn(*args)
-    torch.cuda.current_stream(rt.device).wait_stream(side)
+    torch.cuda.current_stream(rt.device).wait_stream(stream)
     rt.rng.restore(rng_before)  # warm-ups must not consume the caller's random stream
+
+
+def _route_stream_to_pool(device: torch.device, stream, pool) -> bool:
+    """Send ``stream``'s allocations (from any thread: autograd's backward thread too) to
+    ``pool``, holding a reference on the pool until ``_release_pool``; False where this torch
+    lacks the hook."""
+    begin = getattr(torch._C, "_cuda_beginAllocateCurrentStreamToPool", None)
+    if begin is None or getattr(torch._C, "_cuda_releasePool", None) is None:
+        return False
+    with torch.cuda.stream(stream):
+        begin(device.index, pool)
+    return True
+
+
+def _release_pool(device: torch.device, pool) -> None:
+    torch._C._cuda_releasePool(device.index, pool)
 
 
 def _end_allocation_to_pool(device: torch.device, pool) -> None:
@@ -48,14 +64,13 @@ def _end_allocation_to_pool(device: torch.device, pool) -> None:
             end(device.index, pool)
 
 
-def _capture_graph(fn, args, rt: Runtime, keep_graph: bool = True):
-    """Capture ``fn(*args)`` into a CUDA graph drawing on the runtime's pool and arena hold.
+def _capture_graph(fn, args, rt: Runtime, stream, pool, keep_graph: bool = True):
+    """Capture ``fn(*args)`` on ``stream`` into a CUDA graph drawing on ``pool`` and an arena
+    hold.
 
     While capturing, host synchronizations raise at the Python line that asks for them (CUDA's
     sync-debug mode), before they can invalidate the capture, so the error names that line."""
     graph = torch.cuda.CUDAGraph(keep_graph=keep_graph)
-    pool = rt.graph_pool()
-    stream = torch.cuda.Stream(device=rt.device)
     stream.wait_stream(torch.cuda.current_stream(rt.device))
     reserved_before = torch.cuda.memory_reserved(rt.device)
     error = None
@@ -220,17 +235,21 @@ def check_capturable(device: torch.device) -> None:
 
 def capture(fn: Callable, *sample_args, warmup: int = 3, runtime: Runtime | None = None,
             reset: Callable[[], None] | None = None,
-            after_warmup: Callable[[], None] | None = None) -> Fragment:
+            after_warmup: Callable[[], None] | None = None, pool=None) -> Fragment:
     """Capture ``fn(*sample_args)`` as one CUDA graph; ``sample_args`` become the static inputs.
 
-    Warm-up runs (``warmup`` of them, eager, on a side stream) compile plans and finish lazy
-    initialization first; ``reset`` runs before each of them and before the capture,
+    Warm-up runs (``warmup`` of them, eager, on the capture's stream) compile plans and finish
+    lazy initialization first; ``reset`` runs before each of them and before the capture,
     ``after_warmup`` once after them (to undo their side effects). Whatever ``torch.cuda.graph``
     can capture is captured: code that behaves differently while a stream is capturing is judged
     by what it does under capture. A failed capture raises :class:`CaptureError` naming the line
     that did what a graph cannot hold, and leaves the runtime usable. Workspaces that plans take
     from the runtime's arena during the capture stay reserved for the fragment's lifetime, so
     replays see stable addresses.
+
+    The graph's memory comes from the pool its runtime's fragments share (replay them in capture
+    order), or from ``pool`` (a ``torch.cuda.graph_pool_handle()`` of the fragment's own): then
+    the warm-ups allocate from it too, and the capture reuses their memory.
 
     >>> frag = graphrt.capture.capture(step, x, w)           # doctest: +SKIP
     >>> y = frag(new_x, w)                                   # copies new_x in, replays
@@ -240,10 +259,25 @@ def capture(fn: Callable, *sample_args, warmup: int = 3, runtime: Runtime | None
     if int(warmup) < 1:
         raise ContractError(f"warmup: expected at least 1 warm-up run, got {warmup}")
     rt = runtime or default_runtime(device)
-    _warm_up(fn, sample_args, int(warmup), reset, rt)
-    if after_warmup is not None:
-        after_warmup()
-    if reset is not None:
-        reset()
-    graph, outputs, hold, held = _capture_graph(fn, sample_args, rt)
+    own_pool = pool is not None
+    pool = pool if own_pool else rt.graph_pool()
+    stream = torch.cuda.Stream(device=rt.device)
+    # a fragment of its own pool warms up inside it, so the capture reuses the warm-ups' memory;
+    # in the shared pool, a warm-up's tensors that outlive it could sit in memory that earlier
+    # fragments' replays overwrite
+    routed = own_pool and _route_stream_to_pool(rt.device, stream, pool)
+    try:
+        try:
+            _warm_up(fn, sample_args, int(warmup), reset, rt, stream)
+        finally:
+            if routed:
+                _end_allocation_to_pool(rt.device, pool)
+        if after_warmup is not None:
+            after_warmup()
+        if reset is not None:
+            reset()
+        graph, outputs, hold, held = _capture_graph(fn, sample_args, rt, stream, pool)
+    finally:
+        if routed:   # the graph holds the pool from here on
+            _release_pool(rt.device, pool)
     return Fragment(graph, sample_args, outputs, hold, rt, held)

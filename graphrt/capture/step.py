@@ -11,19 +11,25 @@ from .data_parallel import DEFAULT_BUCKET_BYTES, GradientReducer
 from .fragment import Fragment, capture
 
 
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("cpu", copy=True)
+
+
 class _TrainingState:
     """Parameters, floating-point buffers and optimizer state, saved before warm-up and put back
-    in place after it, so that capturing a step leaves the model exactly as it was."""
+    in place after it, so that capturing a step leaves the model exactly as it was. The copies
+    are kept in host memory: on the GPU they would add the model and its optimizer state again
+    to the capture's peak."""
 
     def __init__(self, model: torch.nn.Module, optimizer):
         self.params = [p for p in model.parameters()] + [b for b in model.buffers()
                                                           if b.is_floating_point()]
-        self.saved = [p.detach().clone() for p in self.params]
+        self.saved = [_host_copy(p) for p in self.params]
         self.optimizer = optimizer
         self.saved_opt = {}
         if optimizer is not None:
             for p, st in optimizer.state.items():
-                self.saved_opt[p] = {k: v.clone() if isinstance(v, torch.Tensor) else v
+                self.saved_opt[p] = {k: _host_copy(v) if isinstance(v, torch.Tensor) else v
                                      for k, v in st.items()}
 
     def restore(self) -> None:
@@ -63,10 +69,11 @@ class StepGraph:
     gradients are in the parameters' static ``.grad`` buffers, overwritten every step."""
 
     def __init__(self, fragment: Fragment, model: torch.nn.Module,
-                 reducer: GradientReducer | None = None):
+                 reducer: GradientReducer | None = None, pool=None):
         self.fragment = fragment
         self.model = model
         self.reducer = reducer
+        self.pool = pool
 
     def step(self, *batch) -> torch.Tensor:
         return self.fragment(*batch)
@@ -79,6 +86,17 @@ class StepGraph:
 
     def nodes(self) -> dict[str, int]:
         return self.fragment.nodes()
+
+    def memory(self) -> dict[str, int]:
+        """Bytes of the step's own graph pool: ``reserved`` (its segments) and ``allocated``
+        (what live tensors, the graph's outputs and gradients among them, hold of it)."""
+        reserved = allocated = 0
+        if self.pool is not None:
+            for seg in torch.cuda.memory_snapshot():
+                if tuple(seg.get("segment_pool_id", ())) == tuple(self.pool):
+                    reserved += seg["total_size"]
+                    allocated += seg["allocated_size"]
+        return {"reserved": reserved, "allocated": allocated}
 
     def release(self) -> None:
         self.fragment.release()
@@ -134,9 +152,11 @@ def graph_step(model: torch.nn.Module, loss_fn: Callable, sample_batch, optimize
             reducer.reset()
 
     state = _TrainingState(model, optimizer)
+    # a pool of the step's own: the warm-ups allocate in it and the capture reuses that memory
+    pool = torch.cuda.graph_pool_handle() if torch.cuda.is_available() else None
     try:
         frag = capture(train_step, *batch, warmup=warmup, runtime=runtime, reset=clear_grads,
-                       after_warmup=state.restore)
+                       after_warmup=state.restore, pool=pool)
     except BaseException:
         # the model and optimizer go back to where they were, with no gradients (a failed
         # capture may have left .grad tensors that no kernel ever wrote)
@@ -145,4 +165,5 @@ def graph_step(model: torch.nn.Module, loss_fn: Callable, sample_batch, optimize
         if reducer is not None:
             reducer.remove()
         raise
-    return StepGraph(frag, model, reducer)
+    del state
+    return StepGraph(frag, model, reducer, pool)

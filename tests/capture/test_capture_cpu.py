@@ -135,3 +135,38 @@ def test_capture_failure_names_the_library_line_and_the_users_line():
     assert failure.classify(RuntimeError("operation not permitted when stream is capturing")) == "capture"
     assert failure.classify(ValueError("called a synchronizing CUDA operation")) is None
     assert failure.classify(RuntimeError("shape mismatch")) is None
+
+
+def test_graph_modules_signature_round_trip_and_mismatch():
+    from graphrt.capture.modules import _Signature
+
+    x, cos = torch.randn(2, 3, requires_grad=True), torch.randn(3)
+    args, kwargs = (x,), {"position": (cos, cos * 2), "mask": None, "scale": 0.5, "cache": object()}
+    sig, tensors = _Signature.of(args, kwargs)
+    assert len(tensors) == 3
+    a2, k2 = sig.rebuild(tensors)
+    assert a2[0] is x and k2["position"][1] is tensors[2] and k2["scale"] == 0.5
+    same, _ = _Signature.of((torch.randn(2, 3, requires_grad=True),), {**kwargs})
+    assert sig.mismatch(same) is None
+    cases = [((torch.randn(2, 4, requires_grad=True),), kwargs, "shape"),
+             ((x.detach(),), kwargs, "requires_grad"),
+             (args, {**kwargs, "scale": 0.25}, "non-tensor"),
+             (args, {**kwargs, "cache": object()}, "non-tensor"),
+             (args, {k: v for k, v in kwargs.items() if k != "mask"}, "structure")]
+    for a, k, why in cases:
+        other, _ = _Signature.of(a, k)
+        assert why in sig.mismatch(other)
+
+
+def test_graph_modules_validates_before_running():
+    from graphrt.capture import graph_modules
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    with pytest.raises(ContractError, match="submodule"):
+        graph_modules(model, [torch.nn.Linear(4, 4)], (torch.zeros(2, 4),))
+    with pytest.raises(ContractError, match="not a submodule"):
+        graph_modules(model, ["7"], (torch.zeros(2, 4),))
+    with pytest.raises(ContractError, match="listed twice"):
+        graph_modules(model, [model[0], "0"], (torch.zeros(2, 4),))
+    with pytest.raises(UnsupportedError, match="CUDA"):
+        graph_modules(model, [model[0]], (torch.zeros(2, 4),))

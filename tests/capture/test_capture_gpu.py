@@ -264,3 +264,81 @@ def test_token_buckets_replay_variable_token_counts(seed):
     assert all(r["memory_bytes"] >= 0 for r in report)
     with pytest.raises(ContractError, match="exceeds the largest bucket"):
         layer(torch.randn(2000, hidden, dtype=BF16, device="cuda"))
+
+
+class _SyncsBetweenLayers(torch.nn.Module):
+    """A model graph_step cannot capture: it reads a value on the host between its layers."""
+
+    def __init__(self, hidden=256, layers=3):
+        super().__init__()
+        from graphrt.bench.models import Block
+        self.blocks = torch.nn.ModuleList(Block(hidden, 2 * hidden, device="cuda")
+                                          for _ in range(layers))
+        self.seen = []
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+            self.seen.append(float(x.float().abs().max()))   # a host sync between layers
+        return x
+
+
+def test_graph_modules_trains_a_model_with_syncs_between_layers_like_eager(seed):
+    from graphrt.capture import graph_modules
+    eager = _SyncsBetweenLayers()
+    graphed = copy.deepcopy(eager)
+    x = torch.randn(128, 256, dtype=BF16, device="cuda")
+    with pytest.raises(CaptureError, match="synchronizes with the host"):
+        graph_step(graphed, mse, (x, x))
+    report = graph_modules(graphed, graphed.blocks, (x,))
+    assert report.graphed == ["blocks.0", "blocks.1", "blocks.2"]
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (eager, graphed)]
+    for step in range(5):
+        bx, by = torch.randn_like(x), torch.randn_like(x)
+        for model, opt in zip((eager, graphed), opts):
+            opt.zero_grad(set_to_none=True)
+            loss = mse(model(bx), by)
+            loss.backward()
+            opt.step()
+        for (name, p), q in zip(eager.named_parameters(), graphed.parameters()):
+            assert torch.equal(p.grad, q.grad), f"step {step}: grad of {name}"
+            assert torch.equal(p, q), f"step {step}: {name}"
+    assert all(c == {"graph": 5, "eager": 0} for c in report.calls.values()), report.report()
+    graphed.blocks[0](torch.randn(64, 256, dtype=BF16, device="cuda"))   # another shape: eager
+    assert report.calls["blocks.0"]["eager"] == 1 and "shape" in report.eager_reasons["blocks.0"]
+    assert "3 modules run as CUDA graphs" in report.report()
+    report.restore()
+    assert "forward" not in graphed.blocks[0].__dict__
+
+
+def test_graph_step_of_a_compiled_model(seed):
+    """torch.compile (default mode) composes: Inductor's kernels inside graphrt's step graph."""
+    torch.manual_seed(0)
+    eager = Stack(256, 512, 2, device="cuda")
+    graphed = copy.deepcopy(eager)
+    compiled = torch.compile(graphed)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3, capturable=True) for m in (eager, graphed)]
+    x = torch.randn(128, 256, dtype=BF16, device="cuda")
+    step = graph_step(compiled, mse, (x, x), opts[1])
+    assert step.nodes()["kernel"] > 0
+    for _ in range(3):
+        bx, by = torch.randn_like(x), torch.randn_like(x)
+        loss = step(bx, by).clone()
+        opts[0].zero_grad(set_to_none=True)
+        eager_loss = mse(eager(bx), by)
+        eager_loss.backward()
+        opts[0].step()
+        assert abs(loss.item() - eager_loss.item()) <= 1e-2 * abs(eager_loss.item())
+    worst = max(((p.float() - q.float()).norm() / p.float().norm()).item()
+                for p, q in zip(eager.parameters(), graphed.parameters()))
+    assert worst < 1e-2
+
+
+def test_graph_step_memory_is_reported_and_near_eager(seed):
+    torch.manual_seed(0)
+    model = Stack(1024, 4096, 4, device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=True)
+    x = torch.randn(4096, 1024, dtype=BF16, device="cuda")
+    step = graph_step(model, mse, (x, x), opt)
+    mem = step.memory()
+    assert 0 < mem["allocated"] <= mem["reserved"]
