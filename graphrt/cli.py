@@ -124,7 +124,7 @@ def bench(args, out=print) -> None:
     ops = {"rmsnorm": "graphrt.bench.rmsnorm", "plan_store": "graphrt.bench.plan_store",
            "capture": "graphrt.bench.capture", "mhc": "graphrt.bench.mhc", "lmsd": "graphrt.bench.lmsd",
            "wgrad": "graphrt.bench.wgrad", "proj": "graphrt.bench.proj",
-           "ddp": "graphrt.bench.data_parallel"}
+           "ddp": "graphrt.bench.data_parallel", "hf": "graphrt.bench.hf"}
     names = list(ops) if args.op == "all" else [args.op]
     for name in names:
         if name not in ops:
@@ -142,8 +142,8 @@ def main(argv=None) -> int:
     sub.add_parser("info", help="versions, device, backends, plan-store and arena stats")
     sub.add_parser("demo", help="run the demo (RMSNorm through the plan API)")
     b = sub.add_parser("bench", help="benchmark an op against its peers")
-    b.add_argument("op", help="rmsnorm | mhc | lmsd | wgrad | proj | capture | ddp | plan_store | "
-                              "all")
+    b.add_argument("op", help="rmsnorm | mhc | lmsd | wgrad | proj | capture | ddp | hf | "
+                              "plan_store | all")
     args = parser.parse_args(argv)
     {"info": info, "demo": demo, "bench": bench}[args.command](args)
     return 0

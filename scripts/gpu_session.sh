@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|optests|sanitize|sweep|sweep_mhc|bench|mhc|lmsd|
-#                                          wgrad|proj|capture|ddp|plan_store|examples|profile|
+#                                          wgrad|proj|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|demo ...]
 # optests runs the GPU tests under $TEST_PATHS; sweep and sweep_mhc take $SWEEP_CASES; profile
 # runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; stalls samples where the
@@ -41,6 +41,7 @@ for step in $steps; do
     plan_store) python3 -m graphrt.cli bench plan_store 2>&1 | tail -6 ;;
     capture) python3 -m graphrt.cli bench capture 2>&1 | tee "$OUT/bench_capture.log" | tail -12 ;;
     ddp) python3 -m graphrt.cli bench ddp 2>&1 | tee "$OUT/bench_ddp.log" | tail -8 ;;
+    hf) python3 -m graphrt.cli bench hf 2>&1 | tee "$OUT/bench_hf.log" | tail -22 ;;
     examples) for e in deepseek_block hstu_block; do python3 examples/$e.py 2>&1 | tail -12; done ;;
     profile)
       python3 scripts/profile_kernels.py --copies 2>&1 | tee "$OUT/copies.log"

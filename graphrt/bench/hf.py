@@ -1,0 +1,139 @@
+"""A Hugging Face Llama training step (AdamW) seven ways, each in a fresh process so that peak
+memory is its own: eager, eager with graphrt's norms, torch.compile (default and
+reduce-overhead), per-layer graphs (graph_modules: make_graphed_callables per decoder layer),
+graph_step, and graph_step of the compiled model. Needs transformers.
+
+Run one variant alone: ``python -m graphrt.bench.hf VARIANT BATCHxSEQ`` (prints one JSON line).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import torch
+
+from . import report
+
+VARIANTS = ("eager", "eager_graphrt_norms", "compile", "compile_reduce_overhead",
+            "graphed_layers", "graph_step", "graph_step_compiled")
+SIZES = ((1, 512), (2, 2048))
+CONFIG = dict(hidden_size=2048, num_hidden_layers=4, num_attention_heads=16,
+              num_key_value_heads=8, intermediate_size=5632, vocab_size=32000,
+              max_position_embeddings=4096, use_cache=False)
+STEPS = 20
+
+
+def _loss(out, labels):
+    return torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten())
+
+
+def _model():
+    import transformers
+
+    config = transformers.LlamaConfig(**CONFIG)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).train()
+
+
+def measure(variant: str, batch: int, seq: int) -> dict:
+    """ms per step (wall, host included, back to back), peak memory reserved, capture time."""
+    import graphrt
+    from graphrt.capture import graph_modules, graph_step
+
+    model = _model()
+    if variant not in ("eager", "compile", "compile_reduce_overhead"):
+        graphrt.nn.replace_norms(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, capturable=True)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    data = [tuple(torch.randint(0, CONFIG["vocab_size"], (batch, seq), device="cuda",
+                                generator=gen) for _ in range(2)) for _ in range(4)]
+    t0 = time.perf_counter()
+    if variant.startswith("graph_step"):
+        target = torch.compile(model) if variant == "graph_step_compiled" else model
+        step_graph = graph_step(target, _loss, data[0], opt)
+        step = step_graph.step
+    else:
+        forward = model
+        if variant == "compile":
+            forward = torch.compile(model)
+        elif variant == "compile_reduce_overhead":
+            forward = torch.compile(model, mode="reduce-overhead")
+        elif variant == "graphed_layers":
+            graph_modules(model, model.model.layers, (data[0][0],))
+
+        def step(ids, labels):
+            opt.zero_grad(set_to_none=True)
+            loss = _loss(forward(ids), labels)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        for _ in range(3):
+            step(*data[0])
+    torch.cuda.synchronize()
+    setup_s = time.perf_counter() - t0
+    for i in range(3):
+        step(*data[i % 4])
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(STEPS):
+        loss = step(*data[i % 4])
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - t0) * 1e3 / STEPS
+    row = {"variant": variant, "tokens": f"{batch}x{seq}", "ms_per_step": ms,
+           "peak_reserved_MiB": torch.cuda.max_memory_reserved() / 2**20,
+           "setup_s": setup_s, "loss": float(loss)}
+    if variant.startswith("graph_step"):
+        mem = step_graph.memory()
+        row.update(pool_reserved_MiB=mem["reserved"] / 2**20,
+                   pool_allocated_MiB=mem["allocated"] / 2**20)
+    return row
+
+
+def run(progress=print) -> list[dict]:
+    rows = []
+    for batch, seq in SIZES:
+        for variant in VARIANTS:
+            progress(f"hf llama: {variant}, {batch}x{seq} tokens ...")
+            proc = subprocess.run([sys.executable, "-m", "graphrt.bench.hf", variant,
+                                   f"{batch}x{seq}"], capture_output=True, text=True)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+                progress(f"  failed: {' | '.join(tail)}")
+                rows.append({"variant": variant, "tokens": f"{batch}x{seq}", "error": tail[-1:]})
+                continue
+            rows.append(json.loads(lines[-1]))
+        base = next((r for r in rows if r.get("variant") == "compile_reduce_overhead"
+                     and r["tokens"] == f"{batch}x{seq}" and "ms_per_step" in r), None)
+        eager_mem = next((r["peak_reserved_MiB"] for r in rows if r.get("variant") == "eager"
+                          and r["tokens"] == f"{batch}x{seq}" and "ms_per_step" in r), None)
+        for r in rows:
+            if r["tokens"] == f"{batch}x{seq}" and "ms_per_step" in r:
+                if base:
+                    r["vs_reduce_overhead"] = base["ms_per_step"] / r["ms_per_step"]
+                if eager_mem:
+                    r["memory_vs_eager"] = r["peak_reserved_MiB"] / eager_mem
+    return rows
+
+
+def main(progress=print) -> list[dict]:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise SystemExit("graphrt bench hf: needs transformers (pip install graphrt[hf])")
+    return report.publish(
+        "hf", run(progress), progress,
+        columns=["variant", "tokens", "ms_per_step", "vs_reduce_overhead", "peak_reserved_MiB",
+                 "memory_vs_eager", "setup_s", "loss"],
+        legend="Llama (hidden 2048, 4 layers, 16/8 heads, intermediate 5632, vocab 32000), bf16, "
+               "SDPA, AdamW(capturable); ms_per_step: wall time per step, back to back, host "
+               "included; vs_reduce_overhead: torch.compile(mode='reduce-overhead') time over "
+               "this one; peak_reserved: torch.cuda.max_memory_reserved in a fresh process")
+
+
+if __name__ == "__main__":
+    b, s = (int(v) for v in sys.argv[2].split("x"))
+    print(json.dumps(measure(sys.argv[1], b, s)))
