@@ -23,6 +23,7 @@ CONFIG = dict(hidden_size=2048, num_hidden_layers=4, num_attention_heads=16,
               num_key_value_heads=8, intermediate_size=5632, vocab_size=32000,
               max_position_embeddings=4096, use_cache=False)
 STEPS = 20
+VARIANT_TIMEOUT_S = 240
 
 
 def _loss(out, labels):
@@ -98,7 +99,8 @@ def run(progress=print) -> list[dict]:
         for variant in VARIANTS:
             progress(f"hf llama: {variant}, {batch}x{seq} tokens ...")
             proc = subprocess.run([sys.executable, "-m", "graphrt.bench.hf", variant,
-                                   f"{batch}x{seq}"], capture_output=True, text=True)
+                                   f"{batch}x{seq}"], capture_output=True, text=True,
+                                  timeout=VARIANT_TIMEOUT_S)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             if proc.returncode != 0 or not lines:
                 tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -106,6 +108,7 @@ def run(progress=print) -> list[dict]:
                 rows.append({"variant": variant, "tokens": f"{batch}x{seq}", "error": tail[-1:]})
                 continue
             rows.append(json.loads(lines[-1]))
+            progress(f"  {lines[-1]}")
         base = next((r for r in rows if r.get("variant") == "compile_reduce_overhead"
                      and r["tokens"] == f"{batch}x{seq}" and "ms_per_step" in r), None)
         eager_mem = next((r["peak_reserved_MiB"] for r in rows if r.get("variant") == "eager"

@@ -134,14 +134,18 @@ def _resolve(model: torch.nn.Module, modules) -> list[tuple[str, torch.nn.Module
     return out
 
 
-def _record_calls(model, targets, sample_args, sample_kwargs):
-    """Run the model once (autograd on, no backward) and keep each target's first call."""
+def _record_calls(model, targets, sample_args, sample_kwargs) -> dict:
+    """Run the model once (autograd on, no backward) and keep each target's first call as its
+    signature and detached static copies of its tensors (nothing that keeps the autograd graph
+    of this run alive: its nodes belong to the default stream, and a capture must not meet
+    them)."""
     seen: dict[int, tuple] = {}
     handles = []
     for _, m in targets:
         def hook(module, args, kwargs, key=id(m)):
             if key not in seen:
-                seen[key] = (args, kwargs)
+                signature, tensors = _Signature.of(args, kwargs)
+                seen[key] = (signature, tuple(_static_copy(t) for t in tensors))
         handles.append(m.register_forward_pre_hook(hook, with_kwargs=True))
     try:
         model(*sample_args, **sample_kwargs)
@@ -198,11 +202,10 @@ def graph_modules(model: torch.nn.Module, modules, sample_args: tuple = (),
                             f"inputs; list only modules its forward calls")
     flat, signatures, samples = [], [], []
     for name, m in targets:
-        args, kwargs = calls[id(m)]
-        signature, tensors = _Signature.of(args, kwargs)
+        signature, statics = calls[id(m)]
         flat.append(_FlatCall(m, m.forward, signature).train(m.training))
         signatures.append(signature)
-        samples.append(tuple(_static_copy(t) for t in tensors))
+        samples.append(statics)
     del calls
 
     result = GraphedModules()

@@ -279,7 +279,7 @@ class _SyncsBetweenLayers(torch.nn.Module):
     def forward(self, x):
         for block in self.blocks:
             x = block(x)
-            self.seen.append(float(x.float().abs().max()))   # a host sync between layers
+            self.seen.append(float(x.detach().float().abs().max()))   # a host sync between layers
         return x
 
 
