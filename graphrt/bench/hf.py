@@ -8,6 +8,7 @@ Run one variant alone: ``python -m graphrt.bench.hf VARIANT BATCHxSEQ`` (prints 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -54,7 +55,8 @@ def measure(variant: str, batch: int, seq: int) -> dict:
     t0 = time.perf_counter()
     if variant.startswith("graph_step"):
         target = torch.compile(model) if variant == "graph_step_compiled" else model
-        step_graph = graph_step(target, _loss, data[0], opt)
+        # the sample batch becomes the static inputs that every step overwrites: not data[0]
+        step_graph = graph_step(target, _loss, tuple(t.clone() for t in data[0]), opt)
         step = step_graph.step
     else:
         forward = model
@@ -93,9 +95,17 @@ def measure(variant: str, batch: int, seq: int) -> dict:
     return row
 
 
+def _sizes() -> tuple:
+    """SIZES, or those in GRAPHRT_BENCH_HF_SIZES ("1x512,2x2048")."""
+    chosen = os.environ.get("GRAPHRT_BENCH_HF_SIZES")
+    if not chosen:
+        return SIZES
+    return tuple(tuple(int(v) for v in s.split("x")) for s in chosen.split(","))
+
+
 def run(progress=print) -> list[dict]:
     rows = []
-    for batch, seq in SIZES:
+    for batch, seq in _sizes():
         for variant in VARIANTS:
             progress(f"hf llama: {variant}, {batch}x{seq} tokens ...")
             proc = subprocess.run([sys.executable, "-m", "graphrt.bench.hf", variant,

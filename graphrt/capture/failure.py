@@ -21,6 +21,14 @@ HINT = (
     "torch.cuda.is_current_stream_capturing() is True; graphrt.capture.graph_modules captures a "
     "model layer by layer when the code between layers must stay eager.")
 
+# torch >= 2.9 runs a parameter's gradient accumulation on the stream its AccumulateGrad node was
+# made on; a node kept alive from an eager backward (by a live loss tensor, say) sits on the
+# default stream, which a capture cannot make wait
+STALE_GRAPH_MARKER = "legacy stream depend on a capturing"
+STALE_GRAPH_HINT = (
+    "An autograd graph from an earlier eager step is still alive (often through the loss tensor "
+    "or an output kept for logging), and its gradient accumulators run on the default stream. "
+    "Drop it first (del loss, or keep loss.detach()) and capture again.")
 SYNC_MARKERS = ("synchronizing cuda operation", "synchronizing operation")
 CAPTURE_MARKERS = ("captur",)
 
@@ -63,6 +71,13 @@ def where(err: BaseException) -> str:
     if own is not None:
         text += f" (reached from {_describe(own)})"
     return text
+
+
+def advice(err: BaseException) -> str:
+    """What to do about ``err``: the specific fix where the error says which, else the hint."""
+    if STALE_GRAPH_MARKER in str(err).lower():
+        return STALE_GRAPH_HINT
+    return HINT
 
 
 def classify(err: BaseException) -> str | None:

@@ -90,6 +90,7 @@ def _capture_graph(fn, args, rt: Runtime, stream, pool, keep_graph: bool = True)
             graph.capture_end()
         except RuntimeError as end_err:
             _end_allocation_to_pool(rt.device, pool)
+            _reset_generator_capture_state(rt.device)
             error = error or end_err
     torch.cuda.current_stream(rt.device).wait_stream(stream)
     if error is not None:
@@ -103,6 +104,38 @@ def _capture_graph(fn, args, rt: Runtime, stream, pool, keep_graph: bool = True)
     return graph, outputs, hold, max(0, held)
 
 
+def _reset_generator_capture_state(device: torch.device) -> None:
+    """A capture that CUDA invalidated ends before torch closes its random generator's capture
+    bookkeeping, and every later random op on the device then fails ("Offset increment outside
+    graph capture"). A copy of the generator's state (same seed and offset, not capturing) put in
+    its place lets eager code and later captures go on where the random stream was."""
+    gen = torch.cuda.default_generators[device.index]
+    if hasattr(gen, "clone_state") and hasattr(gen, "graphsafe_set_state"):
+        with contextlib.suppress(Exception):
+            gen.graphsafe_set_state(gen.clone_state())
+
+
+def _distinct_static_inputs(args: tuple) -> tuple:
+    """``args`` with every tensor that shares memory with an earlier one replaced by a copy:
+    each becomes its own static input (two arguments aliasing one buffer would otherwise both
+    receive whatever was loaded last)."""
+    leaves, spec = flatten(args)
+    leaves = list(leaves)
+    seen: list[tuple[int, int]] = []
+    changed = False
+    for i, t in enumerate(leaves):
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            continue
+        storage = t.untyped_storage()
+        span = (storage.data_ptr(), storage.data_ptr() + storage.nbytes())
+        if any(lo < span[1] and span[0] < hi for lo, hi in seen):
+            leaves[i] = t.clone()
+            changed = True
+        else:
+            seen.append(span)
+    return unflatten(leaves, spec) if changed else args
+
+
 def _capture_failure(error: BaseException) -> BaseException:
     """The exception to raise for a failed capture: CaptureError naming the user's line for
     what a graph cannot hold, the original error otherwise."""
@@ -113,7 +146,7 @@ def _capture_failure(error: BaseException) -> BaseException:
         return error
     what = ("the captured function synchronizes with the host" if kind == "sync" else
             "the captured function did something a CUDA graph cannot hold")
-    wrapped = CaptureError(f"{what}{failure.where(error)} ({error}). {failure.HINT}")
+    wrapped = CaptureError(f"{what}{failure.where(error)} ({error}). {failure.advice(error)}")
     wrapped.__cause__ = error
     return wrapped
 
@@ -247,7 +280,8 @@ def capture(fn: Callable, *sample_args, warmup: int = 3, runtime: Runtime | None
     from the runtime's arena during the capture stay reserved for the fragment's lifetime, so
     replays see stable addresses.
 
-    The graph's memory comes from the pool its runtime's fragments share (replay them in capture
+    A tensor passed twice (or sharing memory with another argument) becomes a static input of its
+    own, filled with a copy. The graph's memory comes from the pool its runtime's fragments share (replay them in capture
     order), or from ``pool`` (a ``torch.cuda.graph_pool_handle()`` of the fragment's own): then
     the warm-ups allocate from it too, and the capture reuses their memory.
 
@@ -259,6 +293,7 @@ def capture(fn: Callable, *sample_args, warmup: int = 3, runtime: Runtime | None
     if int(warmup) < 1:
         raise ContractError(f"warmup: expected at least 1 warm-up run, got {warmup}")
     rt = runtime or default_runtime(device)
+    sample_args = _distinct_static_inputs(sample_args)
     own_pool = pool is not None
     pool = pool if own_pool else rt.graph_pool()
     stream = torch.cuda.Stream(device=rt.device)

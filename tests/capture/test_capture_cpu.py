@@ -170,3 +170,24 @@ def test_graph_modules_validates_before_running():
         graph_modules(model, [model[0], "0"], (torch.zeros(2, 4),))
     with pytest.raises(UnsupportedError, match="CUDA"):
         graph_modules(model, [model[0]], (torch.zeros(2, 4),))
+
+
+def test_aliased_sample_args_become_distinct_static_inputs():
+    from graphrt.capture.fragment import _distinct_static_inputs
+
+    x, other = torch.randn(4, 3), torch.randn(2)
+    out = _distinct_static_inputs((x, x, [x[1:], other], 2.0))
+    assert out[0] is x and out[1] is not x and torch.equal(out[1], x)
+    assert out[2][0].untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert out[2][1] is other and out[3] == 2.0
+    plain = (x, other)
+    assert _distinct_static_inputs(plain) is plain
+
+
+def test_stale_autograd_graph_gets_its_own_advice():
+    from graphrt.capture import failure
+
+    err = RuntimeError("CUDA error: operation would make the legacy stream depend on a "
+                       "capturing blocking stream")
+    assert failure.classify(err) == "capture" and "del loss" in failure.advice(err)
+    assert failure.advice(RuntimeError("called a synchronizing CUDA operation")) == failure.HINT

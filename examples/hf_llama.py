@@ -1,0 +1,94 @@
+"""Train a Hugging Face Llama (built from a config: random weights, nothing downloaded) with
+graphrt: swap its RMSNorms for graphrt's, capture the whole step (forward, loss, backward, AdamW)
+as one CUDA graph, and train it next to an eager copy, step by step.
+
+    python examples/hf_llama.py [--steps 5] [--tokens 512] [--layers 2]
+
+Needs transformers (pip install -e ".[hf]") and a GPU; without a GPU it says so and stops.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import torch
+
+import graphrt
+from graphrt.capture import graph_step
+
+
+def lm_loss(out, labels):
+    return torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten())
+
+
+def build(layers: int, hidden: int = 1024, vocab: int = 32000):
+    import transformers
+
+    config = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=hidden * 11 // 4,
+                                      num_hidden_layers=layers, num_attention_heads=16,
+                                      num_key_value_heads=8, vocab_size=vocab, use_cache=False)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).train()
+
+
+def _timed(fn):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    result = fn()
+    torch.cuda.synchronize()
+    return result, (time.perf_counter() - t0) * 1e3
+
+
+def run(steps: int = 5, tokens: int = 512, layers: int = 2, out=print) -> dict:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        out("hf_llama: needs transformers (pip install -e '.[hf]'); nothing was run")
+        return {}
+    if not torch.cuda.is_available():
+        out("hf_llama: CUDA graphs need a GPU; nothing was run on this CPU machine")
+        return {}
+    eager = build(layers)
+    report = graphrt.nn.replace_norms(eager)
+    out(f"replaced {len(report.replaced)} norms with graphrt.nn.RMSNorm; left alone: "
+        f"{report.skipped or 'none'}")
+    graphed = copy.deepcopy(eager)
+    opt_e, opt_g = (torch.optim.AdamW(m.parameters(), lr=1e-4, capturable=True)
+                    for m in (eager, graphed))
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    batches = [tuple(torch.randint(0, 32000, (1, tokens), device="cuda", generator=gen)
+                     for _ in range(2)) for _ in range(steps)]
+    step, capture_ms = _timed(lambda: graph_step(graphed, lm_loss, batches[0], opt_g))
+    out(f"captured the step in {capture_ms:.0f} ms: {step.nodes()['kernel']} kernels, "
+        f"pool {step.memory()['reserved'] / 2**20:.0f} MiB")
+
+    def eager_step(ids, labels):
+        opt_e.zero_grad(set_to_none=True)
+        loss = lm_loss(eager(ids), labels)
+        loss.backward()
+        opt_e.step()
+        return loss.detach()
+
+    for i, (ids, labels) in enumerate(batches):
+        loss_e, te = _timed(lambda: eager_step(ids, labels))
+        loss_g, tg = _timed(lambda: step(ids, labels))
+        out(f"step {i}: loss eager {loss_e.item():.5f} graph {loss_g.item():.5f}  "
+            f"eager {te:7.2f} ms  graph {tg:7.2f} ms")
+    graphrt.check_errors()
+    return {"steps": steps}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=2)
+    args = parser.parse_args()
+    run(args.steps, args.tokens, args.layers)
+
+
+if __name__ == "__main__":
+    main()
