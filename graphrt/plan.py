@@ -21,7 +21,7 @@ import torch
 from cachetools import LRUCache
 
 from .contract import Contract
-from .errors import UnsupportedError
+from .errors import ContractError, UnsupportedError
 from .validate import device_capability
 
 BACKENDS = ("reference", "triton")
@@ -202,8 +202,8 @@ class PlanStore:
     """
 
     def __init__(self, maxsize: int = 256):
-        if int(maxsize) < 1:
-            raise ValueError(f"maxsize: expected at least 1, got {maxsize}")
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
+            raise ContractError(f"plan_cache_size: expected an int of at least 1, got {maxsize!r}")
         self._cache = _CountingLRU(int(maxsize))
         self._lock = threading.Lock()
         self._hits = 0

@@ -2,6 +2,7 @@
 expected and what was given; none of them touches tensor data or launches anything."""
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Iterable, Mapping
 
@@ -197,3 +198,38 @@ def tensor_spec_layout(name: str, t: torch.Tensor) -> str:
     except ContractError as err:
         return f"unsupported: {err}"
     return "rows"
+
+
+# -- scalar configuration (checked when the contract is built, before anything runs) ------------
+FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
+
+
+def flag_value(name: str, value: object) -> bool:
+    """A yes/no keyword: True or False (numpy bools too), nothing that merely converts."""
+    if value is True or value is False:
+        return value
+    if type(value).__name__ == "bool_":   # numpy.bool_
+        return bool(value)
+    raise ContractError(f"{name}: expected True or False, got {value!r}")
+
+
+def int_value(name: str, value: object) -> int:
+    """An integer keyword: an int (not a bool, not a float that would be truncated)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ContractError(f"{name}: expected an int, got {value!r}")
+    return int(value.__index__())
+
+
+def eps_value(eps: object) -> float:
+    """eps of a norm: a positive finite real, at least the smallest normal FP32 (the kernels add
+    it in FP32, where anything smaller is 0 and an all-zero row would give 0 * inf)."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) and not hasattr(eps, "__float__"):
+        raise ContractError(f"eps: expected a positive finite float, got {eps!r}")
+    try:
+        value = float(eps)
+    except (TypeError, ValueError):
+        raise ContractError(f"eps: expected a positive finite float, got {eps!r}") from None
+    if not (math.isfinite(value) and value >= FLOAT32_MIN_NORMAL):
+        raise ContractError(f"eps: expected a positive finite float of at least "
+                            f"{FLOAT32_MIN_NORMAL:.6g} (the smallest normal FP32), got {eps!r}")
+    return value

@@ -73,8 +73,8 @@ class WorkspaceArena:
     """
 
     def __init__(self, nbytes: int, device: torch.device | str):
-        if int(nbytes) < 0:
-            raise ContractError(f"nbytes: expected a size >= 0, got {nbytes}")
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise ContractError(f"arena_bytes: expected a size in bytes >= 0, got {nbytes!r}")
         self.device = torch.device(device)
         self._on_cuda = self.device.type == "cuda"
         self.capacity = int(nbytes)

@@ -10,8 +10,8 @@ from ...device_checks import OFFSETS_DECREASING, OFFSETS_OUT_OF_RANGE, error_fla
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import is_capturing, on_stream
-from ...validate import (compact_operand, dtype_name, require_aligned, require_disjoint,
-                         require_tensor, vector_operand)
+from ...validate import (compact_operand, dtype_name, flag_value, require_aligned,
+                         require_disjoint, require_tensor, vector_operand)
 from .reference import expert_bounds, grouped_gemm_wgrad_reference, offset_problems
 
 OUTPUT_MODES = ("dense", "discrete")
@@ -84,7 +84,7 @@ class GroupedGemmWgrad(Plan):
                             "contiguous" if offsets.is_contiguous() else "strided"))
         return Contract(cls.op, backend, device_type, cap, specs,
                         (("output_mode", output_mode), ("wgrad_dtype", out_dtype),
-                         ("accumulate", bool(accumulate_on_output)), ("input_order", input_order)))
+                         ("accumulate", flag_value("accumulate_on_output", accumulate_on_output)), ("input_order", input_order)))
 
     def _check_support(self) -> None:
         c = self.contract

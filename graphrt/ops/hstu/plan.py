@@ -9,8 +9,8 @@ from ...contract import Contract, check_row_spec, row_spec, vector_spec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import (compact_operand, dtype_name, require_disjoint, require_tensor,
-                         rows_operand, sm_count, vector_operand, workspace_as,
+from ...validate import (compact_operand, dtype_name, eps_value, flag_value, require_disjoint,
+                         require_tensor, rows_operand, sm_count, vector_operand, workspace_as,
                          workspace_operand)
 from .philox import keep_threshold
 from .reference import hstu_lmsd_backward_reference, hstu_lmsd_forward_reference
@@ -33,8 +33,9 @@ def dropout_p32(p) -> float:
 
 
 def _flags(apply_u_silu, concat_u, concat_x) -> tuple:
-    return (("apply_u_silu", bool(apply_u_silu)), ("concat_u", bool(concat_u)),
-            ("concat_x", bool(concat_x)))
+    return (("apply_u_silu", flag_value("apply_u_silu", apply_u_silu)),
+            ("concat_u", flag_value("concat_u", concat_u)),
+            ("concat_x", flag_value("concat_x", concat_x)))
 
 
 def _segments(contract: Contract) -> int:
@@ -102,7 +103,7 @@ class HstuLmsdForward(Plan):
                  vector_spec("bias", bias))
         tensor_rng = isinstance(seed, torch.Tensor) or isinstance(offset, torch.Tensor)
         return Contract(cls.op, backend, device_type, cap, specs,
-                        (("eps", float(eps)), ("dropout_ratio", dropout_p32(dropout_ratio)),
+                        (("eps", eps_value(eps)), ("dropout_ratio", dropout_p32(dropout_ratio)),
                          ("rng_tensors", tensor_rng)) + _flags(apply_u_silu, concat_u, concat_x))
 
     def _check_support(self) -> None:
@@ -205,7 +206,7 @@ class HstuLmsdBackward(Plan):
             programs = backward_programs(max(d, 1), sm_count(device))
         return Contract(cls.op, backend, device_type, cap, specs,
                         (("dropout_ratio", dropout_p32(dropout_ratio)),
-                         ("compute_dweight", bool(compute_dweight)), ("programs", programs))
+                         ("compute_dweight", flag_value("compute_dweight", compute_dweight)), ("programs", programs))
                         + _flags(apply_u_silu, concat_u, concat_x))
 
     @property

@@ -7,8 +7,8 @@ from ...contract import Contract, compact_spec
 from ...errors import ContractError, UnsupportedError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import (compact_operand, dtype_name, require_disjoint, require_tensor,
-                         sm_count, workspace_as, workspace_operand)
+from ...validate import (compact_operand, dtype_name, flag_value, require_disjoint,
+                         require_tensor, sm_count, workspace_as, workspace_operand)
 from .reference import mhc_projection_backward_reference
 
 MAX_N = 64
@@ -52,7 +52,7 @@ class MhcProjectionBackward(Plan):
             from .kernels import PROGRAMS_PER_SM
             slots = PROGRAMS_PER_SM * sm_count(device)
         return Contract(cls.op, backend, device_type, cap, specs,
-                        (("allow_tf32", bool(allow_tf32)), ("slots", slots)))
+                        (("allow_tf32", flag_value("allow_tf32", allow_tf32)), ("slots", slots)))
 
     def _check_support(self) -> None:
         c = self.contract

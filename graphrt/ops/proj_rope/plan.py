@@ -11,8 +11,8 @@ from ...contract import Contract, compact_spec
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import (compact_operand, dtype_name, require_disjoint, require_tensor,
-                         workspace_as, workspace_operand)
+from ...validate import (compact_operand, dtype_name, flag_value, int_value, require_disjoint,
+                         require_tensor, workspace_as, workspace_operand)
 from .reference import FP8, gemm_proj_rope_mxfp8_reference
 
 BF16 = torch.bfloat16
@@ -62,8 +62,9 @@ class GemmProjRopeMxfp8(Plan):
                  compact_spec("sin", sin, (0,)), compact_spec("x_scale", x_scale, (0,)),
                  compact_spec("w_scale", w_scale))
         return Contract(cls.op, backend, device_type, cap, specs,
-                        (("w_out_in", bool(w_out_in)), ("qk_nope_dim", int(qk_nope_dim)),
-                         ("qk_rope_dim", int(qk_rope_dim))))
+                        (("w_out_in", flag_value("w_out_in", w_out_in)),
+                         ("qk_nope_dim", int_value("qk_nope_dim", qk_nope_dim)),
+                         ("qk_rope_dim", int_value("qk_rope_dim", qk_rope_dim))))
 
     def _check_support(self) -> None:
         c = self.contract

@@ -9,8 +9,8 @@ from ...contract import Contract, check_row_spec, row_spec, vector_spec
 from ...errors import ContractError, UnsupportedError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import (dtype_name, require_disjoint, require_tensor, rows_operand, sm_count,
-                         vector_operand, workspace_as, workspace_operand)
+from ...validate import (dtype_name, eps_value, require_disjoint, require_tensor, rows_operand,
+                         sm_count, vector_operand, workspace_as, workspace_operand)
 from .reference import rmsnorm_backward_reference, rmsnorm_forward_reference
 
 ACT_DTYPES = (torch.bfloat16,)
@@ -76,7 +76,7 @@ class RmsNormForward(Plan):
         _, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
         specs = (row_spec("x", x), vector_spec("w", w), row_spec("residual", residual))
         return Contract(cls.op, backend, device_type, cap, specs,
-                        (("eps", float(eps)), ("residual", residual is not None)))
+                        (("eps", eps_value(eps)), ("residual", residual is not None)))
 
     @property
     def output_names(self):
