@@ -12,6 +12,7 @@ any number of times with no allocation, no host sync and no recompile. Lifecycle
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import threading
 from functools import lru_cache
@@ -76,7 +77,7 @@ def select_backend(device: torch.device, requested: str | None = None) -> str:
 _facts_cache: dict = {}
 
 
-def tensor_facts(t: torch.Tensor, requested: str | None = None):
+def tensor_facts(t: torch.Tensor, requested: str | None = None, name: str = "x"):
     """(device, backend, compute capability, device type) for a call on ``t``'s device; cached
     per device and backend choice, since plan-store hits must stay within a few microseconds
     (``get_device()`` is an int, cheaper than building a torch.device, and ``device.type`` builds
@@ -88,6 +89,10 @@ def tensor_facts(t: torch.Tensor, requested: str | None = None):
     facts = _facts_cache.get(key)
     if facts is None:
         device = t.device
+        if device.type not in ("cuda", "cpu"):
+            raise ContractError(f"{name}: graphrt runs on cuda and cpu tensors, got one on "
+                                f"{device}" + (" (meta tensors have no data)"
+                                               if device.type == "meta" else ""))
         facts = _facts_cache[key] = (device, select_backend(device, requested),
                                      device_capability(device), device.type)
     return facts
@@ -100,6 +105,16 @@ class Plan:
 
     op: ClassVar[str] = "plan"
     output_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        """Every subclass's ``execute`` first checks that the plan was compiled, and its
+        ``workspace_bytes`` that it was checked: used too early they say so instead of failing
+        on attributes that compile sets."""
+        super().__init_subclass__(**kwargs)
+        if "execute" in cls.__dict__:
+            cls.execute = _after_compile(cls.__dict__["execute"])
+        if "workspace_bytes" in cls.__dict__:
+            cls.workspace_bytes = _after_check(cls.__dict__["workspace_bytes"])
 
     def __init__(self, contract: Contract):
         """Subclasses take sample tensors and keywords and pass ``contract_for(...)`` here."""
@@ -162,10 +177,31 @@ class Plan:
 
     def describe(self) -> dict[str, Any]:
         return {"op": self.op, "backend": self.backend, "contract": repr(self.contract),
-                "workspace_bytes": self.workspace_bytes(), "compiled": self._compiled}
+                "workspace_bytes": self.workspace_bytes() if self._checked else None,
+                "compiled": self._compiled}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.contract!r})"
+
+
+def _after_compile(execute):
+    @functools.wraps(execute)
+    def checked(self, *args, **kwargs):
+        if not self._compiled:
+            raise RuntimeError(f"{type(self).__name__}: call compile() first (execute needs the "
+                               f"compiled kernels)")
+        return execute(self, *args, **kwargs)
+    return checked
+
+
+def _after_check(workspace_bytes):
+    @functools.wraps(workspace_bytes)
+    def checked(self):
+        if not self._checked:
+            raise RuntimeError(f"{type(self).__name__}: call compile() (or check_support()) "
+                               f"first; the workspace size is known after the checks")
+        return workspace_bytes(self)
+    return checked
 
 
 class _CountingLRU(LRUCache):

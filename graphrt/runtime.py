@@ -7,6 +7,7 @@ import warnings
 import torch
 
 from .arena import WorkspaceArena
+from .errors import ContractError, UnsupportedError
 from .plan import Plan, PlanStore
 from .result import Result
 from .rng import RngState
@@ -21,7 +22,16 @@ def _as_device(device) -> torch.device:
         if torch.cuda.is_available():
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ContractError(f"device: expected a torch.device or a string such as 'cuda:0', got "
+                            f"{device!r}") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedError(f"device: {device} asked for, but torch sees no CUDA device here "
+                               f"(use 'cpu': the reference kernels run there)")
+    if device.type not in ("cuda", "cpu"):
+        raise UnsupportedError(f"device: graphrt runs on cuda and cpu devices, got {device}")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return device
@@ -60,6 +70,9 @@ class Runtime:
 
         PyTorch frees a graph pool when the last graph using it goes, and a stale handle then
         breaks the next capture; an empty anchor graph keeps the pool for the runtime's life."""
+        if self.device.type != "cuda":
+            raise UnsupportedError(f"graph_pool: CUDA graphs need a CUDA device; this runtime is "
+                                   f"on {self.device}")
         with self._lazy_lock:
             if self._graph_pool is None:
                 self._make_graph_pool()
@@ -108,6 +121,19 @@ class Runtime:
 
 _default_runtimes: dict[torch.device, Runtime] = {}
 _default_lock = threading.Lock()
+
+
+def runtime_for(name: str, t, rt: Runtime | None = None) -> Runtime:
+    """``rt``, else the default runtime of tensor argument ``name``'s device; a tensor that is
+    not one, or lives on a device graphrt does not run on, is named in the error."""
+    if rt is not None:
+        return rt
+    if not isinstance(t, torch.Tensor):
+        raise ContractError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type not in ("cuda", "cpu"):
+        raise ContractError(f"{name}: graphrt runs on cuda and cpu tensors, got one on {t.device}"
+                            + (" (meta tensors have no data)" if t.device.type == "meta" else ""))
+    return runtime(t.device)
 
 
 def runtime(device=None) -> Runtime:

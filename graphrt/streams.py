@@ -8,7 +8,7 @@ from typing import Iterator
 
 import torch
 
-from .errors import ContractError
+from .errors import ContractError, UnsupportedError
 
 
 _stream_objects: dict = {}
@@ -145,6 +145,9 @@ def fork(side=None) -> Iterator[Branch]:
     Tensors made on the side stream and used on the main one are safe after the join; keep them
     alive past it with ``StreamTracker.keep_alive`` if the side stream is reused eagerly.
     """
+    if not torch.cuda.is_available():
+        raise UnsupportedError("fork: side streams need a CUDA device; this machine has none "
+                               "(run the work inline)")
     main = torch.cuda.current_stream()
     if side is None:
         side = _side_streams.get(main.device)

@@ -233,3 +233,15 @@ def eps_value(eps: object) -> float:
         raise ContractError(f"eps: expected a positive finite float of at least "
                             f"{FLOAT32_MIN_NORMAL:.6g} (the smallest normal FP32), got {eps!r}")
     return value
+
+
+def size_value(name: str, value: object, *, multiple: int = 1, low: int = 1,
+               high: int | None = None) -> int:
+    """A size argument (a module's hidden size, say): an int, a multiple of ``multiple`` in
+    [low, high]."""
+    v = int_value(name, value)
+    if v % multiple or v < low or (high is not None and v > high):
+        span = f"[{low}, {high}]" if high is not None else f">= {low}"
+        what = f"a multiple of {multiple} in {span}" if multiple > 1 else f"an int {span}"
+        raise ContractError(f"{name}: expected {what}, got {v}")
+    return v

@@ -18,7 +18,7 @@ def run(progress=print) -> list[dict]:
         progress(f"capture: {LAYERS}-layer stack, {tokens} tokens ...")
         eager_model, graph_model, eager_opt, graph_opt, batches = twin_stacks(
             tokens, HIDDEN, FFN, LAYERS, 10, lr=1e-5)
-        step = graph_step(graph_model, mse, batches[0], graph_opt)
+        step = graph_step(graph_model, mse, tuple(t.clone() for t in batches[0]), graph_opt)
         eager_step = eager_step_fn(eager_model, eager_opt)
 
         for _ in range(2):

@@ -8,7 +8,6 @@ they run, graph-safe RNG, inputs copied in only when they are not already the st
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import torch
 from torch.utils import _pytree as pytree

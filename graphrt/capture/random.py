@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..errors import ContractError
+from ..errors import ContractError, UnsupportedError
 from ..kernel_utils import launch
 from ..rng import RngState
 from ..validate import dtype_name, require_tensor
@@ -30,6 +30,8 @@ def uniform_(out: torch.Tensor, rng: RngState) -> torch.Tensor:
     >>> uniform_(torch.empty(1000, device="cuda"), rng)      # doctest: +SKIP
     """
     require_tensor("out", out)
+    if out.device.type != "cuda":
+        raise UnsupportedError(f"out: uniform_ runs on a CUDA device, got a tensor on {out.device}")
     if out.dtype != torch.float32 or not out.is_contiguous() or out.device != rng.device:
         raise ContractError(f"out: expected a contiguous float32 tensor on {rng.device}, got "
                             f"{dtype_name(out.dtype)} on {out.device}")

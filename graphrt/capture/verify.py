@@ -6,6 +6,7 @@ from typing import Callable
 
 import torch
 
+from ..errors import ContractError
 from .fragment import Fragment
 from .tree import flatten, unflatten
 
@@ -90,6 +91,11 @@ def verify_replay(fragment: Fragment, eager_fn: Callable, make_inputs: Callable[
     >>> report = verify_replay(frag, step_fn, lambda i: (torch.randn(...),), steps=5)  # doctest: +SKIP
     >>> assert report.ok, str(report)
     """
+    if not isinstance(fragment, Fragment):
+        raise ContractError(f"fragment: expected a graphrt.capture.Fragment (from capture() or "
+                            f"graph_step(...).fragment), got {type(fragment).__name__}")
+    if not callable(eager_fn) or not callable(make_inputs):
+        raise ContractError("eager_fn, make_inputs: expected callables")
     report = ReplayReport(float(atol))
     rng = fragment.runtime.rng
     for step in range(steps):

@@ -8,7 +8,7 @@ from ..ops.grouped_gemm import grouped_gemm_wgrad
 from ..ops.grouped_gemm.plan import check_offsets_on_host
 from ..ops.grouped_gemm.reference import expert_bounds
 from ..streams import StreamTracker, fork, is_capturing
-from ..validate import dtype_name, require_tensor, vector_operand
+from ..validate import dtype_name, require_tensor, size_value, vector_operand
 
 
 def _grouped_matmul(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -78,8 +78,7 @@ class GroupedLinear(torch.nn.Module):
         super().__init__()
         for name, v in (("experts", experts), ("in_features", in_features),
                         ("out_features", out_features)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ContractError(f"{name}: expected a positive int, got {v!r}")
+            size_value(name, v)
         if dtype != torch.bfloat16:
             raise ContractError(f"dtype: the grouped kernels take bfloat16, got {dtype_name(dtype)}")
         self.wgrad_on_side_stream = bool(wgrad_on_side_stream)

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ContractError
 from ..ops.hstu import hstu_lmsd_backward, hstu_lmsd_forward
+from ..ops.hstu.plan import MAX_D, MIN_D, dropout_p32
+from ..validate import eps_value, flag_value, require_tensor, size_value
 from ..runtime import runtime as default_runtime
 
 
@@ -39,12 +42,21 @@ class HstuLmsd(torch.nn.Module):
                  apply_u_silu: bool = True, concat_u: bool = True, concat_x: bool = True,
                  device=None):
         super().__init__()
-        self.eps, self.dropout_ratio = eps, dropout_ratio
-        self.flags = {"apply_u_silu": apply_u_silu, "concat_u": concat_u, "concat_x": concat_x}
+        d = size_value("d", d, multiple=8, low=MIN_D, high=MAX_D)
+        self.eps, self.dropout_ratio = eps_value(eps), dropout_p32(dropout_ratio)
+        self.flags = {"apply_u_silu": flag_value("apply_u_silu", apply_u_silu),
+                      "concat_u": flag_value("concat_u", concat_u),
+                      "concat_x": flag_value("concat_x", concat_x)}
         self.weight = torch.nn.Parameter(torch.ones(d, dtype=torch.bfloat16, device=device))
         self.bias = torch.nn.Parameter(torch.zeros(d, dtype=torch.bfloat16, device=device))
 
     def forward(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        d = self.weight.shape[0]
+        for name, t in (("x", x), ("u", u)):
+            t = require_tensor(name, t)
+            if t.dim() != 2 or t.shape[1] != d:
+                raise ContractError(f"{name}: expected a 2-D [N, {d}] tensor (the module's d), "
+                                    f"got shape {tuple(t.shape)}")
         p = self.dropout_ratio if self.training else 0.0
         seed = offset = 0
         rng = None

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ContractError
 from ..ops.mhc import mhc_projection_backward, mhc_projection_forward_reference
+from ..validate import dtype_name, require_tensor, size_value
 
 
 class _MhcProjectionFunction(torch.autograd.Function):
@@ -36,12 +38,20 @@ class MhcProjection(torch.nn.Module):
 
     def __init__(self, k: int, n: int, n_pad: int | None = None, *, device=None):
         super().__init__()
-        self.k, self.n, self.n_pad = k, n, n_pad or n
+        k, n = size_value("k", k), size_value("n", n)
+        n_pad = n if n_pad is None else size_value("n_pad", n_pad)
+        self.k, self.n, self.n_pad = k, n, n_pad
         if self.n_pad < n:
-            raise ValueError(f"n_pad: expected at least n={n}, got {n_pad}")
+            raise ContractError(f"n_pad: expected at least n={n}, got {n_pad}")
         self.weight = torch.nn.Parameter(torch.randn(n, k, device=device) / k ** 0.5)
 
     def forward(self, x: torch.Tensor):
+        x = require_tensor("x", x)
+        if x.dtype != torch.bfloat16 or x.dim() != 2 or x.shape[1] != self.k:
+            raise ContractError(f"x: expected a bfloat16 [T, {self.k}] tensor, got "
+                                f"{dtype_name(x.dtype)} {tuple(x.shape)}")
+        if x.device != self.weight.device:
+            raise ContractError(f"x: expected device {self.weight.device}, got {x.device}")
         return _MhcProjectionFunction.apply(x, self.weight, self.n_pad)
 
     def extra_repr(self) -> str:

@@ -8,7 +8,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from ..errors import ContractError
 from ..ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
+from ..ops.rmsnorm.plan import MAX_HIDDEN, MIN_HIDDEN, WEIGHT_DTYPES
+from ..validate import dtype_name, eps_value, size_value
 
 
 def _rows(t: Tensor) -> Tensor:
@@ -121,8 +124,11 @@ class RMSNorm(torch.nn.Module):
     def __init__(self, hidden_size: int, eps: float = 1e-6, *, device=None,
                  dtype: torch.dtype = torch.float32):
         super().__init__()
-        self.hidden_size = hidden_size
-        self.eps = eps
+        self.hidden_size = size_value("hidden_size", hidden_size, multiple=8, low=MIN_HIDDEN,
+                                      high=MAX_HIDDEN)
+        self.eps = eps_value(eps)
+        if dtype not in WEIGHT_DTYPES:
+            raise ContractError(f"dtype: the weight is float32 or bfloat16, got {dtype_name(dtype)}")
         self.weight = torch.nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
 
     def forward(self, x: Tensor, residual: Tensor | None = None):

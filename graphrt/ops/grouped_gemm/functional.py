@@ -6,9 +6,9 @@ import torch
 from ...errors import ContractError
 
 from ...result import Result
-from ...runtime import runtime as default_runtime
+from ...runtime import runtime_for
 from ...streams import is_capturing
-from ...validate import require_tensor, vector_operand
+from ...validate import vector_operand
 from .plan import GroupedGemmWgrad, check_offsets_on_host
 
 
@@ -27,7 +27,7 @@ def grouped_gemm_wgrad(a, b, offsets, *, output_mode: str = "dense", wgrad=None,
 
     >>> (wg,) = graphrt.ops.grouped_gemm_wgrad(a, b, offsets)          # doctest: +SKIP
     """
-    rt = runtime or default_runtime(require_tensor("a", a).device)
+    rt = runtime_for("a", a, runtime)
     if not isinstance(check_offsets, bool):
         raise ContractError(f"check_offsets: expected True or False, got {check_offsets!r}")
     config = {"output_mode": output_mode, "wgrad": wgrad, "wgrad_ptrs": wgrad_ptrs,

@@ -76,7 +76,7 @@ class GroupedGemmWgrad(Plan):
                      wgrad_ptrs=None, wgrad_dtype=torch.bfloat16,
                      accumulate_on_output: bool = False, input_order: str = "tensor2d",
                      backend: str | None = None) -> Contract:
-        device, backend, cap, device_type = tensor_facts(require_tensor("a", a), backend)
+        device, backend, cap, device_type = tensor_facts(require_tensor("a", a), backend, "a")
         out_dtype = wgrad.dtype if isinstance(wgrad, torch.Tensor) else wgrad_dtype
         offsets = require_tensor("offsets", offsets)
         specs = (_spec("a", a, 1), _spec("b", b, 0),
@@ -140,7 +140,6 @@ class GroupedGemmWgrad(Plan):
 
     def execute(self, a, b, offsets, *, wgrad=None, wgrad_ptrs=None, workspace=None, stream=None,
                 **_) -> None:
-        self._require_compiled()
         c = self.contract
         device = require_tensor("a", a).device
         b, offsets = require_tensor("b", b), require_tensor("offsets", offsets)

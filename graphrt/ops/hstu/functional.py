@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from ...result import Result
-from ...runtime import runtime as default_runtime
-from ...validate import require_tensor
+from ...runtime import runtime_for
 from .plan import HstuLmsdBackward, HstuLmsdForward
 
 
@@ -20,7 +19,7 @@ def hstu_lmsd_forward(x, u, weight, bias, *, eps: float = 1e-6, dropout_ratio: f
     >>> y, mean, rstd, mask = graphrt.ops.hstu_lmsd_forward(x, u, w, b, dropout_ratio=0.1,
     ...                                                     seed=1234, offset=0)  # doctest: +SKIP
     """
-    rt = runtime or default_runtime(require_tensor("x", x).device)
+    rt = runtime_for("x", x, runtime)
     config = {"eps": eps, "dropout_ratio": dropout_ratio, "seed": seed, "offset": offset,
               "apply_u_silu": apply_u_silu, "concat_u": concat_u, "concat_x": concat_x,
               "y": y, "mean": mean, "rstd": rstd, "mask": mask}
@@ -37,7 +36,7 @@ def hstu_lmsd_backward(dy, x, u, weight, bias, mean, rstd, mask, *, dropout_rati
     >>> dx, du, dw, db = graphrt.ops.hstu_lmsd_backward(dy, x, u, w, b, mean, rstd, mask,
     ...     dropout_ratio=0.1, apply_u_silu=True, concat_u=True, concat_x=True)  # doctest: +SKIP
     """
-    rt = runtime or default_runtime(require_tensor("x", x).device)
+    rt = runtime_for("x", x, runtime)
     config = {"dropout_ratio": dropout_ratio, "apply_u_silu": apply_u_silu,
               "concat_u": concat_u, "concat_x": concat_x, "compute_dweight": compute_dweight,
               "dx": dx, "du": du, "dweight": dweight, "dbias": dbias}

@@ -32,6 +32,13 @@ def dropout_p32(p) -> float:
     return p32
 
 
+def _require_2d(name: str, t, d: int) -> None:
+    t = require_tensor(name, t)
+    if t.dim() != 2:
+        raise ContractError(f"{name}: expected a 2-D [N, {d}] tensor (flatten the leading dims), "
+                            f"got shape {tuple(t.shape)}")
+
+
 def _flags(apply_u_silu, concat_u, concat_x) -> tuple:
     return (("apply_u_silu", flag_value("apply_u_silu", apply_u_silu)),
             ("concat_u", flag_value("concat_u", concat_u)),
@@ -137,10 +144,10 @@ class HstuLmsdForward(Plan):
 
     def execute(self, x, u, weight, bias, *, seed=0, offset=0, y=None, mean=None, rstd=None,
                 mask=None, workspace=None, stream=None, **_) -> None:
-        self._require_compiled()
         c, d = self.contract, self.d
         device = require_tensor("x", x).device
-        rows = x.shape[0] if x.dim() == 2 else -1
+        _require_2d("x", x, d)
+        rows = x.shape[0]
         sx = rows_operand("x", x, (BF16,), d, rows, device)
         su = rows_operand("u", u, (BF16,), d, rows, device)
         vector_operand("weight", weight, (BF16,), d, device)
@@ -248,10 +255,10 @@ class HstuLmsdBackward(Plan):
 
     def execute(self, dy, x, u, weight, bias, mean, rstd, mask, *, dx=None, du=None,
                 dweight=None, dbias=None, workspace=None, stream=None, **_) -> None:
-        self._require_compiled()
         c, d = self.contract, self.d
         device = require_tensor("x", x).device
-        rows = x.shape[0] if x.dim() == 2 else -1
+        _require_2d("x", x, d)
+        rows = x.shape[0]
         sdy = rows_operand("dy", dy, (BF16,), self.segments * d, rows, device)
         sx = rows_operand("x", x, (BF16,), d, rows, device)
         su = rows_operand("u", u, (BF16,), d, rows, device)

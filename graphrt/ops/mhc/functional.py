@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from ...result import Result
-from ...runtime import runtime as default_runtime
-from ...validate import require_tensor
+from ...runtime import runtime_for
 from .plan import MhcProjectionBackward
 
 
@@ -17,6 +16,6 @@ def mhc_projection_backward(x, weight, grad_proj, grad_r, r, *, allow_tf32: bool
     >>> dx, dw = graphrt.ops.mhc_projection_backward(x, w, grad_proj, grad_r, r,
     ...                                              allow_tf32=True)     # doctest: +SKIP
     """
-    rt = runtime or default_runtime(require_tensor("x", x).device)
+    rt = runtime_for("x", x, runtime)
     return rt.run(MhcProjectionBackward, (x, weight, grad_proj, grad_r, r),
                   {"allow_tf32": allow_tf32, "dx": dx, "dweight": dweight}, stream)

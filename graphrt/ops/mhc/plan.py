@@ -107,7 +107,6 @@ class MhcProjectionBackward(Plan):
 
     def execute(self, x, weight, grad_proj, grad_r, r, *, dx=None, dweight=None, workspace=None,
                 stream=None, **_) -> None:
-        self._require_compiled()
         inputs = {"x": x, "weight": weight, "grad_proj": grad_proj, "grad_r": grad_r, "r": r}
         device = require_tensor("x", x).device
         rows = x.shape[0] if x.dim() == 2 else -1

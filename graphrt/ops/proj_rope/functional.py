@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from ...result import Result
-from ...runtime import runtime as default_runtime
-from ...validate import require_tensor
+from ...runtime import runtime_for
 from .plan import GemmProjRopeMxfp8
 
 
@@ -17,7 +16,7 @@ def gemm_proj_rope_mxfp8(x, w, cos, sin, *, x_scale=None, w_scale=None, w_out_in
 
     >>> q = graphrt.ops.gemm_proj_rope_mxfp8(x, w, cos, sin)                  # doctest: +SKIP
     """
-    rt = runtime or default_runtime(require_tensor("x", x).device)
+    rt = runtime_for("x", x, runtime)
     config = {"x_scale": x_scale, "w_scale": w_scale, "w_out_in": w_out_in,
               "qk_nope_dim": qk_nope_dim, "qk_rope_dim": qk_rope_dim, "out_fp8_row": out_fp8_row,
               "out_scales_row": out_scales_row, "out_fp8_col": out_fp8_col,

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from ...result import Result
-from ...runtime import runtime as default_runtime
-from ...validate import require_tensor
+from ...runtime import runtime_for
 from .plan import RmsNormBackward, RmsNormForward
 
 
@@ -20,7 +19,7 @@ def rmsnorm_forward(x, w, *, eps: float = 1e-6, residual=None, y=None, rstd=None
     >>> y.shape, rstd.shape
     (torch.Size([4, 1024]), torch.Size([4]))
     """
-    rt = runtime or default_runtime(require_tensor("x", x).device)
+    rt = runtime_for("x", x, runtime)
     return rt.run(RmsNormForward, (x, w),
                   {"eps": eps, "residual": residual, "y": y, "rstd": rstd, "h_new": h_new}, stream)
 
@@ -32,6 +31,6 @@ def rmsnorm_backward(g, x, w, rstd, *, g_residual=None, dx=None, dw=None, stream
     >>> y, rstd = graphrt.ops.rmsnorm_forward(x, w)
     >>> dx, dw = graphrt.ops.rmsnorm_backward(torch.randn_like(y), x, w, rstd)
     """
-    rt = runtime or default_runtime(require_tensor("x", x).device)
+    rt = runtime_for("x", x, runtime)
     return rt.run(RmsNormBackward, (g, x, w, rstd),
                   {"g_residual": g_residual, "dx": dx, "dw": dw}, stream)

@@ -1,0 +1,131 @@
+"""Bad configuration gets a ContractError (or UnsupportedError) naming the argument, before
+anything runs: scalars, lifecycle misuse, nn constructors and inputs, devices."""
+import pytest
+import torch
+
+import graphrt
+from graphrt import ContractError, UnsupportedError
+from graphrt.ops import RmsNormBackward
+
+BF16 = torch.bfloat16
+
+
+def _norm_args(rows=4, hidden=64):
+    x = torch.randn(rows, hidden, dtype=BF16)
+    return x, torch.ones(hidden)
+
+
+@pytest.mark.parametrize("eps", ["1e-6", None, True, float("nan"), -1.0, 0.0, 1e-50, [1e-6]])
+def test_bad_eps_is_named(eps):
+    x, w = _norm_args()
+    with pytest.raises(ContractError, match="eps: expected a positive finite float"):
+        graphrt.ops.rmsnorm_forward(x, w, eps=eps)
+    u, b = torch.randn_like(x), torch.zeros(64, dtype=BF16)
+    with pytest.raises(ContractError, match="eps"):
+        graphrt.ops.hstu_lmsd_forward(x, u, w.to(BF16), b, eps=eps)
+
+
+def test_smallest_normal_eps_gives_zero_rows_on_every_backend():
+    x = torch.zeros(3, 64, dtype=BF16)
+    y, rstd = graphrt.ops.rmsnorm_forward(x, torch.ones(64), eps=1.1754943508222875e-38)
+    assert torch.equal(y, torch.zeros_like(y)) and torch.isfinite(rstd).all()
+
+
+def test_flags_and_ints_are_not_coerced():
+    x = torch.randn(8, 64, dtype=BF16)
+    with pytest.raises(ContractError, match="allow_tf32: expected True or False"):
+        graphrt.ops.mhc_projection_backward(x, torch.randn(24, 64), torch.randn(8, 24),
+                                            torch.randn(8, 1), torch.rand(8, 1) + 0.5,
+                                            allow_tf32="no")
+    cos = torch.randn(8, 64).to(BF16)
+    with pytest.raises(ContractError, match="qk_nope_dim: expected an int"):
+        graphrt.ops.gemm_proj_rope_mxfp8(x, torch.randn(2 * 192, 64, dtype=BF16), cos, cos,
+                                         qk_nope_dim=32.9)
+    with pytest.raises(ContractError, match="w_out_in: expected True or False"):
+        graphrt.ops.gemm_proj_rope_mxfp8(x, torch.randn(2 * 192, 64, dtype=BF16), cos, cos,
+                                         w_out_in=1)
+    u, b = torch.randn_like(x), torch.zeros(64, dtype=BF16)
+    with pytest.raises(ContractError, match="concat_u: expected True or False"):
+        graphrt.ops.hstu_lmsd_forward(x, u, b + 1, b, concat_u="yes")
+
+
+def test_runtime_arguments_are_named():
+    with pytest.raises(ContractError, match="plan_cache_size"):
+        graphrt.Runtime("cpu", plan_cache_size=0)
+    with pytest.raises(ContractError, match="arena_bytes"):
+        graphrt.Runtime("cpu", arena_bytes=-1)
+    with pytest.raises(ContractError, match="arena_bytes"):
+        graphrt.Runtime("cpu", arena_bytes=1.5)
+    with pytest.raises(ContractError, match="device"):
+        graphrt.Runtime("gpu0")
+
+
+def test_plan_used_before_compile_says_so():
+    x, w = _norm_args()
+    plan = RmsNormBackward(x, x, w, torch.ones(4))
+    with pytest.raises(RuntimeError, match="call compile\\(\\)"):
+        plan.workspace_bytes()
+    with pytest.raises(RuntimeError, match="call compile\\(\\) first"):
+        plan.execute(x, x, w, torch.ones(4))
+    assert plan.describe()["compiled"] is False
+    plan.compile()
+    assert plan.workspace_bytes() >= 0
+
+
+def test_nn_constructors_check_their_arguments():
+    cases = [(lambda: graphrt.nn.RMSNorm(12), "hidden_size: expected a multiple of 8"),
+             (lambda: graphrt.nn.RMSNorm(64, eps="small"), "eps"),
+             (lambda: graphrt.nn.RMSNorm(64, dtype=torch.float16), "dtype"),
+             (lambda: graphrt.nn.HstuLmsd(64, dropout_ratio=1.5), "dropout_ratio"),
+             (lambda: graphrt.nn.HstuLmsd(60), "d: expected a multiple of 8"),
+             (lambda: graphrt.nn.HstuLmsd(64, concat_x=None), "concat_x"),
+             (lambda: graphrt.nn.MhcProjection(64, 24, n_pad=8), "n_pad"),
+             (lambda: graphrt.nn.MhcProjection(64.0, 24), "k: expected an int")]
+    for make, pattern in cases:
+        with pytest.raises(ContractError, match=pattern):
+            make()
+
+
+def test_nn_inputs_are_checked_in_forward():
+    mhc = graphrt.nn.MhcProjection(64, 24)
+    with pytest.raises(ContractError, match="x: expected a bfloat16 \\[T, 64\\]"):
+        mhc(torch.randn(8, 64))                     # FP32 x: used to fail only in backward
+    with pytest.raises(ContractError, match="x: expected a bfloat16 \\[T, 64\\]"):
+        mhc(torch.randn(8, 32, dtype=BF16))
+    lmsd = graphrt.nn.HstuLmsd(64)
+    with pytest.raises(ContractError, match="x: expected a 2-D \\[N, 64\\]"):
+        lmsd(torch.randn(2, 3, 64, dtype=BF16), torch.randn(2, 3, 64, dtype=BF16))
+    with pytest.raises(ContractError, match="u: expected a 2-D \\[N, 64\\]"):
+        lmsd(torch.randn(6, 64, dtype=BF16), torch.randn(6, 32, dtype=BF16))
+    x = torch.randn(2, 3, 64, dtype=BF16)
+    with pytest.raises(ContractError, match="x: expected a 2-D"):
+        graphrt.ops.hstu_lmsd_forward(x, x, torch.ones(64, dtype=BF16), torch.zeros(64, dtype=BF16))
+
+
+def test_meta_tensors_are_named():
+    x, w = _norm_args()
+    with pytest.raises(ContractError, match="x: graphrt runs on cuda and cpu tensors.*meta"):
+        graphrt.ops.rmsnorm_forward(x.to("meta"), w)
+    a = torch.randn(8, 16, dtype=BF16)
+    with pytest.raises(ContractError, match="a: graphrt runs on cuda and cpu tensors"):
+        graphrt.ops.grouped_gemm_wgrad(a.to("meta"), a.t(), torch.tensor([16], dtype=torch.int32))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_cuda_only_features_say_so_without_cuda():
+    from graphrt.capture import fork, uniform_
+    with pytest.raises(UnsupportedError, match="CUDA"):
+        graphrt.runtime("cuda")
+    with pytest.raises(UnsupportedError, match="CUDA"):
+        graphrt.Runtime("cpu").graph_pool()
+    with pytest.raises(UnsupportedError, match="CUDA"):
+        with fork():
+            pass
+    with pytest.raises(UnsupportedError, match="CUDA"):
+        uniform_(torch.empty(8), graphrt.runtime("cpu").rng)
+
+
+def test_verify_replay_checks_its_fragment():
+    from graphrt.capture import verify_replay
+    with pytest.raises(ContractError, match="fragment: expected a graphrt.capture.Fragment"):
+        verify_replay(None, lambda x: x, lambda i: ())
