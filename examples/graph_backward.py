@@ -37,7 +37,7 @@ def run(tokens: int = 1024, steps: int = 10, hidden: int = 1024, ffn: int = 4096
         tokens, hidden, ffn, layers, steps, lr=1e-4)
     out(f"graph_backward: {layers} x (RMSNorm, Linear {hidden}->{ffn}, GELU, Linear) + RMSNorm, "
         f"{tokens} tokens, AdamW; {steps} steps eager and captured")
-    step = graph_step(graph_model, mse, batches[0], graph_opt)
+    step = graph_step(graph_model, mse, tuple(t.clone() for t in batches[0]), graph_opt)
     out(f"  captured: {step.nodes()}")
 
     eager_step = eager_step_fn(eager_model, eager_opt)

@@ -289,3 +289,20 @@ def test_gpu_capture_fresh_masks_per_replay(seed):
 @pytest.mark.gpu
 def test_gpu_forward_errors_write_nothing():
     _forward_errors("cuda")
+
+
+@needs_interpreter
+@pytest.mark.parametrize("kind", ["tiny", "large", "constant"])
+def test_interpreted_kernels_where_eps_and_rstd_matter(seed, kind):
+    """N(0,1) rows hide eps and rstd (both about 1); these rows do not: the kernels against
+    the reference and, for the statistics, against FP64."""
+    x, u, w, b = _inputs(24, 64)
+    x = {"tiny": x.float() * 1e-3, "large": x.float() * 30,
+         "constant": 0.5 + 1e-3 * x.float()}[kind].to(BF16)
+    with env(GRAPHRT_BACKEND="triton"):
+        rt = graphrt.Runtime("cpu")
+        _, mean, rstd, _ = hstu_lmsd_forward(x, u, w, b, runtime=rt)
+        _check_against_reference(x, u, w, b, 0.0, FLAGS[0], runtime=rt)
+    xd = x.double()
+    ref_rstd = torch.rsqrt(xd.var(-1, unbiased=False) + 1e-6)
+    assert rel_l2(rstd, ref_rstd) < 1e-4 and rel_l2(mean, xd.mean(-1)) < 1e-4

@@ -343,3 +343,34 @@ def test_gpu_execute_captured_in_cuda_graph(seed):
         ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, ref_rstd)
         assert rel_l2(y, ref_y) < 5e-3 and rel_l2(rstd, ref_rstd) < 1e-5
         assert rel_l2(dx, ref_dx) < 5e-3 and rel_l2(dw, ref_dw) < 1e-5
+
+
+# -- inputs where eps and rstd matter (N(0,1) rows hide them: rstd is about 1) ----------------------
+def _scaled_rows(shape, kind):
+    x = torch.randn(shape)
+    if kind == "tiny":
+        x = x * 1e-3                       # mean(x^2) ~ 1e-6 = eps
+    elif kind == "large":
+        x = x * 30                         # rstd ~ 1/30
+    else:                                  # near-constant rows
+        x = 0.5 + 1e-3 * x
+    return x.to(BF16)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("shape", [(5, 24), (3, 9000)])          # rows kernel, chunked kernel
+@pytest.mark.parametrize("kind", ["tiny", "large", "constant"])
+@pytest.mark.parametrize("eps", [1e-6, 1e-2])
+def test_interpreted_kernels_where_eps_and_rstd_matter(seed, shape, kind, eps):
+    x = _scaled_rows(shape, kind)
+    w = (1 + 0.5 * torch.randn(shape[-1])).float()
+    g = torch.randn(shape, dtype=BF16)
+    with env(GRAPHRT_BACKEND="triton"):
+        rt = graphrt.Runtime("cpu")
+        y, rstd = rmsnorm_forward(x, w, eps=eps, runtime=rt)
+        dx, dw = rmsnorm_backward(g, x, w, rstd, runtime=rt)
+    ref_y, ref_dx, ref_dw = _autograd_fp64(x, w, eps, g)
+    ref_rstd = torch.rsqrt(x.double().pow(2).mean(-1) + eps)
+    assert rel_l2(rstd, ref_rstd) < 1e-5
+    assert rel_l2(y, ref_y) < 1e-2
+    assert rel_l2(dx, ref_dx) < 1e-2 and rel_l2(dw, ref_dw) < 1e-4

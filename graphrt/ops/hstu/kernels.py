@@ -130,11 +130,6 @@ def _store_row_stats(MEAN, RSTD, rows, row_mask, mean, rstd, cols, BLOCK_D: tl.c
 
 
 @triton.jit
-def _add_pair(a0, a1, b0, b1):
-    return a0 + b0, a1 + b1
-
-
-@triton.jit
 def _drop(v, bits, BIT: tl.constexpr, SCALE: tl.constexpr, DROPOUT: tl.constexpr):
     if DROPOUT:
         return tl.where(((bits >> BIT) & 1) != 0, v * SCALE, 0.0)
@@ -283,11 +278,13 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
         mask = row_mask[:, None] & col_mask[None, :]
         x = _load_bf16_pairs(X, rows, stride_x, row_mask, D, BLOCK_D, BLOCK_ROWS)
         u = _load_bf16_pairs(U, rows, stride_u, row_mask, D, BLOCK_D, BLOCK_ROWS)
-        s1, s2 = tl.reduce((x, x * x), 1, _add_pair)
-        mean = s1 / D
-        var = tl.maximum(s2 / D - mean * mean, 0.0)
+        # two passes over the registers: E[x^2] - E[x]^2 loses the variance of rows whose mean
+        # is large against their spread (0.5 +- 1e-3: 0.5% off in rstd)
+        mean = tl.sum(x, axis=1) / D
+        centered = tl.where(col_mask[None, :], x - mean[:, None], 0.0)
+        var = tl.sum(centered * centered, axis=1) / D
         rstd = tl.math.rsqrt(var + eps)
-        xhat = (x - mean[:, None]) * rstd[:, None]
+        xhat = centered * rstd[:, None]
         if SILU:
             a = u * sigmoid(u, HARDWARE)
         else:

@@ -60,7 +60,7 @@ def gemm_proj_rope_mxfp8_reference(x, w, cos, sin, *, x_scale=None, w_scale=None
     wf = w.float() if w_out_in else w.float().t()
     tokens = x.shape[0]
     head_dim = qk_nope_dim + qk_rope_dim
-    y = (x.float() @ wf.t()).view(tokens, -1, head_dim)
+    y = (x.float() @ wf.t()).view(tokens, wf.shape[0] // head_dim, head_dim)
     y = apply_rope(y, cos, sin, qk_nope_dim)
     row_codes, row_scales = mxfp8_quantize(y, dim=2)
     col_codes, col_scales = mxfp8_quantize(y, dim=0)
