@@ -269,3 +269,13 @@ def test_persistent_grid_keeps_the_steps_and_evens_the_tiles(max_programs):
 def test_no_dependent_launch_off_the_gpu():
     from graphrt.kernel_utils import use_pdl
     assert use_pdl(torch.zeros(2)) is False
+
+
+@pytest.mark.gpu
+def test_default_backend_on_cuda_is_triton():
+    from graphrt.ops import RmsNormForward
+    with env(GRAPHRT_BACKEND=None):
+        assert select_backend(torch.device("cuda")) == "triton"
+        x = torch.randn(4, 64, dtype=torch.bfloat16, device="cuda")
+        plan = graphrt.Runtime("cuda").plan(RmsNormForward, x, torch.ones(64, device="cuda"))
+        assert plan.backend == "triton" and plan.describe()["backend"] == "triton"

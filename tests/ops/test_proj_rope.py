@@ -1,4 +1,5 @@
 """Projection GEMM + RoPE + dual-direction MXFP8: the quantizer exactly, the op, errors."""
+import os
 import pytest
 import torch
 
@@ -323,3 +324,14 @@ def test_kernel_quantizes_exactly_interpreted():
 @pytest.mark.parametrize("w_out_in", [True, False])
 def test_gpu_kernel_quantizes_exactly(w_out_in):
     _crafted_exact("cuda", w_out_in)
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_zero_tokens_on_every_backend(backend):
+    if backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the interpreted kernel runs on the CPU only with TRITON_INTERPRET=1")
+    x, w = torch.randn(0, 64, dtype=torch.bfloat16), torch.randn(2 * 192, 64, dtype=torch.bfloat16)
+    cs = torch.randn(0, 64).to(torch.bfloat16)
+    with env(GRAPHRT_BACKEND=backend):
+        out = graphrt.ops.gemm_proj_rope_mxfp8(x, w, cs, cs, runtime=graphrt.Runtime("cpu"))
+    assert [tuple(t.shape)[:2] for t in out] == [(0, 2)] * 4
