@@ -279,3 +279,12 @@ def test_default_backend_on_cuda_is_triton():
         x = torch.randn(4, 64, dtype=torch.bfloat16, device="cuda")
         plan = graphrt.Runtime("cuda").plan(RmsNormForward, x, torch.ones(64, device="cuda"))
         assert plan.backend == "triton" and plan.describe()["backend"] == "triton"
+
+
+def test_arena_hold_release_points_later_takers_at_the_last_stream():
+    arena = WorkspaceArena(1 << 14, "cpu")
+    with arena.hold() as hold:
+        with arena.scope():
+            arena.take(512, stream="capture stream")
+    hold.release(last_stream="replay stream")
+    assert arena._last_use == [(0, 512, "replay stream")] and arena.stats()["in_use"] == 0

@@ -47,9 +47,14 @@ class ArenaHold:
     def nbytes(self) -> int:
         return sum(r.end - r.start for r in self.regions)
 
-    def release(self) -> None:
+    def release(self, last_stream=None) -> None:
+        """Give the regions back; ``last_stream`` is where their last user ran (a graph's
+        replays), so that a later taker on another stream waits for it."""
         if not self.released:
             self.released = True
+            if last_stream is not None:
+                for r in self.regions:
+                    r.stream = last_stream
             self.arena._release(self.regions)
             self.regions = []
 

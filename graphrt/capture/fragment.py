@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -9,7 +10,7 @@ import torch
 from ..errors import ArenaExhausted, CaptureError, ContractError, UnsupportedError
 from ..runtime import Runtime
 from ..runtime import runtime as default_runtime
-from ..streams import join_open_branches
+from ..streams import current_stream, join_open_branches
 from ..validate import dtype_name
 from . import failure
 from .inspect import graph_shape, node_counts
@@ -151,6 +152,10 @@ def _capture_failure(error: BaseException) -> BaseException:
     return wrapped
 
 
+def _release_hold(hold, last_stream: list) -> None:
+    hold.release(last_stream[0])
+
+
 class Fragment:
     """A captured CUDA graph with static inputs and outputs.
 
@@ -168,6 +173,9 @@ class Fragment:
         self._outputs = outputs
         self._out_leaves, self._out_spec = flatten(outputs)
         self._hold = hold
+        self._last_stream = [None]   # where the latest replay ran
+        # a fragment nobody holds can never replay: its arena regions go back with it
+        self._give_back = weakref.finalize(self, _release_hold, hold, self._last_stream)
         self.runtime = runtime
         self.memory_bytes = memory_bytes
         self.workspace_bytes = hold.nbytes
@@ -223,6 +231,7 @@ class Fragment:
         """Replay on the current stream with whatever the static inputs hold."""
         self._require_live()
         self._graph.replay()
+        self._last_stream[0] = current_stream(self.runtime.device)
         self.replays += 1
 
     # -- inspection ----------------------------------------------------------------------------
@@ -243,7 +252,7 @@ class Fragment:
             return
         self._graph.reset()
         self._graph = None
-        self._hold.release()
+        self._give_back()
         self._inputs = self._outputs = None
         self._in_leaves = self._out_leaves = []
 
