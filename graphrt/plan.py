@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import inspect
 import os
 import threading
 from functools import lru_cache
@@ -105,6 +106,7 @@ class Plan:
 
     op: ClassVar[str] = "plan"
     output_names: ClassVar[tuple[str, ...]] = ()
+    execute_keywords: ClassVar[frozenset] = frozenset({"workspace", "stream"})
 
     def __init_subclass__(cls, **kwargs):
         """Every subclass's ``execute`` first checks that the plan was compiled, and its
@@ -112,7 +114,13 @@ class Plan:
         on attributes that compile sets."""
         super().__init_subclass__(**kwargs)
         if "execute" in cls.__dict__:
-            cls.execute = _after_compile(cls.__dict__["execute"])
+            execute = cls.__dict__["execute"]
+            # the keywords execute takes (tensors, workspace, stream); the functional call's
+            # configuration keywords (eps, output_mode...) belong to the contract, not to it
+            cls.execute_keywords = frozenset(
+                name for name, p in inspect.signature(execute).parameters.items()
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self")
+            cls.execute = _after_compile(execute)
         if "workspace_bytes" in cls.__dict__:
             cls.workspace_bytes = _after_check(cls.__dict__["workspace_bytes"])
 

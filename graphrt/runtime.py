@@ -103,13 +103,15 @@ class Runtime:
             for t in allocated.values():
                 self.streams.keep_alive(t, launch_stream)
         kwargs = {**kwargs, **allocated}
+        accepted = plan.execute_keywords
+        tensors = {k: v for k, v in kwargs.items() if k in accepted}
         nbytes = plan.workspace_bytes()
         if nbytes:
             with self.arena.scope():
                 workspace = self.arena.take(nbytes, launch_stream)
-                plan.execute(*args, **kwargs, workspace=workspace, stream=launch_stream)
+                plan.execute(*args, **tensors, workspace=workspace, stream=launch_stream)
         else:
-            plan.execute(*args, **kwargs, workspace=None, stream=launch_stream)
+            plan.execute(*args, **tensors, workspace=None, stream=launch_stream)
         return Result(plan.output_names, [kwargs[n] for n in plan.output_names])
 
     def stats(self) -> dict:

@@ -129,3 +129,17 @@ def test_verify_replay_checks_its_fragment():
     from graphrt.capture import verify_replay
     with pytest.raises(ContractError, match="fragment: expected a graphrt.capture.Fragment"):
         verify_replay(None, lambda x: x, lambda i: ())
+
+
+def test_misspelt_execute_keywords_raise_type_error():
+    """plan.execute(..., sed=1) used to run with seed 0 (the same dropout mask every step)."""
+    from graphrt.ops import HstuLmsdForward, RmsNormForward
+    x, w = _norm_args(8, 64)
+    u, b = torch.randn_like(x), torch.zeros(64, dtype=BF16)
+    fwd = HstuLmsdForward(x, u, w.to(BF16), b, dropout_ratio=0.1).compile()
+    with pytest.raises(TypeError, match="sed"):
+        fwd.execute(x, u, w.to(BF16), b, sed=1)
+    norm = RmsNormForward(x, w).compile()
+    with pytest.raises(TypeError, match="eps"):
+        norm.execute(x, w, eps=1e-3)      # eps belongs to the plan's contract
+    assert "seed" in HstuLmsdForward.execute_keywords and "eps" not in RmsNormForward.execute_keywords

@@ -138,8 +138,7 @@ class GroupedGemmWgrad(Plan):
         return allocated
 
 
-    def execute(self, a, b, offsets, *, wgrad=None, wgrad_ptrs=None, workspace=None, stream=None,
-                **_) -> None:
+    def execute(self, a, b, offsets, *, wgrad=None, wgrad_ptrs=None, workspace=None, stream=None) -> None:
         c = self.contract
         device = require_tensor("a", a).device
         b, offsets = require_tensor("b", b), require_tensor("offsets", offsets)

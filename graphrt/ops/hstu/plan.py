@@ -143,7 +143,7 @@ class HstuLmsdForward(Plan):
         return out
 
     def execute(self, x, u, weight, bias, *, seed=0, offset=0, y=None, mean=None, rstd=None,
-                mask=None, workspace=None, stream=None, **_) -> None:
+                mask=None, workspace=None, stream=None) -> None:
         c, d = self.contract, self.d
         device = require_tensor("x", x).device
         _require_2d("x", x, d)
@@ -254,7 +254,7 @@ class HstuLmsdBackward(Plan):
         return out
 
     def execute(self, dy, x, u, weight, bias, mean, rstd, mask, *, dx=None, du=None,
-                dweight=None, dbias=None, workspace=None, stream=None, **_) -> None:
+                dweight=None, dbias=None, workspace=None, stream=None) -> None:
         c, d = self.contract, self.d
         device = require_tensor("x", x).device
         _require_2d("x", x, d)

@@ -106,7 +106,7 @@ class MhcProjectionBackward(Plan):
         return out
 
     def execute(self, x, weight, grad_proj, grad_r, r, *, dx=None, dweight=None, workspace=None,
-                stream=None, **_) -> None:
+                stream=None) -> None:
         inputs = {"x": x, "weight": weight, "grad_proj": grad_proj, "grad_r": grad_r, "r": r}
         device = require_tensor("x", x).device
         rows = x.shape[0] if x.dim() == 2 else -1

@@ -166,7 +166,7 @@ class GemmProjRopeMxfp8(Plan):
 
     def execute(self, x, w, cos, sin, *, x_scale=None, w_scale=None, out_fp8_row=None,
                 out_scales_row=None, out_fp8_col=None, out_scales_col=None, workspace=None,
-                stream=None, **_) -> None:
+                stream=None) -> None:
         c = self.contract
         device = require_tensor("x", x).device
         t = x.shape[0]

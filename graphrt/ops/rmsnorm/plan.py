@@ -48,7 +48,6 @@ def _backward_programs(device: torch.device, hidden: int) -> int:
 
 def _check_x_and_w(plan: Plan, x, w) -> tuple[torch.device, int, int]:
     """Run-time checks shared by both plans: (device, rows, x's row stride)."""
-    plan._require_compiled()
     device = require_tensor("x", x).device
     rows = x.numel() // plan.hidden
     stride = rows_operand("x", x, ACT_DTYPES, plan.hidden, rows, device)
@@ -107,7 +106,7 @@ class RmsNormForward(Plan):
         return out
 
     def execute(self, x, w, *, residual=None, y=None, rstd=None, h_new=None, workspace=None,
-                stream=None, **_) -> None:
+                stream=None) -> None:
         c, hidden = self.contract, self.hidden
         device, rows, sx = _check_x_and_w(self, x, w)
         if (residual is not None) != c.flag("residual"):
@@ -199,7 +198,7 @@ class RmsNormBackward(Plan):
         return out
 
     def execute(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None, workspace=None,
-                stream=None, **_) -> None:
+                stream=None) -> None:
         c, hidden = self.contract, self.hidden
         device, rows, sx = _check_x_and_w(self, x, w)
         sg = rows_operand("g", g, ACT_DTYPES, hidden, rows, device)
