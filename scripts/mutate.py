@@ -1,0 +1,105 @@
+"""Mutation check: apply small, realistic bugs one at a time, run the tests that should catch
+each, and report any that the tests let through. Runs on the CPU (the Triton interpreter runs
+the kernels); the source tree is restored after every mutation, also on Ctrl-C.
+
+    python scripts/mutate.py            # all mutations
+    python scripts/mutate.py hstu mhc   # those whose name starts with one of these
+
+Exit code 0 when every mutation made at least one test fail. Mutations only a GPU can see
+(capture paths) are left to the GPU tests.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# name, file, text to replace, replacement, pytest arguments (tests that must catch it)
+MUTATIONS = [
+    ("rmsnorm-fwd-rows-eps", "graphrt/ops/rmsnorm/kernels.py",
+     "rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / HIDDEN + eps)",
+     "rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / HIDDEN)",
+     ["tests/ops/test_rmsnorm.py", "-k", "interpreted"]),
+    ("rmsnorm-fwd-chunked-eps", "graphrt/ops/rmsnorm/kernels.py",
+     "rstd = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / HIDDEN + eps)",
+     "rstd = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / HIDDEN)",
+     ["tests/ops/test_rmsnorm.py", "-k", "interpreted"]),
+    ("rmsnorm-bwd-chunked-rstd", "graphrt/ops/rmsnorm/kernels.py",
+     "dx = rstd * (g * w - xhat * mean_wgx)", "dx = (g * w - xhat * mean_wgx)",
+     ["tests/ops/test_rmsnorm.py", "-k", "interpreted"]),
+    ("hstu-fwd-eps", "graphrt/ops/hstu/kernels.py",
+     "rstd = tl.math.rsqrt(var + eps)", "rstd = tl.math.rsqrt(var)",
+     ["tests/ops/test_hstu.py", "-k", "interpreted"]),
+    ("hstu-fwd-one-pass-variance", "graphrt/ops/hstu/kernels.py",
+     "var = tl.sum(centered * centered, axis=1) / D",
+     "var = tl.maximum(tl.sum(x * x, axis=1) / D - mean * mean, 0.0)",
+     ["tests/ops/test_hstu.py", "-k", "interpreted"]),
+    ("hstu-nn-dx-du-swapped", "graphrt/nn/hstu.py",
+     "return dx, du, dweight, dbias, None", "return du, dx, dweight, dbias, None",
+     ["tests/ops/test_hstu.py", "-k", "module"]),
+    ("hstu-nn-backward-dropout-ratio", "graphrt/nn/hstu.py",
+     "dy.contiguous(), x, u, weight, bias, mean, rstd, mask, dropout_ratio=ctx.p,",
+     "dy.contiguous(), x, u, weight, bias, mean, rstd, mask, dropout_ratio=ctx.p / 2,",
+     ["tests/ops/test_hstu.py", "-k", "module"]),
+    ("hstu-dbias-wrong-partial-rows", "graphrt/ops/hstu/kernels.py",
+     "sum_partials(partial[programs * d:], [dbias], programs)",
+     "sum_partials(partial, [dbias], programs)",
+     ["tests/ops/test_hstu.py", "-k", "interpreted or compute_dweight"]),
+    ("mhc-dweight-low-half", "graphrt/ops/mhc/kernels.py",
+     "acc = acc_hi + acc_lo", "acc = acc_hi",
+     ["tests/ops/test_mhc.py", "-k", "interpreted"]),
+    ("mhc-rms-term", "graphrt/ops/mhc/kernels.py",
+     "rms_term = gr / (r * K)", "rms_term = gr * 0.0",
+     ["tests/ops/test_mhc.py", "-k", "interpreted"]),
+    ("wgrad-offsets-trusted", "graphrt/ops/grouped_gemm/kernels.py",
+     "count = tl.where(valid, end - begin, 0)", "count = end - begin",
+     ["tests/ops/test_grouped_gemm.py", "-k", "bad_offsets"]),
+    ("wgrad-no-host-check", "graphrt/ops/grouped_gemm/functional.py",
+     "        check_offsets_on_host(offsets, a.shape[1])", "        pass",
+     ["tests/ops/test_grouped_gemm.py", "-k", "bad_offsets"]),
+    ("arena-scopes-shared-by-threads", "graphrt/arena/workspace.py",
+     "self._local = threading.local()", "self._local = type('Shared', (), {})()",
+     ["tests/test_core.py", "-k", "arena"]),
+    ("execute-swallows-keywords", "graphrt/ops/hstu/plan.py",
+     "mask=None, workspace=None, stream=None) -> None:",
+     "mask=None, workspace=None, stream=None, **_) -> None:",
+     ["tests/test_errors.py", "-k", "misspelt"]),
+]
+
+
+def run_one(name, path, old, new, test_args) -> bool:
+    """True when the tests caught the mutation."""
+    file = ROOT / path
+    source = file.read_text()
+    if source.count(old) != 1:
+        print(f"  {name}: the text to mutate is not found once in {path}; update the list")
+        return False
+    file.write_text(source.replace(old, new))
+    try:
+        env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                              *test_args], cwd=ROOT, capture_output=True, text=True, env=env)
+    finally:
+        file.write_text(source)
+    return res.returncode != 0
+
+
+def main(argv: list[str]) -> int:
+    chosen = [m for m in MUTATIONS if not argv or any(m[0].startswith(a) for a in argv)]
+    missed = []
+    for name, path, old, new, tests in chosen:
+        t0 = time.time()
+        caught = run_one(name, path, old, new, tests)
+        print(f"{'caught' if caught else 'MISSED'}  {name}  ({time.time() - t0:.0f} s)", flush=True)
+        if not caught:
+            missed.append(name)
+    print(f"{len(chosen) - len(missed)} of {len(chosen)} mutations caught")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
