@@ -288,3 +288,31 @@ def test_arena_hold_release_points_later_takers_at_the_last_stream():
             arena.take(512, stream="capture stream")
     hold.release(last_stream="replay stream")
     assert arena._last_use == [(0, 512, "replay stream")] and arena.stats()["in_use"] == 0
+
+
+def test_arena_take_belongs_to_its_own_threads_scope_whatever_the_interleaving():
+    """A takes while B's scope (opened later) is still open, then B closes first: A's region
+    must stay reserved until A's own scope closes."""
+    import threading
+
+    arena = WorkspaceArena(1 << 16, "cpu")
+    b_open, a_took, b_closed = threading.Event(), threading.Event(), threading.Event()
+
+    def thread_b():
+        with arena.scope():
+            arena.take(256)
+            b_open.set()
+            a_took.wait(10)
+        b_closed.set()
+
+    with arena.scope():
+        worker = threading.Thread(target=thread_b)
+        worker.start()
+        assert b_open.wait(10)
+        a = arena.take(1024)
+        a_took.set()
+        assert b_closed.wait(10)
+        later = arena.take(1024)
+        assert later.data_ptr() >= a.data_ptr() + a.numel(), "A's region was handed out again"
+    worker.join(10)
+    assert arena.stats()["in_use"] == 0
