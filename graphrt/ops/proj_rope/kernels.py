@@ -82,7 +82,9 @@ def _e4m3_decode(code):
     mant = c & 7
     normal = (((exponent + 120) << 23) | (mant << 20)).to(tl.float32, bitcast=True)
     value = tl.where(exponent == 0, mant.to(tl.float32) * 0.001953125, normal)
-    return tl.where((c & 0x80) != 0, -value, value)
+    # the sign as a bit, not a negation: Triton 3.6's interpreter negates 0.0 to +0.0
+    sign = (c & 0x80) << 24
+    return (value.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit
