@@ -54,6 +54,8 @@ def env(**values):
 
 ALLOCATORS = ("empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full",
               "full_like", "empty_strided", "tensor", "randn", "rand")
+TENSOR_ALLOCATORS = ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor",
+                     "new_empty_strided")
 
 
 @contextlib.contextmanager
@@ -66,13 +68,18 @@ def no_tensor_allocation():
             raise AssertionError(f"torch.{name} called on the execute path")
         return raiser
 
+    methods = {name: getattr(torch.Tensor, name) for name in TENSOR_ALLOCATORS}
     for name in ALLOCATORS:
         setattr(torch, name, forbid(name))
+    for name in TENSOR_ALLOCATORS:
+        setattr(torch.Tensor, name, forbid(f"Tensor.{name}"))
     try:
         yield
     finally:
         for name, fn in saved.items():
             setattr(torch, name, fn)
+        for name, fn in methods.items():
+            setattr(torch.Tensor, name, fn)
 
 
 def assert_steps_equal_eager(step, graph_model, eager_model, eager_opt, loss_fn, x, y,

@@ -316,3 +316,13 @@ def test_arena_take_belongs_to_its_own_threads_scope_whatever_the_interleaving()
         assert later.data_ptr() >= a.data_ptr() + a.numel(), "A's region was handed out again"
     worker.join(10)
     assert arena.stats()["in_use"] == 0
+
+
+def test_no_tensor_allocation_sees_tensor_methods_too():
+    from .helpers import no_tensor_allocation
+    x = torch.zeros(3)
+    with no_tensor_allocation():
+        for make in (lambda: x.new_empty(2), lambda: x.new_zeros(2), lambda: torch.empty(2)):
+            with pytest.raises(AssertionError, match="on the execute path"):
+                make()
+    assert x.new_empty(2).shape == (2,)
