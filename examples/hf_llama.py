@@ -15,6 +15,7 @@ import time
 import torch
 
 import graphrt
+from graphrt.bench.models import eager_step_fn
 from graphrt.capture import graph_step
 
 
@@ -60,16 +61,13 @@ def run(steps: int = 5, tokens: int = 512, layers: int = 2, out=print) -> dict:
     gen = torch.Generator(device="cuda").manual_seed(1)
     batches = [tuple(torch.randint(0, 32000, (1, tokens), device="cuda", generator=gen)
                      for _ in range(2)) for _ in range(steps)]
-    step, capture_ms = _timed(lambda: graph_step(graphed, lm_loss, batches[0], opt_g))
+    # the sample batch becomes the step's static inputs: a copy, not one of the batches
+    sample = tuple(t.clone() for t in batches[0])
+    step, capture_ms = _timed(lambda: graph_step(graphed, lm_loss, sample, opt_g))
     out(f"captured the step in {capture_ms:.0f} ms: {step.nodes()['kernel']} kernels, "
         f"pool {step.memory()['reserved'] / 2**20:.0f} MiB")
 
-    def eager_step(ids, labels):
-        opt_e.zero_grad(set_to_none=True)
-        loss = lm_loss(eager(ids), labels)
-        loss.backward()
-        opt_e.step()
-        return loss.detach()
+    eager_step = eager_step_fn(eager, opt_e, lm_loss)
 
     for i, (ids, labels) in enumerate(batches):
         loss_e, te = _timed(lambda: eager_step(ids, labels))

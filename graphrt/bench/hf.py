@@ -16,6 +16,7 @@ import time
 import torch
 
 from . import report
+from .models import eager_step_fn
 
 VARIANTS = ("eager", "eager_graphrt_norms", "compile", "compile_reduce_overhead",
             "graphed_layers", "graph_step", "graph_step_compiled")
@@ -67,12 +68,7 @@ def measure(variant: str, batch: int, seq: int) -> dict:
         elif variant == "graphed_layers":
             graph_modules(model, model.model.layers, (data[0][0],))
 
-        def step(ids, labels):
-            opt.zero_grad(set_to_none=True)
-            loss = _loss(forward(ids), labels)
-            loss.backward()
-            opt.step()
-            return loss.detach()
+        step = eager_step_fn(forward, opt, _loss)
         for _ in range(3):
             step(*data[0])
     torch.cuda.synchronize()

@@ -47,11 +47,12 @@ def twin_stacks(tokens: int, hidden: int, ffn: int, layers: int, batches: int, l
     return eager_model, graph_model, eager_opt, graph_opt, data
 
 
-def eager_step_fn(model: torch.nn.Module, optimizer):
-    """One eager training step (zero grads, MSE loss, backward, optimizer step) -> loss."""
+def eager_step_fn(model, optimizer, loss_fn=mse):
+    """One eager training step (zero grads, ``loss_fn(model(x), y)``, backward, optimizer step)
+    -> the loss, detached. ``model`` may be any callable (a compiled model, say)."""
     def step(x, y):
         optimizer.zero_grad(set_to_none=True)
-        loss = mse(model(x), y)
+        loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
         return loss.detach()
