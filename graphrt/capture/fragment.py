@@ -231,7 +231,8 @@ class Fragment:
         """Replay on the current stream with whatever the static inputs hold."""
         self._require_live()
         self._graph.replay()
-        self._last_stream[0] = current_stream(self.runtime.device)
+        if self.runtime.device.type == "cuda":
+            self._last_stream[0] = current_stream(self.runtime.device)
         self.replays += 1
 
     # -- inspection ----------------------------------------------------------------------------

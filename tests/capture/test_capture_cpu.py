@@ -191,3 +191,49 @@ def test_stale_autograd_graph_gets_its_own_advice():
                        "capturing blocking stream")
     assert failure.classify(err) == "capture" and "del loss" in failure.advice(err)
     assert failure.advice(RuntimeError("called a synchronizing CUDA operation")) == failure.HINT
+
+
+class _EagerGraph:
+    """Stands in for a CUDA graph on the CPU: replay runs ``fn`` on the static inputs into the
+    static outputs (``skip`` leaves the outputs as they are, like a graph that lost a kernel)."""
+
+    def __init__(self, fn, inputs, outputs, skip=()):
+        self.fn, self.inputs, self.outputs, self.skip = fn, inputs, outputs, set(skip)
+
+    def replay(self):
+        for i, (out, value) in enumerate(zip(self.outputs, self.fn(*self.inputs))):
+            if i not in self.skip:
+                out.copy_(value)
+
+    def reset(self):
+        pass
+
+
+def _cpu_fragment(fn, inputs, skip=()):
+    from graphrt.arena import WorkspaceArena
+    from graphrt.capture import Fragment
+
+    outputs = tuple(t.clone() for t in fn(*inputs))
+    hold = WorkspaceArena(1024, "cpu").hold().__enter__()
+    return Fragment(_EagerGraph(fn, inputs, outputs, skip), inputs, outputs, hold,
+                    graphrt.Runtime("cpu"), 0)
+
+
+def test_verify_replay_logic_on_the_cpu():
+    from graphrt.capture import verify_replay
+
+    def fn(x, w):
+        return x * w, (x + 1).sum(0)
+
+    inputs = (torch.randn(8, 4), torch.randn(4))
+    make = lambda i: (torch.randn(8, 4), torch.randn(4))   # noqa: E731
+    good = verify_replay(_cpu_fragment(fn, inputs), fn, make, steps=2)
+    assert good.ok and len(good.checks) == 4, str(good)
+    # an output the replay never writes keeps the NaN poison: caught
+    stale = verify_replay(_cpu_fragment(fn, (torch.randn(8, 4), torch.randn(4)), skip=(1,)), fn,
+                          make, steps=1)
+    assert not stale.ok and any(c.nan_in_replay for c in stale.checks), str(stale)
+    # an eager function that disagrees: caught bitwise, allowed within a tolerance
+    off = lambda x, w: (x * w + 1e-3, (x + 1).sum(0))      # noqa: E731
+    assert not verify_replay(_cpu_fragment(fn, inputs), off, make, steps=1).ok
+    assert verify_replay(_cpu_fragment(fn, inputs), off, make, steps=1, atol=2e-3).ok
