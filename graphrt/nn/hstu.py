@@ -7,14 +7,32 @@ from ..errors import ContractError
 from ..ops.hstu import hstu_lmsd_backward, hstu_lmsd_forward
 from ..ops.hstu.plan import MAX_D, MIN_D, dropout_p32
 from ..validate import eps_value, flag_value, require_tensor, size_value
+from .dispatch import call
 from ..runtime import runtime as default_runtime
+
+
+def _forward(x, u, weight, bias, eps, p, seed, offset, silu, concat_u, concat_x):
+    y, mean, rstd, mask = hstu_lmsd_forward(x, u, weight, bias, eps=eps, dropout_ratio=p,
+                                            seed=0 if seed is None else seed,
+                                            offset=0 if offset is None else offset,
+                                            apply_u_silu=silu,
+                                            concat_u=concat_u, concat_x=concat_x)
+    return y, mean, rstd, x.new_empty(0, dtype=torch.int8) if mask is None else mask
+
+
+def _backward(dy, x, u, weight, bias, mean, rstd, mask, p, silu, concat_u, concat_x,
+              compute_dweight):
+    return hstu_lmsd_backward(dy, x, u, weight, bias, mean, rstd, mask, dropout_ratio=p,
+                              apply_u_silu=silu, concat_u=concat_u, concat_x=concat_x,
+                              compute_dweight=compute_dweight)
 
 
 class _HstuLmsdFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, u, weight, bias, eps, p, seed, offset, flags):
-        y, mean, rstd, mask = hstu_lmsd_forward(x, u, weight, bias, eps=eps, dropout_ratio=p,
-                                                seed=seed, offset=offset, **flags)
+        y, mean, rstd, mask = call(_forward, "hstu_lmsd_forward", x, u, weight, bias, eps, p,
+                                   seed, offset, flags["apply_u_silu"], flags["concat_u"],
+                                   flags["concat_x"])
         ctx.save_for_backward(x, u, weight, bias, mean, rstd, mask)
         ctx.p, ctx.flags = p, flags
         return y
@@ -22,10 +40,13 @@ class _HstuLmsdFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, u, weight, bias, mean, rstd, mask = ctx.saved_tensors
-        dx, du, dweight, dbias = hstu_lmsd_backward(
-            dy.contiguous(), x, u, weight, bias, mean, rstd, mask, dropout_ratio=ctx.p,
-            compute_dweight=ctx.needs_input_grad[2], **ctx.flags)
-        return dx, du, dweight, dbias, None, None, None, None, None
+        f = ctx.flags
+        dx, du, dweight, dbias = call(
+            _backward, "hstu_lmsd_backward", dy.contiguous(), x, u, weight, bias, mean, rstd,
+            mask if ctx.p > 0 else None, ctx.p, f["apply_u_silu"], f["concat_u"], f["concat_x"],
+            ctx.needs_input_grad[2])
+        return dx, du, dweight if ctx.needs_input_grad[2] else None, dbias, None, None, None, \
+            None, None
 
 
 class HstuLmsd(torch.nn.Module):
@@ -58,7 +79,7 @@ class HstuLmsd(torch.nn.Module):
                 raise ContractError(f"{name}: expected a 2-D [N, {d}] tensor (the module's d), "
                                     f"got shape {tuple(t.shape)}")
         p = self.dropout_ratio if self.training else 0.0
-        seed = offset = 0
+        seed = offset = None
         rng = None
         if p > 0:
             rng = default_runtime(x.device).rng

@@ -6,6 +6,11 @@ import torch
 from ..errors import ContractError
 from ..ops.mhc import mhc_projection_backward, mhc_projection_forward_reference
 from ..validate import dtype_name, require_tensor, size_value
+from .dispatch import call
+
+
+def _backward(x, weight, grad_proj, grad_r, r, allow_tf32):
+    return mhc_projection_backward(x, weight, grad_proj, grad_r, r, allow_tf32=allow_tf32)
 
 
 class _MhcProjectionFunction(torch.autograd.Function):
@@ -22,8 +27,8 @@ class _MhcProjectionFunction(torch.autograd.Function):
             grad_proj = torch.zeros(x.shape[0], weight.shape[0], device=x.device)
         if grad_r is None:
             grad_r = torch.zeros_like(r)
-        dx, dweight = mhc_projection_backward(x, weight, grad_proj.contiguous(),
-                                              grad_r.contiguous(), r, allow_tf32=True)
+        dx, dweight = call(_backward, "mhc_projection_backward", x, weight,
+                           grad_proj.contiguous(), grad_r.contiguous(), r, True)
         return dx, dweight, None
 
 

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ContractError
+from .dispatch import call
 from ..ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
 from ..ops.rmsnorm.plan import MAX_HIDDEN, MIN_HIDDEN, WEIGHT_DTYPES
 from ..validate import dtype_name, eps_value, size_value
@@ -70,38 +71,31 @@ def _(g, x, w, rstd, g_residual):
     return torch.empty_like(x), torch.empty_like(w)
 
 
-def _call(direct, op_name: str, *args):
-    """The functional op in eager mode; the registered operator while torch.compile traces."""
-    if torch.compiler.is_compiling():
-        return getattr(torch.ops.graphrt, op_name)(*args)
-    return direct(*args)
-
-
 class _RmsNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, eps):
-        y, rstd = _call(_forward, "rmsnorm_fwd", x, w, eps)
+        y, rstd = call(_forward, "rmsnorm_fwd", x, w, eps)
         ctx.save_for_backward(x, w, rstd)
         return y
 
     @staticmethod
     def backward(ctx, g_y):
         x, w, rstd = ctx.saved_tensors
-        dx, dw = _call(_backward, "rmsnorm_bwd", g_y, x, w, rstd, None)
+        dx, dw = call(_backward, "rmsnorm_bwd", g_y, x, w, rstd, None)
         return dx, dw, None
 
 
 class _RmsNormResidualFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, w, eps):
-        y, rstd, h_new = _call(_residual_forward, "rmsnorm_residual_fwd", x, residual, w, eps)
+        y, rstd, h_new = call(_residual_forward, "rmsnorm_residual_fwd", x, residual, w, eps)
         ctx.save_for_backward(h_new, w, rstd)
         return y, h_new
 
     @staticmethod
     def backward(ctx, g_y, g_h):
         h_new, w, rstd = ctx.saved_tensors
-        dh, dw = _call(_backward, "rmsnorm_bwd", g_y, h_new, w, rstd, g_h)
+        dh, dw = call(_backward, "rmsnorm_bwd", g_y, h_new, w, rstd, g_h)
         return dh, dh, dw, None
 
 

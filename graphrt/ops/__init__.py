@@ -4,6 +4,7 @@ from .hstu import HstuLmsdBackward, HstuLmsdForward, hstu_lmsd_backward, hstu_lm
 from .mhc import MhcProjectionBackward, mhc_projection_backward
 from .proj_rope import GemmProjRopeMxfp8, gemm_proj_rope_mxfp8
 from .rmsnorm import RmsNormBackward, RmsNormForward, rmsnorm_backward, rmsnorm_forward
+from . import library  # noqa: E402,F401 - registers torch.ops.graphrt.<name>
 
 __all__ = ["GemmProjRopeMxfp8", "GroupedGemmWgrad", "HstuLmsdBackward", "HstuLmsdForward", "MhcProjectionBackward", "RmsNormBackward",
            "RmsNormForward", "gemm_proj_rope_mxfp8", "grouped_gemm_wgrad", "hstu_lmsd_backward", "hstu_lmsd_forward", "mhc_projection_backward",

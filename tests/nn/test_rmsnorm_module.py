@@ -103,3 +103,32 @@ def test_compiles_with_inductor_gpu(seed):
     out = compiled(x)
     out.float().sum().backward()
     assert rel_l2(out, model(x)) < 1e-2
+
+
+# -- the other modules trace too, with graphrt's kernels as opaque operators -------------------
+def test_hstu_module_traces_with_fullgraph_cpu(seed):
+    lmsd = graphrt.nn.HstuLmsd(32, dropout_ratio=0.0)
+    x = torch.randn(8, 32, dtype=BF16, requires_grad=True)
+    u = torch.randn(8, 32, dtype=BF16, requires_grad=True)
+    backend, graphs = _recording_backend()
+    out = torch.compile(lmsd, backend=backend, fullgraph=True)(x, u)
+    out.float().sum().backward()
+    grads = [x.grad.clone(), u.grad.clone(), lmsd.weight.grad.clone()]
+    for t in (x, u, lmsd.weight):
+        t.grad = None
+    eager = lmsd(x, u)
+    eager.float().sum().backward()
+    assert torch.equal(out, eager)
+    for got, want in zip(grads, (x.grad, u.grad, lmsd.weight.grad)):
+        assert torch.equal(got, want)
+    assert "graphrt.hstu_lmsd_forward" in graphs[0] and "graphrt.hstu_lmsd_backward" in graphs[1]
+
+
+def test_mhc_module_traces_with_fullgraph_cpu(seed):
+    stage = graphrt.nn.MhcProjection(64, 24, n_pad=32)
+    x = torch.randn(16, 64, dtype=BF16, requires_grad=True)
+    backend, graphs = _recording_backend()
+    proj, r = torch.compile(stage, backend=backend, fullgraph=True)(x)
+    (proj.sum() + r.sum()).backward()
+    assert x.grad is not None and stage.weight.grad is not None
+    assert "graphrt.mhc_projection_backward" in graphs[1]

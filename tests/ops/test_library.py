@@ -1,0 +1,69 @@
+"""Every functional op is torch.ops.graphrt.<name>: the same answer as the functional call, a
+fake implementation that agrees with the real one, and torch.library.opcheck's checks."""
+import itertools
+
+import pytest
+import torch
+
+import graphrt
+from graphrt.ops.library import SCHEMAS
+
+BF16 = torch.bfloat16
+
+
+def _cases():
+    gen = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=gen)          # noqa: E731
+    x, g = r(6, 64).to(BF16), r(6, 64).to(BF16)
+    w = 1 + 0.1 * r(64)
+    _, rstd = graphrt.ops.rmsnorm_forward(x, w)
+    u, wb, bb = r(6, 64).to(BF16), (1 + 0.1 * r(64)).to(BF16), (0.1 * r(64)).to(BF16)
+    seed, offset = torch.tensor([3]), torch.tensor([7])
+    y, mean, hrstd, mask = graphrt.ops.hstu_lmsd_forward(x, u, wb, bb, dropout_ratio=0.2,
+                                                         seed=seed, offset=offset)
+    counts = [3, 0, 5]
+    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32)
+    cos = r(32, 64).to(BF16)
+    return {
+        "rmsnorm_forward": [(x, w, 1e-6, None), (x, w, 1e-5, g)],
+        "rmsnorm_backward": [(g, x, w, rstd, None), (g, x, w, rstd, g)],
+        "mhc_projection_backward": [(x, r(24, 64) / 8, r(6, 32), r(6, 1), r(6, 1).abs() + 0.5,
+                                     True)],
+        "hstu_lmsd_forward": [(x, u, wb, bb, 1e-6, 0.2, seed, offset, True, True, True),
+                              (x, u, wb, bb, 1e-6, 0.0, None, None, False, True, False)],
+        "hstu_lmsd_backward": [(torch.randn_like(y), x, u, wb, bb, mean, hrstd, mask, 0.2, True,
+                                True, True, True),
+                               (torch.randn_like(y), x, u, wb, bb, mean, hrstd, mask, 0.2, True,
+                                True, True, False)],
+        "grouped_gemm_wgrad": [(r(16, 8).to(BF16), r(8, 24).to(BF16), offsets, BF16, "tensor2d"),
+                               (r(16, 8).to(BF16), r(8, 24).to(BF16), offsets, torch.float32,
+                                "tensor2d")],
+        "gemm_proj_rope_mxfp8": [(r(32, 64).to(BF16), (r(2 * 192, 64) / 8).to(BF16), cos, cos,
+                                  None, None, True, 128, 64)],
+    }
+
+
+CASES = _cases()
+
+
+def test_every_functional_op_is_registered():
+    assert set(SCHEMAS) == set(CASES)
+    for name in SCHEMAS:
+        assert hasattr(graphrt.ops, name) and hasattr(torch.ops.graphrt, name)
+
+
+@pytest.mark.parametrize("name,case", [(n, i) for n in CASES for i in range(len(CASES[n]))])
+def test_operator_matches_functional_and_passes_opcheck(name, case):
+    args = CASES[name][case]
+    op = getattr(torch.ops.graphrt, name)
+    got = op(*args)
+    got = got if isinstance(got, list) else [got]
+    # the fake implementation agrees with the real outputs' shapes and dtypes
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        fake = op(*fake_args)
+    fake = fake if isinstance(fake, list) else [fake]
+    assert [(t.shape, t.dtype) for t in fake] == [(t.shape, t.dtype) for t in got]
+    torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor",
+                                                "test_autograd_registration"))
