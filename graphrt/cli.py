@@ -1,4 +1,5 @@
-"""Command line: ``graphrt info | demo | bench <op|all>``."""
+"""graphrt command line: info (versions, device, backends), demo (RMSNorm through the plan API and
+a captured training step), bench <op|all> (an op against its peers)."""
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,8 @@ def info(_args=None, out=print) -> dict:
         if triton_available():
             backends.append("triton")
     else:
-        facts.update(device="cpu (no CUDA device)")
+        facts.update(device="cpu (no CUDA device): the reference backend runs; with "
+                            "TRITON_INTERPRET=1 the Triton kernels run under Triton's interpreter")
     facts["backends"] = ", ".join(backends)
     rt = graphrt.runtime()
     stats = rt.stats()
@@ -130,6 +132,9 @@ def bench(args, out=print) -> None:
         if name not in ops:
             raise SystemExit(f"graphrt bench: unknown op {name!r}; choose from {sorted(ops)} or all")
         if name != "plan_store" and not torch.cuda.is_available():
+            if args.op != "all":
+                raise SystemExit(f"graphrt bench {name}: needs a CUDA GPU, and torch sees none "
+                                 f"here (graphrt bench plan_store runs on the CPU)")
             out(f"graphrt bench {name}: needs a CUDA GPU; skipped")
             continue
         import importlib
@@ -138,6 +143,9 @@ def bench(args, out=print) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="graphrt", description=__doc__)
+    parser.add_argument("--version", action="version",
+                        version=f"graphrt {_version('graphrt')} (torch {_version('torch')}, "
+                                f"triton {_version('triton')})")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, device, backends, plan-store and arena stats")
     sub.add_parser("demo", help="run the demo (RMSNorm through the plan API)")

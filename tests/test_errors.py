@@ -143,3 +143,15 @@ def test_misspelt_execute_keywords_raise_type_error():
     with pytest.raises(TypeError, match="eps"):
         norm.execute(x, w, eps=1e-3)      # eps belongs to the plan's contract
     assert "seed" in HstuLmsdForward.execute_keywords and "eps" not in RmsNormForward.execute_keywords
+
+
+def test_cli_version_and_gpu_bench_without_a_gpu():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "graphrt.cli", "--version"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0 and out.stdout.startswith("graphrt ")
+    if not torch.cuda.is_available():
+        res = subprocess.run([sys.executable, "-m", "graphrt.cli", "bench", "mhc"],
+                             capture_output=True, text=True)
+        assert res.returncode != 0 and "needs a CUDA GPU" in res.stderr
