@@ -3,6 +3,7 @@ a captured training step), bench <op|all> (an op against its peers)."""
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -128,6 +129,8 @@ def bench(args, out=print) -> None:
            "wgrad": "graphrt.bench.wgrad", "proj": "graphrt.bench.proj",
            "ddp": "graphrt.bench.data_parallel", "hf": "graphrt.bench.hf"}
     names = list(ops) if args.op == "all" else [args.op]
+    if getattr(args, "out", None):
+        os.environ["GRAPHRT_BENCH_DIR"] = args.out   # read by bench.report.save
     for name in names:
         if name not in ops:
             raise SystemExit(f"graphrt bench: unknown op {name!r}; choose from {sorted(ops)} or all")
@@ -152,6 +155,9 @@ def main(argv=None) -> int:
     b = sub.add_parser("bench", help="benchmark an op against its peers")
     b.add_argument("op", help="rmsnorm | mhc | lmsd | wgrad | proj | capture | ddp | hf | "
                               "plan_store | all")
+    b.add_argument("--out", metavar="DIR", default=None,
+                   help="where each run writes its JSON (default: $GRAPHRT_BENCH_DIR, else "
+                        "bench/results under the current directory)")
     args = parser.parse_args(argv)
     {"info": info, "demo": demo, "bench": bench}[args.command](args)
     return 0

@@ -42,7 +42,7 @@ def format_table(rows: list[dict], columns: list[str]) -> str:
 
 def save(name: str, rows: list[dict], directory: str | os.PathLike | None = None) -> Path:
     """Write ``rows`` with the environment to bench/results/<name>-<timestamp>.json."""
-    directory = Path(directory or os.environ.get("GRAPHRT_BENCH_DIR", "bench/results"))
+    directory = Path(directory or os.environ.get("GRAPHRT_BENCH_DIR") or "bench/results")
     directory.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = directory / f"{name}-{stamp}.json"
