@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from graphrt.bench.models import DeepSeekBlock, MhcBlock, loss_and_grads, mse
+from graphrt.models import DeepSeekBlock, MhcBlock, loss_and_grads, mse
 from graphrt.capture import capture, verify_replay
 
 

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from graphrt.bench.models import Stack, eager_step_fn, mse, twin_stacks
+from graphrt.models import Stack, eager_step_fn, mse, twin_stacks
 from graphrt.capture import graph_step
 
 

@@ -15,7 +15,7 @@ import time
 import torch
 
 import graphrt
-from graphrt.bench.models import eager_step_fn
+from graphrt.models import eager_step_fn
 from graphrt.capture import graph_step
 
 

@@ -12,7 +12,7 @@ import argparse
 import torch
 
 import graphrt
-from graphrt.bench.models import HstuBlock, loss_and_grads
+from graphrt.models import HstuBlock, loss_and_grads
 from graphrt.capture import capture, verify_replay
 
 

@@ -5,7 +5,7 @@ import torch
 
 from ..capture import graph_step
 from . import report
-from .models import eager_step_fn, mse, twin_stacks
+from ..models import eager_step_fn, mse, twin_stacks
 from .timing import host_enqueue_us, wall_ms_per_step
 
 TOKENS = (256, 1024, 8192)

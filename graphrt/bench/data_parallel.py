@@ -16,7 +16,7 @@ import torch.distributed as dist
 from ..capture import graph_step
 from ..capture.data_parallel import NCCL_ENV
 from . import report
-from .models import Stack, eager_step_fn, mse
+from ..models import Stack, eager_step_fn, mse
 from .timing import wall_ms_per_step
 
 HIDDEN, FFN, LAYERS = 1024, 4096, 4

@@ -16,7 +16,7 @@ import time
 import torch
 
 from . import report
-from .models import eager_step_fn
+from ..models import eager_step_fn
 
 VARIANTS = ("eager", "eager_graphrt_norms", "compile", "compile_reduce_overhead",
             "graphed_layers", "graph_step", "graph_step_compiled")

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import graphrt
-from graphrt.bench.models import DeepSeekBlock, HstuBlock, MhcBlock, loss_and_grads, mse
+from graphrt.models import DeepSeekBlock, HstuBlock, MhcBlock, loss_and_grads, mse
 from graphrt.capture import capture, verify_replay
 
 pytestmark = pytest.mark.gpu

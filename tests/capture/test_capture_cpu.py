@@ -79,7 +79,7 @@ def test_replay_input_mutation_covers_float8():
 
 
 def test_mhc_block_eager_cpu_reference_path():
-    from graphrt.bench.models import MhcBlock, loss_and_grads
+    from graphrt.models import MhcBlock, loss_and_grads
     block = MhcBlock(32, 4, 64)
     loss, *grads = loss_and_grads(block)(torch.randn(8, 128, dtype=torch.bfloat16),
                                          torch.randn(8, 128, dtype=torch.bfloat16))
@@ -88,7 +88,7 @@ def test_mhc_block_eager_cpu_reference_path():
 
 
 def test_deepseek_block_eager_cpu_reference_path():
-    from graphrt.bench.models import DeepSeekBlock, mse
+    from graphrt.models import DeepSeekBlock, mse
     block = DeepSeekBlock(32, 4, 2, 64, 1)
     x = torch.randn(8, 128, dtype=torch.bfloat16)              # 8 tokens x 4 streams = 32 rows
     offsets = torch.tensor([12, 32], dtype=torch.int32)
@@ -100,7 +100,7 @@ def test_deepseek_block_eager_cpu_reference_path():
 
 
 def test_hstu_block_eager_cpu_reference_path():
-    from graphrt.bench.models import HstuBlock, loss_and_grads
+    from graphrt.models import HstuBlock, loss_and_grads
     block = HstuBlock(16, 0.1)
     step = loss_and_grads(block, lambda xu: block(*xu.chunk(2, dim=1)))
     loss, *grads = step(torch.randn(8, 32, dtype=torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16))

@@ -6,7 +6,7 @@ import torch
 
 import graphrt
 from graphrt import ArenaExhausted, CaptureError, ContractError
-from graphrt.bench.models import Stack, mse
+from graphrt.models import Stack, mse
 from graphrt.capture import TokenBuckets, capture, fork, graph_step, uniform_, verify_replay
 from graphrt.ops import rmsnorm_backward, rmsnorm_forward
 from graphrt.ops.rmsnorm import rmsnorm_backward_reference, rmsnorm_forward_reference
@@ -271,7 +271,7 @@ class _SyncsBetweenLayers(torch.nn.Module):
 
     def __init__(self, hidden=256, layers=3):
         super().__init__()
-        from graphrt.bench.models import Block
+        from graphrt.models import Block
         self.blocks = torch.nn.ModuleList(Block(hidden, 2 * hidden, device="cuda")
                                           for _ in range(layers))
         self.seen = []

@@ -84,7 +84,7 @@ def _nccl_world_of_one(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_graph_step_data_parallel_matches_eager_ddp(seed, tmp_path):
-    from graphrt.bench.models import Stack, mse
+    from graphrt.models import Stack, mse
     from graphrt.capture import graph_step
     _nccl_world_of_one(tmp_path)
     try:

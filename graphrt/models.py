@@ -1,9 +1,10 @@
-"""Small models shared by the capture example, benchmark and tests."""
+"""Small models for examples, tests and benchmarks: a pre-norm MLP stack, an MoE and mHC block, and
+the eager training step they are compared against."""
 from __future__ import annotations
 
 import torch
 
-from ..nn import RMSNorm
+from .nn import RMSNorm
 
 
 class Block(torch.nn.Module):
@@ -66,7 +67,7 @@ class MhcBlock(torch.nn.Module):
 
     def __init__(self, hidden: int = 512, streams: int = 4, ffn: int = 1024, device=None):
         super().__init__()
-        from ..nn import MhcProjection
+        from .nn import MhcProjection
 
         self.hidden, self.streams = hidden, streams
         n = (2 + streams) * streams
@@ -102,7 +103,7 @@ class DeepSeekBlock(torch.nn.Module):
     def __init__(self, hidden: int = 256, streams: int = 4, experts: int = 4, ffn: int = 512,
                  heads: int = 2, device=None):
         super().__init__()
-        from ..nn import GroupedLinear, MhcProjection, RMSNorm
+        from .nn import GroupedLinear, MhcProjection, RMSNorm
 
         self.hidden, self.streams = hidden, streams
         n = (2 + streams) * streams
@@ -115,7 +116,7 @@ class DeepSeekBlock(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, offsets: torch.Tensor, cos: torch.Tensor,
                 sin: torch.Tensor):
-        from ..ops import gemm_proj_rope_mxfp8
+        from .ops import gemm_proj_rope_mxfp8
 
         tokens = x.shape[0]
         proj, r = self.mhc(x)
@@ -133,7 +134,7 @@ class HstuBlock(torch.nn.Module):
 
     def __init__(self, d: int = 256, dropout_ratio: float = 0.1, device=None):
         super().__init__()
-        from ..nn import HstuLmsd
+        from .nn import HstuLmsd
 
         self.lmsd = HstuLmsd(d, dropout_ratio=dropout_ratio, device=device)
         self.out = torch.nn.Linear(3 * d, d, bias=False, device=device, dtype=torch.bfloat16)
