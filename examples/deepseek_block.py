@@ -26,9 +26,11 @@ def _random_routing(rows: int, experts: int, step: int) -> torch.Tensor:
 
 def run(tokens: int = 1024, hidden: int = 1024, streams: int = 4, out=print):
     if not torch.cuda.is_available():
-        out("CUDA graphs need a GPU; running the blocks eagerly on the CPU reference path.")
-        block = MhcBlock(64, streams, 128)
-        x = torch.randn(16, streams * 64, dtype=torch.bfloat16)
+        out(f"deepseek_block: no GPU here, so the MoE block, the capture and the timings are "
+            f"skipped: the mHC block ({tokens} tokens, hidden {hidden}, {streams} streams) runs "
+            f"eagerly on the CPU reference kernels")
+        block = MhcBlock(hidden, streams, 2 * hidden)
+        x = torch.randn(tokens, streams * hidden, dtype=torch.bfloat16)
         loss, *grads = loss_and_grads(block)(x, x)
         out(f"  mHC block: loss {loss.item():.5f}, {len(grads)} gradients")
         return None
@@ -70,7 +72,10 @@ def run(tokens: int = 1024, hidden: int = 1024, streams: int = 4, out=print):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", type=int, default=1024)
-    run(parser.parse_args().tokens)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--streams", type=int, default=4)
+    args = parser.parse_args()
+    run(args.tokens, args.hidden, args.streams)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,12 @@ from graphrt.capture import capture, verify_replay
 
 def run(rows: int = 65536, d: int = 512, out=print):
     if not torch.cuda.is_available():
-        out("CUDA graphs need a GPU; running the block eagerly on the CPU reference path.")
-        block = HstuBlock(16, 0.1)
+        out(f"hstu_block: no GPU here, so the capture and the timings are skipped: the block "
+            f"({rows} rows, d {d}) runs eagerly on the CPU reference kernels")
+        block = HstuBlock(d, 0.1)
         step = loss_and_grads(block, lambda xu: block(*xu.chunk(2, dim=1)))
-        loss, *_ = step(torch.randn(8, 32, dtype=torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16))
+        loss, *_ = step(torch.randn(rows, 2 * d, dtype=torch.bfloat16),
+                        torch.randn(rows, d, dtype=torch.bfloat16))
         out(f"  loss {loss.item():.5f}")
         return None
     torch.manual_seed(0)
