@@ -155,3 +155,14 @@ def test_cli_version_and_gpu_bench_without_a_gpu():
         res = subprocess.run([sys.executable, "-m", "graphrt.cli", "bench", "mhc"],
                              capture_output=True, text=True)
         assert res.returncode != 0 and "needs a CUDA GPU" in res.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU demo")
+def test_demo_on_the_cpu_compares_the_interpreted_kernels_with_the_reference():
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-m", "graphrt.cli", "demo"], capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "Triton kernels under Triton's interpreter" in res.stdout
+    assert "zero by construction" not in res.stdout and "GB/s" not in res.stdout
