@@ -12,4 +12,5 @@ __version__ = "0.1.0"
 
 __all__ = ["ArenaExhausted", "CaptureError", "Contract", "ContractError", "DeviceCheckError",
            "Plan", "PlanStore", "Result",
-           "Runtime", "TensorSpec", "UnsupportedError", "WorkspaceArena", "capture", "check_errors", "nn", "ops", "runtime"]
+           "Runtime", "TensorSpec", "UnsupportedError", "WorkspaceArena", "capture", "check_errors",
+           "nn", "ops", "runtime"]

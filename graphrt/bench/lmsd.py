@@ -63,8 +63,8 @@ def run(progress=print) -> list[dict]:
         y = torch.empty(n, 3 * d, dtype=torch.bfloat16, device="cuda")
         m_out, r_out = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
         k_out = torch.empty(n, d, dtype=torch.int8, device="cuda")
-        dx, du = torch.empty(n, d, dtype=torch.bfloat16, device="cuda"), torch.empty(n, d, dtype=torch.bfloat16, device="cuda")
-        dw, db = torch.empty(d, dtype=torch.bfloat16, device="cuda"), torch.empty(d, dtype=torch.bfloat16, device="cuda")
+        dx, du = (torch.empty(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+        dw, db = (torch.empty(d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
         impls = {
             "forward": {
                 "graphrt": lambda x, u, w, b, *_: fwd.execute(x, u, w, b, seed=1, offset=0, y=y,

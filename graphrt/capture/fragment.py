@@ -290,10 +290,11 @@ def capture(fn: Callable, *sample_args, warmup: int = 3, runtime: Runtime | None
     from the runtime's arena during the capture stay reserved for the fragment's lifetime, so
     replays see stable addresses.
 
-    A tensor passed twice (or sharing memory with another argument) becomes a static input of its
-    own, filled with a copy. The graph's memory comes from the pool its runtime's fragments share (replay them in capture
-    order), or from ``pool`` (a ``torch.cuda.graph_pool_handle()`` of the fragment's own): then
-    the warm-ups allocate from it too, and the capture reuses their memory.
+    A tensor passed twice (or sharing memory with another argument) becomes a static input of
+    its own, filled with a copy. The graph's memory comes from the pool its runtime's fragments
+    share (replay them in capture order), or from ``pool`` (a ``torch.cuda.graph_pool_handle()``
+    of the fragment's own): then the warm-ups allocate from it too, and the capture reuses their
+    memory.
 
     >>> frag = graphrt.capture.capture(step, x, w)           # doctest: +SKIP
     >>> y = frag(new_x, w)                                   # copies new_x in, replays

@@ -6,6 +6,7 @@ from .proj_rope import GemmProjRopeMxfp8, gemm_proj_rope_mxfp8
 from .rmsnorm import RmsNormBackward, RmsNormForward, rmsnorm_backward, rmsnorm_forward
 from . import library  # noqa: E402,F401 - registers torch.ops.graphrt.<name>
 
-__all__ = ["GemmProjRopeMxfp8", "GroupedGemmWgrad", "HstuLmsdBackward", "HstuLmsdForward", "MhcProjectionBackward", "RmsNormBackward",
-           "RmsNormForward", "gemm_proj_rope_mxfp8", "grouped_gemm_wgrad", "hstu_lmsd_backward", "hstu_lmsd_forward", "mhc_projection_backward",
-           "rmsnorm_backward", "rmsnorm_forward"]
+__all__ = ["GemmProjRopeMxfp8", "GroupedGemmWgrad", "HstuLmsdBackward", "HstuLmsdForward",
+           "MhcProjectionBackward", "RmsNormBackward", "RmsNormForward", "gemm_proj_rope_mxfp8",
+           "grouped_gemm_wgrad", "hstu_lmsd_backward", "hstu_lmsd_forward",
+           "mhc_projection_backward", "rmsnorm_backward", "rmsnorm_forward"]

@@ -51,12 +51,13 @@ def _train(family, graphrt_norms, steps):
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 @pytest.mark.parametrize("graphrt_norms,deterministic", [(False, True), (True, True), (True, False)])
 def test_graph_step_trains_like_eager(family, graphrt_norms, deterministic):
-    """Five captured steps against five eager ones, with the stock norms and graphrt's, with
-    SDPA's math backend (deterministic: two eager runs are bitwise equal) and its default
-    (flash: dQ is accumulated with atomics). Not bitwise even with the math backend, where two
-    eager runs are: transformers takes other code paths while a stream captures (its
-    is_tracing() checks, e.g. in the attention-mask preparation). Measured on the H200: losses within 1e-5 relative, weights within 0.8% after five AdamW steps (Adam's
-    per-element normalisation magnifies the smallest gradient differences)."""
+    """Five captured steps against five eager ones, with the stock norms and graphrt's, with SDPA's
+    math backend (deterministic: two eager runs are bitwise equal) and its default (flash:
+    dQ is accumulated with atomics). Not bitwise even with the math backend, where two eager
+    runs are: transformers takes other code paths while a stream captures (its is_tracing()
+    checks, e.g. in the attention-mask preparation). Measured on the H200: losses within
+    1e-5 relative, weights within 0.8% after five AdamW steps (Adam's per-element
+    normalisation magnifies the smallest gradient differences)."""
     eager, graphed, losses = _train_both(family, graphrt_norms, deterministic)
     tolerance = 1e-4 if deterministic else 2e-3
     for i, (g, e) in enumerate(losses):

@@ -7,7 +7,7 @@ import torch
 
 import graphrt
 from graphrt import ContractError
-from graphrt.ops import HstuLmsdBackward, HstuLmsdForward, hstu_lmsd_backward, hstu_lmsd_forward
+from graphrt.ops import HstuLmsdForward, hstu_lmsd_backward, hstu_lmsd_forward
 from graphrt.ops.hstu import hstu_lmsd_backward_reference, hstu_lmsd_forward_reference
 from graphrt.ops.hstu.philox import dropout_mask, keep_threshold, philox4x32
 

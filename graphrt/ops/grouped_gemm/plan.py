@@ -84,7 +84,8 @@ class GroupedGemmWgrad(Plan):
                             "contiguous" if offsets.is_contiguous() else "strided"))
         return Contract(cls.op, backend, device_type, cap, specs,
                         (("output_mode", output_mode), ("wgrad_dtype", out_dtype),
-                         ("accumulate", flag_value("accumulate_on_output", accumulate_on_output)), ("input_order", input_order)))
+                         ("accumulate", flag_value("accumulate_on_output", accumulate_on_output)),
+                         ("input_order", input_order)))
 
     def _check_support(self) -> None:
         c = self.contract
@@ -101,7 +102,8 @@ class GroupedGemmWgrad(Plan):
                 raise ContractError(f"{name}: expected dtype bfloat16, got {dtype_name(spec.dtype)}")
             if spec.layout.startswith("unsupported"):
                 raise ContractError(f"{name}: layout not supported: expected tokens-major or "
-                                    f"{'M' if name == 'a' else 'N'}-major, got {spec.layout.replace('unsupported', '').strip(': ')}")
+                                    f"{'M' if name == 'a' else 'N'}-major, got "
+                                    f"{spec.layout.replace('unsupported', '').strip(': ')}")
         off = c.spec("offsets")
         if off.dtype != torch.int32 or len(off.shape) != 1 or off.layout != "contiguous":
             raise ContractError(f"offsets: expected a contiguous int32 [E] tensor, got "

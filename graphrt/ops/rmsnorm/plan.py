@@ -6,7 +6,7 @@ import math
 import torch
 
 from ...contract import Contract, check_row_spec, row_spec, vector_spec
-from ...errors import ContractError, UnsupportedError
+from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
 from ...validate import (dtype_name, eps_value, require_disjoint, require_tensor, rows_operand,
