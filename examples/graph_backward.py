@@ -7,20 +7,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
+from graphrt.bench.timing import timed_ms
 from graphrt.models import Stack, eager_step_fn, mse, twin_stacks
 from graphrt.capture import graph_step
-
-
-def _timed(fn):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    result = fn()
-    torch.cuda.synchronize()
-    return result, (time.perf_counter() - t0) * 1e3
 
 
 def run(tokens: int = 1024, steps: int = 10, hidden: int = 1024, ffn: int = 4096, layers: int = 4,
@@ -45,8 +37,8 @@ def run(tokens: int = 1024, steps: int = 10, hidden: int = 1024, ffn: int = 4096
     eager_step = eager_step_fn(eager_model, eager_opt)
     t_eager, t_graph, worst = [], [], 0.0
     for i, (x, y) in enumerate(batches):
-        loss_e, te = _timed(lambda: eager_step(x, y))
-        loss_g, tg = _timed(lambda: step(x, y))
+        loss_e, te = timed_ms(lambda: eager_step(x, y))
+        loss_g, tg = timed_ms(lambda: step(x, y))
         diff = (loss_e - loss_g).abs().item()
         for p, q in zip(eager_model.parameters(), graph_model.parameters()):
             diff = max(diff, (p.grad.float() - q.grad.float()).abs().max().item(),

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import time
 
 import torch
 
 import graphrt
+from graphrt.bench.timing import timed_ms
 from graphrt.models import eager_step_fn
 from graphrt.capture import graph_step
 
@@ -32,14 +32,6 @@ def build(layers: int, hidden: int = 1024, vocab: int = 32000):
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).train()
-
-
-def _timed(fn):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    result = fn()
-    torch.cuda.synchronize()
-    return result, (time.perf_counter() - t0) * 1e3
 
 
 def run(steps: int = 5, tokens: int = 512, layers: int = 2, out=print) -> dict:
@@ -63,15 +55,15 @@ def run(steps: int = 5, tokens: int = 512, layers: int = 2, out=print) -> dict:
                      for _ in range(2)) for _ in range(steps)]
     # the sample batch becomes the step's static inputs: a copy, not one of the batches
     sample = tuple(t.clone() for t in batches[0])
-    step, capture_ms = _timed(lambda: graph_step(graphed, lm_loss, sample, opt_g))
+    step, capture_ms = timed_ms(lambda: graph_step(graphed, lm_loss, sample, opt_g))
     out(f"captured the step in {capture_ms:.0f} ms: {step.nodes()['kernel']} kernels, "
         f"pool {step.memory()['reserved'] / 2**20:.0f} MiB")
 
     eager_step = eager_step_fn(eager, opt_e, lm_loss)
 
     for i, (ids, labels) in enumerate(batches):
-        loss_e, te = _timed(lambda: eager_step(ids, labels))
-        loss_g, tg = _timed(lambda: step(ids, labels))
+        loss_e, te = timed_ms(lambda: eager_step(ids, labels))
+        loss_g, tg = timed_ms(lambda: step(ids, labels))
         out(f"step {i}: loss eager {loss_e.item():.5f} graph {loss_g.item():.5f}  "
             f"eager {te:7.2f} ms  graph {tg:7.2f} ms")
     graphrt.check_errors()

@@ -97,3 +97,12 @@ def host_enqueue_us(fn, iters: int = 10) -> float:
     host = (time.perf_counter() - t0) * 1e6 / iters
     torch.cuda.synchronize()
     return host
+
+
+def timed_ms(fn: Callable[[], object]) -> tuple[object, float]:
+    """(fn(), its wall time in ms), the GPU drained before and after: one step as a user sees it."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    result = fn()
+    torch.cuda.synchronize()
+    return result, (time.perf_counter() - t0) * 1e3
