@@ -9,12 +9,14 @@ from ..ops.grouped_gemm.plan import check_offsets_on_host
 from ..ops.grouped_gemm.reference import expert_bounds
 from ..streams import StreamTracker, fork, is_capturing
 from ..validate import dtype_name, require_tensor, size_value, vector_operand
+from .dispatch import call
 
 
 def _grouped_matmul(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """out[tokens of e] = x[tokens of e] @ w[e] for x [T, k], w [E, k, n] (torch._grouped_mm on
-    a GPU; a per-expert loop elsewhere, which reads the offsets on the host)."""
-    if x.is_cuda and hasattr(torch, "_grouped_mm"):
+    a GPU and under torch.compile; eagerly elsewhere a per-expert loop, which reads the offsets
+    on the host)."""
+    if (x.is_cuda or torch.compiler.is_compiling()) and hasattr(torch, "_grouped_mm"):
         return torch._grouped_mm(x, w, offs=offsets)
     out = x.new_empty(x.shape[0], w.shape[2])
     for e, (begin, end) in enumerate(expert_bounds(offsets, x.shape[0])):
@@ -22,17 +24,23 @@ def _grouped_matmul(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> 
     return out
 
 
+def _wgrad(a, b, offsets, dtype, input_order):
+    # the offsets were checked in forward
+    return grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=dtype, input_order=input_order,
+                              check_offsets=False)[0]
+
+
 def _weight_grad(dy, x, offsets, dtype):
-    # Wgrad[e] = dy_e^T x_e: A = dy^T (out, T) is M-major, B = x (T, in) is N-major; the
-    # offsets were checked in forward
-    return grouped_gemm_wgrad(dy.t(), x, offsets, wgrad_dtype=dtype, check_offsets=False)[0]
+    # Wgrad[e] = dy_e^T x_e: A = dy^T (out, T) is M-major, B = x (T, in) is N-major
+    return call(_wgrad, "grouped_gemm_wgrad", dy.t(), x, offsets, dtype, "tensor2d")
 
 
 class _GroupedLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, offsets, wgrad_on_side_stream):
         ctx.save_for_backward(x, weight, offsets)
-        ctx.side = wgrad_on_side_stream and x.is_cuda
+        # side streams are eager-only: under torch.compile the two gradients stay in one graph
+        ctx.side = wgrad_on_side_stream and x.is_cuda and not torch.compiler.is_compiling()
         return _grouped_matmul(x, weight.transpose(1, 2), offsets)
 
     @staticmethod
@@ -66,7 +74,8 @@ class GroupedLinear(torch.nn.Module):
     Eager forward calls read the offsets on the host (one synchronization) and raise
     ``ContractError`` naming the first bad expert (out of order, outside [0, T], or a last end
     that is not T, which would leave rows of y unwritten); ``check_offsets=False`` skips the read.
-    Under CUDA-graph capture the wgrad kernel flags bad offsets for ``graphrt.check_errors()``.
+    Under CUDA-graph capture and torch.compile the wgrad kernel flags bad offsets for
+    ``graphrt.check_errors()`` instead.
 
     >>> experts = graphrt.nn.GroupedLinear(8, 7168, 2048).cuda()        # doctest: +SKIP
     >>> y = experts(x_sorted, offsets)                                   # doctest: +SKIP
@@ -95,6 +104,9 @@ class GroupedLinear(torch.nn.Module):
                                 f"{tuple(x.shape)} {dtype_name(x.dtype)}")
         if x.device != self.weight.device:
             raise ContractError(f"x: expected device {self.weight.device}, got {x.device}")
+        if torch.compiler.is_compiling():   # no host reads in a traced graph: the wgrad kernel
+            # still flags bad offsets for graphrt.check_errors()
+            return _GroupedLinearFunction.apply(x, self.weight, offsets, self.wgrad_on_side_stream)
         vector_operand("offsets", offsets, (torch.int32,), experts, x.device)
         if self.check_offsets and not is_capturing(x.device):
             check_offsets_on_host(offsets, x.shape[0])

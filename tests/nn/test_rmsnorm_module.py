@@ -132,3 +132,20 @@ def test_mhc_module_traces_with_fullgraph_cpu(seed):
     (proj.sum() + r.sum()).backward()
     assert x.grad is not None and stage.weight.grad is not None
     assert "graphrt.mhc_projection_backward" in graphs[1]
+
+
+def test_grouped_linear_traces_with_fullgraph_cpu(seed):
+    import itertools
+    layer = graphrt.nn.GroupedLinear(3, 32, 16)
+    offsets = torch.tensor(list(itertools.accumulate([5, 0, 11])), dtype=torch.int32)
+    x = torch.randn(16, 32, dtype=BF16, requires_grad=True)
+    backend, graphs = _recording_backend()
+    y = torch.compile(layer, backend=backend, fullgraph=True)(x, offsets)
+    y.float().sum().backward()
+    grads = (x.grad.clone(), layer.weight.grad.clone())
+    x.grad = layer.weight.grad = None
+    eager = layer(x, offsets)
+    eager.float().sum().backward()
+    assert rel_l2(y, eager) < 1e-2
+    assert rel_l2(grads[0], x.grad) < 1e-2 and rel_l2(grads[1], layer.weight.grad) < 1e-2
+    assert "graphrt.grouped_gemm_wgrad" in graphs[1]
