@@ -38,12 +38,45 @@ def info(_args=None, out=print) -> dict:
         facts.update(device="cpu (no CUDA device): the reference backend runs; with "
                             "TRITON_INTERPRET=1 the Triton kernels run under Triton's interpreter")
     facts["backends"] = ", ".join(backends)
+    facts.update(_fast_paths())
     rt = graphrt.runtime()
     stats = rt.stats()
     for k, v in facts.items():
         out(f"{k:>20}: {v}")
     out(f"{'plan store':>20}: {stats['plans']}")
     out(f"{'arena':>20}: {stats['arena']}")
+    return facts
+
+
+def _fast_paths() -> dict:
+    """Which fast paths this installation takes, and the projection kernel it would run."""
+    import importlib.util
+
+    from graphrt.plan import triton_available
+
+    if not triton_available():
+        return {"kernels": "no Triton: every op runs the PyTorch reference"}
+    from graphrt import kernel_utils
+
+    triton_version = _version("triton")
+    facts = {"direct launch": "on" if kernel_utils._DIRECT_LAUNCH else
+             f"off (written for Triton 3.6, this is {triton_version})",
+             "tested Triton": "3.6 on the GPU (every fast path), 3.9 on the CPU (interpreter)"}
+    on_hopper = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+    if not torch.cuda.is_available():
+        facts["kernels"] = "rmsnorm, mhc, lmsd, wgrad, proj: Triton (interpreted with TRITON_INTERPRET=1)"
+        return facts
+    pdl = kernel_utils.PDL_ENABLED and torch.cuda.get_device_capability()[0] >= 9
+    facts["programmatic launch"] = "on" if pdl else "off (GRAPHRT_PDL=0, or before compute capability 9.0)"
+    cute = importlib.util.find_spec("cutlass") is not None
+    gluon = kernel_utils.ON_TESTED_TRITON
+    if on_hopper and cute:
+        proj = "CuTe DSL kernel (nvidia-cutlass-dsl)"
+    elif on_hopper and gluon:
+        proj = "warp-specialized Gluon kernel (Triton 3.6)"
+    else:
+        proj = "portable Triton kernel" + (" (install graphrt[cute] for the fast one)" if on_hopper else "")
+    facts["kernels"] = f"rmsnorm, mhc, lmsd, wgrad: Triton; proj: {proj}"
     return facts
 
 

@@ -8,6 +8,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .notices import warn_once
+
 # The Triton that graphrt's uses of its internals (the direct launch below) and of experimental
 # Gluon were written and measured with; other versions take the public paths.
 ON_TESTED_TRITON = tuple(int(v) for v in triton.__version__.split(".")[:2]) == (3, 6)
@@ -50,6 +52,10 @@ def launch(kernel, grid: tuple, *args, **kwargs):
     >>> launch(_uniform_kernel, (blocks,), out, rng.state, n, BLOCK=1024)   # doctest: +SKIP
     """
     runtime = _knobs.runtime if _DIRECT_LAUNCH else None
+    if runtime is None and not ON_TESTED_TRITON and type(kernel).__name__ == "JITFunction":
+        warn_once("direct-launch", f"graphrt: Triton {triton.__version__} is not the Triton 3.6 "
+                  f"its direct kernel launch was written for, so launches take Triton's own "
+                  f"path (about 7 us more host time each on an H200 host)")
     if (runtime is None or type(kernel) is not _JITFunction or kernel.pre_run_hooks
             or runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls):
         return kernel[grid](*args, **kwargs)

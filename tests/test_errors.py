@@ -166,3 +166,21 @@ def test_demo_on_the_cpu_compares_the_interpreted_kernels_with_the_reference():
     assert res.returncode == 0, res.stderr
     assert "Triton kernels under Triton's interpreter" in res.stdout
     assert "zero by construction" not in res.stdout and "GB/s" not in res.stdout
+
+
+def test_info_reports_the_fast_paths():
+    from graphrt.cli import info
+    lines = []
+    facts = info(out=lines.append)
+    assert "direct launch" in facts and "kernels" in facts and "tested Triton" in facts
+
+
+def test_slower_paths_are_said_once():
+    import warnings
+
+    from graphrt.notices import SlowerPathWarning, warn_once
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            warn_once("test-key", "a slower path")
+    assert [w.category for w in seen] == [SlowerPathWarning]

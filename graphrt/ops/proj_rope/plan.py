@@ -9,6 +9,7 @@ import torch
 from ...arena import align_up
 from ...contract import Contract, compact_spec
 from ...errors import ContractError
+from ...notices import warn_once
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
 from ...validate import (compact_operand, dtype_name, flag_value, int_value, require_disjoint,
@@ -124,7 +125,7 @@ class GemmProjRopeMxfp8(Plan):
             self.dot_fp32 = c.device_type != "cuda"
             kw = dict(k=self.k, heads=self.heads, nope=nope, rope=rope, w_out_in=c.flag("w_out_in"))
             # _hopper_kernels imports a module only when the device is a Hopper GPU.
-            cute = _hopper_kernels("kernels_cute", c.capability)
+            cute, ws = _hopper_kernels("kernels_cute", c.capability), None
             if cute is not None and cute.fits_cute_kernel(self.k, nope, rope, c.flag("w_out_in")):
                 cute.compiled(torch.cuda.current_device())  # compile now, not in the first call
                 self.kernel = "CuTe DSL (W multicast, epilogue warpgroup)"
@@ -139,6 +140,10 @@ class GemmProjRopeMxfp8(Plan):
             else:
                 self.kernel = "block (32 x 32 per program)"
                 self._gemm = partial(launch_block, dot_fp32=self.dot_fp32, **kw)
+            if c.capability is not None and c.capability[0] == 9 and cute is None and ws is None:
+                warn_once("proj-hopper", "graphrt: gemm_proj_rope_mxfp8 runs its portable Triton "
+                          f"kernel ({self.kernel}) on this Hopper GPU: its fast kernels need "
+                          "nvidia-cutlass-dsl (pip install graphrt[cute]) or Triton 3.6 (Gluon)")
 
     def workspace_bytes(self) -> int:
         """MXFP8 path: BF16 copies of W and of X_CHUNK tokens of x."""
