@@ -1,7 +1,7 @@
 """The L2 -> SM read ceiling on the device: persistent programs read an L2-resident BF16 buffer
 (the proj benchmark's x, 4096 x 1536) tile by tile, many times over, through TMA descriptors or
 plain loads. A GEMM whose tiles re-read their operands from L2 moves those bytes no faster; see
-NOTES.md (projection GEMM).
+docs/perf/proj.md.
 
 Usage: python3 scripts/l2_read_ceiling.py   (times: graphrt.bench.timing.stream_time_us)
 """

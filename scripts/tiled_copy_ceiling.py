@@ -3,7 +3,7 @@ rows x columns, against torch's contiguous copy. Two schedules: tiles spread ove
 grid column block by column block (TMA descriptors or plain 16-byte loads and stores), and a
 program per column block walking all rows. A kernel that owns column blocks (as the mHC backward
 must, to keep its dweight block in registers) moves its bytes no faster than these copies; see
-NOTES.md.
+docs/perf/.
 
 Usage: python3 scripts/tiled_copy_ceiling.py   (times: graphrt.bench.timing.stream_time_us)
 """

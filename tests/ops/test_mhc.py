@@ -89,7 +89,7 @@ def test_plan_key_excludes_rows(seed):
 
 
 def test_row_groups_follow_the_measured_h200_order():
-    # 264 resident programs (132 SMs x 2); NOTES.md mHC v9 has the times these choices won
+    # 264 resident programs (132 SMs x 2); docs/perf/mhc.md (mHC v9) has the times these choices won
     from graphrt.ops.mhc.kernels import MAX_GROUPS, row_groups
     assert row_groups(160, 64, 264) == 3     # 4096 x 20480: 97.6 us, against 104.6 with 8
     assert row_groups(224, 256, 264) == 7    # 16384 x 28672: 501.1 us, against 538.3 with 3

@@ -33,7 +33,7 @@ class HstuConfig:
 
 
 def forward_config(d: int) -> HstuConfig:
-    """8 values per thread. From sweeps on an H200 (NOTES.md, HSTU v6):
+    """8 values per thread. From sweeps on an H200 (docs/perf/hstu.md, HSTU v6):
     - D <= 256: tiles of 2048 elements, 8 warps, three programs per SM (70 registers: all
       resident), 4 stages. At D=256 a cap of 80 registers measured 1-2% faster in three sweeps
       (with 4 stages 51.9 us; uncapped with 3 stages 53.7);

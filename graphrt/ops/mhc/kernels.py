@@ -25,7 +25,7 @@ from ...reduction import sum_partials
 
 MAX_GROUPS = 8  # row groups at most: the workspace holds that many dweight partials
 # A program's start and end (W loaded and split, the pipeline filled, its dweight partial
-# written) cost about as much as this many row tiles: fitted on an H200 (NOTES.md, mHC v9)
+# written) cost about as much as this many row tiles: fitted on an H200 (docs/perf/mhc.md, mHC v9)
 PROGRAM_OVERHEAD_TILES = 3.6
 PARTIAL_EVICTION = "evict_last"  # the partials stay in L2 until the reduction reads them
 
@@ -50,7 +50,7 @@ def row_groups(k_blocks: int, row_tiles: int, slots: int) -> int:
     return min(range(1, MAX_GROUPS + 1), key=cost)
 
 
-# The tile swept on an H200 (scripts/sweep_mhc.py; NOTES.md has the figures): 64 x 128 tiles,
+# The tile swept on an H200 (scripts/sweep_mhc.py; docs/perf/mhc.md has the figures): 64 x 128 tiles,
 # 4 warps, 3 stages, 89 KB of shared memory, so 2 programs per SM.
 TILE = MhcConfig(block_t=64, block_k=128, num_warps=4, num_stages=3)
 PROGRAMS_PER_SM = 2

@@ -12,7 +12,7 @@ The epilogue reads the staged tile in two layouts: 16 features of one token per 
 rowwise blocks and 16 tokens of one feature per thread for the columnwise blocks, so each block
 maximum is 15 comparisons in a thread and one shuffle. Hopper only (Blackwell has no wgmma and
 runs the Triton head kernel). The shapes and the register split are the H200 sweep's best; see
-NOTES.md for what was measured.
+docs/perf/proj.md for what was measured.
 """
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def _row_config(hidden: int, block_rows: int, num_warps: int, programs_per_sm: i
                      num_stages)
 
 
-# Tile choices from sweeps on an H200 (scripts/sweep_rmsnorm.py; NOTES.md has the figures):
+# Tile choices from sweeps on an H200 (scripts/sweep_rmsnorm.py; docs/perf/rmsnorm.md has the figures):
 # (rows per tile, warps, programs per SM, pipeline stages).
 def forward_config(hidden: int) -> RowConfig:
     block_h = triton.next_power_of_2(hidden)
