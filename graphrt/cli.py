@@ -182,6 +182,8 @@ def bench(args, out=print) -> None:
     names = list(ops) if args.op == "all" else [args.op]
     if getattr(args, "out", None):
         os.environ["GRAPHRT_BENCH_DIR"] = args.out   # read by bench.report.save
+    if getattr(args, "plot", False):
+        os.environ["GRAPHRT_BENCH_PLOT"] = "1"       # read by bench.report.publish
     for name in names:
         if name not in ops:
             raise SystemExit(f"graphrt bench: unknown op {name!r}; choose from {sorted(ops)} or all")
@@ -209,6 +211,8 @@ def main(argv=None) -> int:
     b.add_argument("--out", metavar="DIR", default=None,
                    help="where each run writes its JSON (default: $GRAPHRT_BENCH_DIR, else "
                         "bench/results under the current directory)")
+    b.add_argument("--plot", action="store_true",
+                   help="also draw each table as a PNG beside its JSON (needs matplotlib)")
     args = parser.parse_args(argv)
     {"info": info, "demo": demo, "bench": bench}[args.command](args)
     return 0

@@ -56,5 +56,10 @@ def publish(name: str, rows: list[dict], progress=print, columns: list[str] | No
     progress(format_table(rows, columns or list(rows[0])))
     if legend:
         progress(legend)
-    progress(f"saved {save(name, rows)}")
+    saved = save(name, rows)
+    progress(f"saved {saved}")
+    if os.environ.get("GRAPHRT_BENCH_PLOT") == "1":
+        from .plot import plot
+        picture = plot(name, rows, saved.with_suffix(".png"))
+        progress(f"drew {picture}" if picture else f"{name}: nothing to draw")
     return rows
