@@ -87,6 +87,8 @@ def test_nn_constructors_check_their_arguments():
 
 
 def test_nn_inputs_are_checked_in_forward():
+    with pytest.raises(ContractError, match="x: expected last dim 64 \\(the module's hidden_size\\)"):
+        graphrt.nn.RMSNorm(64)(torch.randn(4, 32, dtype=BF16))
     mhc = graphrt.nn.MhcProjection(64, 24)
     with pytest.raises(ContractError, match="x: expected a bfloat16 \\[T, 64\\]"):
         mhc(torch.randn(8, 64))                     # FP32 x: used to fail only in backward

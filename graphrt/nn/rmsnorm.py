@@ -126,6 +126,9 @@ class RMSNorm(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
 
     def forward(self, x: Tensor, residual: Tensor | None = None):
+        if x.shape[-1] != self.hidden_size:
+            raise ContractError(f"x: expected last dim {self.hidden_size} (the module's "
+                                f"hidden_size), got shape {tuple(x.shape)}")
         return rms_norm(x, self.weight, self.eps, residual)
 
     def extra_repr(self) -> str:
