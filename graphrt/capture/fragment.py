@@ -13,7 +13,7 @@ from ..runtime import runtime as default_runtime
 from ..streams import current_stream, join_open_branches
 from ..validate import dtype_name
 from . import failure
-from .inspect import graph_shape, node_counts
+from .inspect import graph_dot, graph_shape, node_counts, write_picture
 from .tree import flatten, unflatten
 
 def _device_of(args) -> torch.device:
@@ -246,6 +246,13 @@ class Fragment:
         shows as max_parallel_kernels >= 2)."""
         self._require_live()
         return graph_shape(self._graph.raw_cuda_graph())
+
+    def write_picture(self, path) -> list:
+        """The captured graph as Graphviz DOT at ``path`` (.dot), and a PNG beside it where
+        Graphviz is installed: one box per node by kind, its dependency edges (a parallel branch
+        shows as boxes side by side). Returns the paths written."""
+        self._require_live()
+        return write_picture(graph_dot(self._graph.raw_cuda_graph(), "fragment"), path)
 
     def release(self) -> None:
         """Free the graph and its arena regions; later use raises CaptureError."""

@@ -89,3 +89,44 @@ def graph_shape(raw_graph: int) -> dict[str, int]:
     per_depth = Counter(d for d, k in zip(depth, kinds) if k == "kernel")
     return {"nodes": len(nodes), "edges": len(edges), "depth": 1 + max(depth, default=-1),
             "max_parallel_kernels": max(per_depth.values(), default=0)}
+
+
+_COLOURS = {"kernel": "lightblue", "memcpy": "khaki", "memset": "lightgrey", "alloc": "salmon",
+            "other": "white"}
+
+
+def dot_text(kinds: list[str], edges: list[tuple[int, int]], title: str = "graph") -> str:
+    """Graphviz DOT of a graph given each node's kind and the (from, to) node index pairs."""
+    lines = [f'digraph "{title}" {{', "  rankdir=TB;", '  node [shape=box, style=filled];']
+    for i, kind in enumerate(kinds):
+        lines.append(f'  n{i} [label="{i}: {kind}", fillcolor={_COLOURS.get(kind, "white")}];')
+    lines += [f"  n{a} -> n{b};" for a, b in edges]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def graph_dot(raw_graph: int, title: str = "graph") -> str:
+    """The captured graph as Graphviz DOT: one box per node (its kind), its dependency edges; a
+    parallel branch shows as boxes side by side."""
+    cudart, _, nodes, edges = _graph_nodes(raw_graph)
+    index = {_handle(n): i for i, n in enumerate(nodes)}
+    return dot_text([_kind(cudart, n) for n in nodes],
+                    [(index[_handle(s)], index[_handle(d)]) for s, d in edges], title)
+
+
+def write_picture(dot: str, path) -> list:
+    """Write ``dot`` to ``path`` (.dot) and, where Graphviz's ``dot`` is installed, a PNG
+    beside it; returns the paths written."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    path = Path(path).with_suffix(".dot")
+    path.write_text(dot)
+    written = [path]
+    exe = shutil.which("dot")
+    if exe is not None:
+        png = path.with_suffix(".png")
+        if subprocess.run([exe, "-Tpng", str(path), "-o", str(png)], capture_output=True).returncode == 0:
+            written.append(png)
+    return written

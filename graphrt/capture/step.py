@@ -87,6 +87,11 @@ class StepGraph:
     def nodes(self) -> dict[str, int]:
         return self.fragment.nodes()
 
+    def write_picture(self, path) -> list:
+        """The step's graph as Graphviz DOT (and PNG where Graphviz is installed); see
+        ``Fragment.write_picture``."""
+        return self.fragment.write_picture(path)
+
     def memory(self) -> dict[str, int]:
         """Bytes of the step's own graph pool: ``reserved`` (its segments) and ``allocated``
         (what live tensors, the graph's outputs and gradients among them, hold of it)."""

@@ -237,3 +237,13 @@ def test_verify_replay_logic_on_the_cpu():
     off = lambda x, w: (x * w + 1e-3, (x + 1).sum(0))      # noqa: E731
     assert not verify_replay(_cpu_fragment(fn, inputs), off, make, steps=1).ok
     assert verify_replay(_cpu_fragment(fn, inputs), off, make, steps=1, atol=2e-3).ok
+
+
+def test_graph_pictures_are_dot_with_one_box_per_node(tmp_path):
+    from graphrt.capture.inspect import dot_text, write_picture
+
+    dot = dot_text(["kernel", "kernel", "memcpy", "kernel"], [(0, 1), (0, 2), (1, 3), (2, 3)], "step")
+    assert dot.startswith('digraph "step" {') and dot.count("[label=") == 4
+    assert "n0 -> n1;" in dot and "n2 -> n3;" in dot and "fillcolor=khaki" in dot
+    written = write_picture(dot, tmp_path / "step.png")
+    assert written[0].suffix == ".dot" and written[0].read_text() == dot

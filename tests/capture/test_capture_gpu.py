@@ -342,3 +342,11 @@ def test_graph_step_memory_is_reported_and_near_eager(seed):
     step = graph_step(model, mse, (x, x), opt)
     mem = step.memory()
     assert 0 < mem["allocated"] <= mem["reserved"]
+
+
+def test_fragment_writes_its_graph_as_a_picture(tmp_path, seed):
+    x, w, g = _norm_inputs()
+    frag = capture(_norm_step, x, w, g)
+    written = frag.write_picture(tmp_path / "norm")
+    dot = written[0].read_text()
+    assert dot.count("[label=") == frag.nodes()["total"] and "kernel" in dot
