@@ -60,7 +60,8 @@ def test_reference_per_expert_and_ragged_layout():
 @needs_interpreter
 @pytest.mark.parametrize("a_major,b_major,order", [("k", "n", "tensor2d"), ("m", "n", "tensor2d"),
                                                    ("k", "k", "tensor2d"), ("m", "k", "tensor2d"),
-                                                   ("k", "n", "tensor_ragged")])
+                                                   ("k", "n", "tensor_ragged"), ("k", "k", "tensor_ragged"),
+                                                   ("m", "n", "tensor_ragged"), ("m", "k", "tensor_ragged")])
 @pytest.mark.parametrize("mode", ["dense", "discrete"])
 @pytest.mark.parametrize("dtype", [BF16, torch.float16, torch.float32])
 @pytest.mark.parametrize("accumulate", [False, True])
@@ -333,3 +334,25 @@ def test_grouped_linear_rejects_bad_inputs_before_running():
         kwargs.update(bad)
         with pytest.raises(ContractError, match=next(iter(bad))):
             graphrt.nn.GroupedLinear(**kwargs)
+
+
+@pytest.mark.parametrize("a_major,b_major", [("k", "n"), ("k", "k"), ("m", "n"), ("m", "k")])
+def test_ragged_blocks_in_any_dense_tensor_match_fp64_per_expert(a_major, b_major):
+    """tensor_ragged: per-expert blocks with tokens as the unit-stride axis, however the buffer
+    is viewed (the contract's ragged input for both operands), against FP64 per expert."""
+    torch.manual_seed(3)
+    counts, hidden, inter = [3, 0, 5, 2], 8, 6
+    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32)
+    blocks_a = [torch.randn(hidden, n).to(BF16) for n in counts]      # A_e [hidden, n_e]
+    blocks_b = [torch.randn(inter, n).to(BF16) for n in counts]       # B_e^T [intermediate, n_e]
+    flat_a = torch.cat([blk.reshape(-1) for blk in blocks_a])
+    flat_b = torch.cat([blk.reshape(-1) for blk in blocks_b])
+    t = sum(counts)
+    a = flat_a.view(hidden, t) if a_major == "k" else flat_a.view(t, hidden).t()
+    b = flat_b.view(t, inter) if b_major == "n" else flat_b.view(inter, t).t()
+    w = torch.full((4, hidden, inter), float("nan"))
+    grouped_gemm_wgrad(a, b, offsets, wgrad=w, wgrad_dtype=torch.float32,
+                       input_order="tensor_ragged")
+    for e in range(4):
+        want = blocks_a[e].double() @ blocks_b[e].double().t()
+        assert torch.allclose(w[e].double(), want, atol=1e-5), e

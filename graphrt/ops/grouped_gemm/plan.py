@@ -45,7 +45,9 @@ class GroupedGemmWgrad(Plan):
     """Wgrad[e] = A[:, begin:end] @ B[begin:end, :] for every expert in one launch.
 
     a: BF16 (hidden, tokens_sum), K-major or M-major; b: BF16 (tokens_sum, intermediate), K-major
-    or N-major (``input_order="tensor_ragged"``: per-expert compact blocks, see the issue);
+    or N-major. With ``input_order="tensor_ragged"`` each buffer holds, in memory order, one
+    compact block per expert with the tokens as the unit-stride axis (A_e [hidden, n_e], B_e
+    [intermediate, n_e]); the tensors' own strides then only have to be dense, either way;
     offsets: int32 [E] cumulative ends, read on the device. Output dense (E, hidden,
     intermediate) or discrete (``wgrad_ptrs``: int64 [E] addresses), BF16/FP16/FP32, overwritten
     or accumulated into.
@@ -108,11 +110,6 @@ class GroupedGemmWgrad(Plan):
         if off.dtype != torch.int32 or len(off.shape) != 1 or off.layout != "contiguous":
             raise ContractError(f"offsets: expected a contiguous int32 [E] tensor, got "
                                 f"{dtype_name(off.dtype)} {off.shape}")
-        if c.flag("input_order") == "tensor_ragged" and (c.spec("a").layout != "k" or
-                                                         c.spec("b").layout != "mn"):
-            raise ContractError("a, b: tensor_ragged reads each buffer as compact per-expert "
-                                "blocks; pass contiguous (hidden, tokens_sum) and "
-                                "(tokens_sum, intermediate) tensors")
         self.hidden, self.inter = c.spec("a").shape[0], c.spec("b").shape[1]
         self.experts = off.shape[0]
 

@@ -33,6 +33,11 @@ def expert_bounds(offsets: torch.Tensor, tokens_sum: int) -> list[tuple[int, int
     return bounds
 
 
+def _in_memory_order(t: torch.Tensor) -> torch.Tensor:
+    """The elements of a dense 2-D tensor (row-major or its transpose) as they lie in memory."""
+    return (t if t.is_contiguous() else t.t()).reshape(-1)
+
+
 def expert_slices(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, input_order: str):
     """Per expert: (A_e [hidden, n_e], B_e [n_e, intermediate]) as views of a (hidden,
     tokens_sum) and b (tokens_sum, intermediate). With ``tensor_ragged`` the buffers hold one
@@ -45,7 +50,7 @@ def expert_slices(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, input
         if input_order == "tensor2d":
             out.append((a[:, begin:end], b[begin:end, :]))
             continue
-        flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+        flat_a, flat_b = _in_memory_order(a), _in_memory_order(b)
         a_block = flat_a[hidden * begin:hidden * end].view(hidden, n)
         b_block = flat_b[inter * begin:inter * end].view(inter, n).t()
         out.append((a_block, b_block))
