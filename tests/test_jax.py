@@ -1,0 +1,83 @@
+"""graphrt.jax: the ops on JAX arrays (eager), bitwise equal to the torch calls on the same data,
+the same errors, and a clear one inside jax.jit."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+import graphrt  # noqa: E402
+import graphrt.jax as gjax  # noqa: E402
+from graphrt import ContractError, UnsupportedError  # noqa: E402
+
+from .helpers import rel_l2  # noqa: E402
+
+
+def _bf16(rng, *shape, scale=1.0):
+    return jnp.asarray((rng.standard_normal(shape) * scale).astype(np.float32)).astype(jnp.bfloat16)
+
+
+def _same(jax_out, torch_out):
+    got = torch.from_dlpack(jax_out)
+    assert got.dtype == torch_out.dtype and torch.equal(got, torch_out)
+
+
+def test_grouped_wgrad_from_jax_equals_torch_and_fp64():
+    rng = np.random.default_rng(0)
+    counts = [5, 0, 9, 3]
+    offsets = jnp.asarray(list(itertools.accumulate(counts)), dtype=jnp.int32)
+    a, b = _bf16(rng, 16, sum(counts)), _bf16(rng, sum(counts), 24)
+    (w,) = gjax.grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=jnp.float32)
+    assert isinstance(w, jax.Array) and w.shape == (4, 16, 24) and w.dtype == jnp.float32
+    (want,) = graphrt.ops.grouped_gemm_wgrad(torch.from_dlpack(a), torch.from_dlpack(b),
+                                             torch.from_dlpack(offsets), wgrad_dtype=torch.float32)
+    _same(w, want)
+    ta, tb = torch.from_dlpack(a).double(), torch.from_dlpack(b).double()
+    begin = 0
+    for e, n in enumerate(counts):
+        ref = ta[:, begin:begin + n] @ tb[begin:begin + n]
+        assert torch.allclose(torch.from_dlpack(w)[e].double(), ref, atol=1e-4)
+        begin += n
+
+
+def test_proj_and_rmsnorm_from_jax_equal_torch():
+    rng = np.random.default_rng(1)
+    x, w = _bf16(rng, 32, 64), _bf16(rng, 2 * 192, 64, scale=0.125)
+    cos, sin = _bf16(rng, 32, 64), _bf16(rng, 32, 64)
+    got = gjax.gemm_proj_rope_mxfp8(x, w, cos, sin)
+    want = graphrt.ops.gemm_proj_rope_mxfp8(*(torch.from_dlpack(t) for t in (x, w, cos, sin)))
+    for g, t in zip(got, want):
+        _same(g, t)
+    h, nw = _bf16(rng, 8, 64), jnp.asarray(1 + 0.1 * rng.standard_normal(64), dtype=jnp.float32)
+    y, rstd = gjax.rmsnorm_forward(h, nw, eps=1e-5)
+    ty, trstd = graphrt.ops.rmsnorm_forward(torch.from_dlpack(h), torch.from_dlpack(nw), eps=1e-5)
+    _same(y, ty)
+    _same(rstd, trstd)
+    g = _bf16(rng, 8, 64)
+    dx, dw = gjax.rmsnorm_backward(g, h, nw, rstd)
+    tdx, tdw = graphrt.ops.rmsnorm_backward(*(torch.from_dlpack(t) for t in (g, h, nw, rstd)))
+    _same(dx, tdx)
+    _same(dw, tdw)
+    assert rel_l2(torch.from_dlpack(dw), tdw) == 0.0
+
+
+def test_jax_errors_are_named():
+    rng = np.random.default_rng(2)
+    a, b = _bf16(rng, 8, 6), _bf16(rng, 6, 8)
+    offsets = jnp.asarray([6], dtype=jnp.int32)
+    with pytest.raises(ContractError, match="a, b: expected bfloat16"):
+        gjax.grouped_gemm_wgrad(a.astype(jnp.float32), b, offsets)
+    with pytest.raises(ContractError, match="offsets: the last end must equal tokens_sum=6"):
+        gjax.grouped_gemm_wgrad(a, b, jnp.asarray([4], dtype=jnp.int32))
+    with pytest.raises(ContractError, match="a: expected a jax.Array"):
+        gjax.grouped_gemm_wgrad(np.zeros((8, 6)), b, offsets)
+    with pytest.raises(ContractError, match="wgrad_dtype"):
+        gjax.grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=jnp.int8)
+    x = _bf16(rng, 32, 64)
+    with pytest.raises(UnsupportedError, match="w_out_in"):
+        gjax.gemm_proj_rope_mxfp8(x, _bf16(rng, 64, 384), x, x, w_out_in=False)
+    with pytest.raises(UnsupportedError, match="jax.jit"):
+        jax.jit(lambda a, b, o: gjax.grouped_gemm_wgrad(a, b, o))(a, b, offsets)
