@@ -15,12 +15,8 @@ import torch
 
 import graphrt
 from graphrt.bench.timing import timed_ms
-from graphrt.models import eager_step_fn
+from graphrt.models import eager_step_fn, lm_loss
 from graphrt.capture import graph_step
-
-
-def lm_loss(out, labels):
-    return torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten())
 
 
 def build(layers: int, hidden: int = 1024, vocab: int = 32000):

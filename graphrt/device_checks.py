@@ -30,7 +30,8 @@ PROBLEMS = {
 }
 NO_INDEX = 2**31 - 1
 
-_flags: dict = {}
+_flags: dict = {}        # (device type, index) -> flags
+_by_device: dict = {}    # the device objects callers pass -> the same flags
 _lock = threading.Lock()
 
 
@@ -41,8 +42,18 @@ def _key(device: torch.device):
 
 def error_flags(device: torch.device) -> torch.Tensor:
     """The device's int32 [2] flag tensor, made on first use (which must not be under capture:
-    compiling a plan makes it, so warm-ups and eager calls do)."""
-    key = _key(torch.device(device))
+    compiling a plan makes it, so warm-ups and eager calls do). Looked up per execute: a device
+    seen before costs one dictionary lookup."""
+    flags = _by_device.get(device)
+    if flags is None:
+        device = torch.device(device)
+        flags = _made_flags(_key(device))
+        if device.index is not None or device.type != "cuda":   # "cuda" alone follows the
+            _by_device[device] = flags                           # current device: not cached
+    return flags
+
+
+def _made_flags(key) -> torch.Tensor:
     flags = _flags.get(key)
     if flags is None:
         with _lock:

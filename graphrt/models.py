@@ -141,3 +141,9 @@ class HstuBlock(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return x + self.out(self.lmsd(x, u))
+
+
+def lm_loss(out, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of a causal LM's logits (``out.logits``, as Hugging Face models return
+    them) against ``labels``, in FP32: the loss of the HF examples, tests and benchmark."""
+    return torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten())

@@ -3,6 +3,7 @@ expected and what was given; none of them touches tensor data or launches anythi
 from __future__ import annotations
 
 import math
+import numbers
 from functools import lru_cache
 from typing import Iterable, Mapping
 
@@ -223,12 +224,9 @@ def int_value(name: str, value: object) -> int:
 def eps_value(eps: object) -> float:
     """eps of a norm: a positive finite real, at least the smallest normal FP32 (the kernels add
     it in FP32, where anything smaller is 0 and an all-zero row would give 0 * inf)."""
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) and not hasattr(eps, "__float__"):
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise ContractError(f"eps: expected a positive finite float, got {eps!r}")
-    try:
-        value = float(eps)
-    except (TypeError, ValueError):
-        raise ContractError(f"eps: expected a positive finite float, got {eps!r}") from None
+    value = float(eps)
     if not (math.isfinite(value) and value >= FLOAT32_MIN_NORMAL):
         raise ContractError(f"eps: expected a positive finite float of at least "
                             f"{FLOAT32_MIN_NORMAL:.6g} (the smallest normal FP32), got {eps!r}")

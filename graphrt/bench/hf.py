@@ -16,7 +16,7 @@ import time
 import torch
 
 from . import report
-from ..models import eager_step_fn
+from ..models import eager_step_fn, lm_loss
 
 VARIANTS = ("eager", "eager_graphrt_norms", "compile", "compile_reduce_overhead",
             "graphed_layers", "graph_step", "graph_step_compiled")
@@ -26,10 +26,6 @@ CONFIG = dict(hidden_size=2048, num_hidden_layers=4, num_attention_heads=16,
               max_position_embeddings=4096, use_cache=False)
 STEPS = 20
 VARIANT_TIMEOUT_S = 240
-
-
-def _loss(out, labels):
-    return torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten())
 
 
 def _model():
@@ -57,7 +53,7 @@ def measure(variant: str, batch: int, seq: int) -> dict:
     if variant.startswith("graph_step"):
         target = torch.compile(model) if variant == "graph_step_compiled" else model
         # the sample batch becomes the static inputs that every step overwrites: not data[0]
-        step_graph = graph_step(target, _loss, tuple(t.clone() for t in data[0]), opt)
+        step_graph = graph_step(target, lm_loss, tuple(t.clone() for t in data[0]), opt)
         step = step_graph.step
     else:
         forward = model
@@ -68,7 +64,7 @@ def measure(variant: str, batch: int, seq: int) -> dict:
         elif variant == "graphed_layers":
             graph_modules(model, model.model.layers, (data[0][0],))
 
-        step = eager_step_fn(forward, opt, _loss)
+        step = eager_step_fn(forward, opt, lm_loss)
         for _ in range(3):
             step(*data[0])
     torch.cuda.synchronize()

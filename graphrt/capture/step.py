@@ -170,5 +170,4 @@ def graph_step(model: torch.nn.Module, loss_fn: Callable, sample_batch, optimize
         if reducer is not None:
             reducer.remove()
         raise
-    del state
     return StepGraph(frag, model, reducer, pool)

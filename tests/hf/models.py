@@ -24,7 +24,3 @@ def tiny(family: str, device="cpu", hidden=64, layers=2, vocab=128, attn="sdpa",
             if "norm" in name:
                 p.add_(0.2 * torch.randn_like(p))
     return model
-
-
-def lm_loss(out, labels):
-    return torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten())

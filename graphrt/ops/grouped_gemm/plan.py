@@ -12,7 +12,7 @@ from ...plan import Plan, tensor_facts
 from ...streams import is_capturing, on_stream
 from ...validate import (compact_operand, dtype_name, flag_value, require_aligned,
                          require_disjoint, require_tensor, vector_operand)
-from .reference import expert_bounds, grouped_gemm_wgrad_reference, offset_problems
+from .reference import expert_bounds, grouped_gemm_wgrad_reference, host_ends, offset_problems
 
 OUTPUT_MODES = ("dense", "discrete")
 INPUT_ORDERS = ("tensor2d", "tensor_ragged")
@@ -200,7 +200,7 @@ class GroupedGemmWgrad(Plan):
                     wgrad[e].copy_(ref[e])
         else:
             wgrad.copy_(ref)
-        problems = offset_problems(offsets, a.shape[1])
+        problems = offset_problems(host_ends(offsets), a.shape[1])
         if problems:  # flagged as the kernel would
             mask = 0
             for _, bit in problems:
@@ -212,11 +212,11 @@ class GroupedGemmWgrad(Plan):
 def check_offsets_on_host(offsets: torch.Tensor, tokens_sum: int) -> None:
     """Raise ContractError naming the first expert whose cumulative end is out of order, out of
     [0, tokens_sum], or (the last) not tokens_sum. Reads the offsets on the host (a sync)."""
-    problems = offset_problems(offsets, tokens_sum)
+    ends = host_ends(offsets)
+    problems = offset_problems(ends, tokens_sum)
     if not problems:
         return
     expert, bit = problems[0]
-    ends = [int(v) for v in offsets.cpu().tolist()]
     begin, end = (ends[expert - 1] if expert else 0), ends[expert]
     if bit == OFFSETS_DECREASING:
         what = (f"expert {expert}'s end {end} is below its begin {begin} (cumulative ends must "

@@ -6,10 +6,14 @@ import torch
 from ...device_checks import OFFSETS_DECREASING, OFFSETS_LAST_NOT_TOTAL, OFFSETS_OUT_OF_RANGE
 
 
-def offset_problems(offsets: torch.Tensor, tokens_sum: int) -> list[tuple[int, int]]:
+def host_ends(offsets: torch.Tensor) -> list[int]:
+    """The cumulative ends, read on the host (a synchronization)."""
+    return [int(v) for v in offsets.cpu().tolist()]
+
+
+def offset_problems(ends: list[int], tokens_sum: int) -> list[tuple[int, int]]:
     """[(expert, problem bit)] for every expert whose cumulative end is out of order, out of
-    [0, tokens_sum], or (the last) not tokens_sum (reads the offsets on the host)."""
-    ends = [int(v) for v in offsets.cpu().tolist()]
+    [0, tokens_sum], or (the last) not tokens_sum."""
     found = []
     for e, end in enumerate(ends):
         begin = ends[e - 1] if e else 0
@@ -24,13 +28,10 @@ def offset_problems(offsets: torch.Tensor, tokens_sum: int) -> list[tuple[int, i
 
 def expert_bounds(offsets: torch.Tensor, tokens_sum: int) -> list[tuple[int, int]]:
     """[(begin, end)] per expert from cumulative ends (reads the offsets on the host). An expert
-    whose bounds are not 0 <= begin <= end <= tokens_sum is empty, (0, 0), as in the kernel."""
-    ends = [int(v) for v in offsets.cpu().tolist()]
-    bounds = []
-    for e, end in enumerate(ends):
-        begin = ends[e - 1] if e else 0
-        bounds.append((begin, end) if 0 <= begin <= end <= tokens_sum else (0, 0))
-    return bounds
+    whose bounds are out of order or outside [0, tokens_sum] is empty, (0, 0), as in the kernel."""
+    ends = host_ends(offsets)
+    empty = {e for e, bit in offset_problems(ends, tokens_sum) if bit != OFFSETS_LAST_NOT_TOTAL}
+    return [(0, 0) if e in empty else (ends[e - 1] if e else 0, end) for e, end in enumerate(ends)]
 
 
 def _in_memory_order(t: torch.Tensor) -> torch.Tensor:
