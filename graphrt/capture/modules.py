@@ -15,7 +15,8 @@ from torch.utils import _pytree as pytree
 from ..errors import CaptureError, ContractError
 from ..runtime import Runtime
 from ..runtime import runtime as default_runtime
-from .fragment import _capture_failure, check_capturable
+from . import failure
+from .fragment import _capture_failure, _reset_generator_capture_state, check_capturable
 
 _PLAIN = (int, float, bool, str, bytes, type(None), torch.dtype, torch.device)
 
@@ -216,6 +217,8 @@ def graph_modules(model: torch.nn.Module, modules, sample_args: tuple = (),
                                                         allow_unused_input=True, pool=pool)
         except BaseException as err:  # noqa: BLE001 - said in terms of the user's code
             hold.release()
+            if failure.classify(err) is not None:   # CUDA ended the capture: torch's generator
+                _reset_generator_capture_state(device)  # was left in capture mode
             raise _capture_failure(err) from err
     result._hold = hold
     for (name, m), wrapper, signature in zip(targets, graphed, signatures):
