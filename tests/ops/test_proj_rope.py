@@ -342,3 +342,121 @@ def test_zero_tokens_on_every_backend(backend):
     with env(GRAPHRT_BACKEND=backend):
         out = graphrt.ops.gemm_proj_rope_mxfp8(x, w, cs, cs, runtime=graphrt.Runtime("cpu"))
     assert [tuple(t.shape)[:2] for t in out] == [(0, 2)] * 4
+
+
+# -- NaN and infinity: the OCP MX NaN scale, one answer on every backend ------------------------------
+BAD_FEATURE = 100    # a nope feature of head 0: row block 3, and its own columnwise blocks
+
+
+def _non_finite_problem(device, mx, w_out_in=True):
+    """96 tokens x 2 heads with non-finite inputs: (x, w, cos, sin, kw, bad_tokens). On the BF16
+    path x holds a NaN, +inf and -inf in three tokens and W an infinity in BAD_FEATURE's row; on
+    the MXFP8 path x holds a NaN code and a NaN scale byte, W a NaN code."""
+    x, w, cos, sin, kw = _problem(96, 64, 2, w_out_in=w_out_in, mx=mx, device=device)
+    w_at = (BAD_FEATURE, 9) if w_out_in else (9, BAD_FEATURE)
+    if mx:
+        x.view(torch.uint8)[3, 5] = 0x7F
+        kw["x_scale"][40, 0] = 255
+        w.view(torch.uint8)[w_at] = 0xFF
+        return x, w, cos, sin, kw, {3, 40}
+    x[3, 5], x[40, 7], x[50, 1] = float("nan"), float("inf"), -float("inf")
+    w[w_at] = float("inf")
+    return x, w, cos, sin, kw, {3, 40, 50}
+
+
+def _check_non_finite(out, ref, bad_tokens):
+    """The reference follows the semantics (a block is NaN exactly where it holds a non-finite
+    value: the bad tokens' rowwise blocks, their token blocks' columnwise ones, and BAD_FEATURE's
+    in both directions), and ``out`` agrees: scale byte 255 and code 0x7F in those blocks, the
+    rest as _check asks of finite outputs."""
+    heads = ref[0].shape[1]
+    want_row = torch.zeros(96, heads, 6, dtype=torch.bool)
+    want_row[sorted(bad_tokens)] = True
+    want_row[:, 0, BAD_FEATURE // 32] = True
+    want_col = torch.zeros(3, heads, 192, dtype=torch.bool)
+    want_col[sorted({t // 32 for t in bad_tokens})] = True
+    want_col[:, 0, BAD_FEATURE] = True
+    assert torch.equal(ref[1].cpu() == 255, want_row) and torch.equal(ref[3].cpu() == 255, want_col)
+    cleaned = []
+    for result in (out, ref):
+        codes_row, scales_row, codes_col, scales_col = (t.view(torch.uint8).cpu() for t in result)
+        for codes, scales, bad in ((codes_row, scales_row, want_row.repeat_interleave(32, 2)),
+                                   (codes_col, scales_col, want_col.repeat_interleave(32, 0))):
+            assert torch.equal(scales == 255, bad.reshape(scales.shape[0], -1)[:, ::32].reshape(scales.shape)
+                               if scales.shape[-1] == 6 else bad[::32])
+            assert (codes.view(96, -1)[bad.view(96, -1)] == 0x7F).all()
+        keep = [codes_row.masked_fill(want_row.repeat_interleave(32, 2), 0), scales_row.masked_fill(want_row, 127),
+                codes_col.masked_fill(want_col.repeat_interleave(32, 0), 0), scales_col.masked_fill(want_col, 127)]
+        cleaned.append([keep[0].view(FP8), keep[1], keep[2].view(FP8), keep[3]])
+    _check(*cleaned)
+
+
+@pytest.mark.parametrize("mx", [False, True])
+def test_reference_non_finite_blocks_take_the_nan_scale(seed, mx):
+    x, w, cos, sin, kw, bad = _non_finite_problem("cpu", mx)
+    ref = gemm_proj_rope_mxfp8_reference(x, w, cos, sin, **kw)
+    _check_non_finite(ref, ref, bad)
+    back = mxfp8_dequantize(ref[0], ref[1], 2)
+    assert back[sorted(bad)].isnan().all() and back[60, 1].isfinite().all()
+
+
+def test_quantizer_nan_and_infinity_blocks():
+    for special in (float("nan"), float("inf"), -float("inf")):
+        codes, e = _quantize_one(_block(1.0, special, -3.0))
+        assert e == 128 and codes == [0x7F] * 32
+    # E4M3 has no infinity: the largest finite FP32 value still quantizes to a finite block
+    codes, e = _quantize_one(_block(3.0e38))
+    assert e == 120 and codes[0] == 0x76
+
+
+@needs_interpreter
+@pytest.mark.parametrize("mx", [False, True])
+@pytest.mark.parametrize("w_out_in", [True, False])
+def test_non_finite_interpreted_kernel_agrees(seed, mx, w_out_in):
+    x, w, cos, sin, kw, bad = _non_finite_problem("cpu", mx, w_out_in)
+    with env(GRAPHRT_BACKEND="triton"):
+        out = gemm_proj_rope_mxfp8(x, w, cos, sin, runtime=graphrt.Runtime("cpu"), **kw)
+    _check_non_finite(out, gemm_proj_rope_mxfp8_reference(x, w, cos, sin, **kw), bad)
+
+
+def _gpu_launchers():
+    """Every GEMM kernel this GPU and install can run, by name: launch(x, w, cos, sin, *outs, **shape)."""
+    from graphrt.ops.proj_rope import kernels, kernels_ws
+    launchers = {
+        "head": lambda *o, **a: kernels.launch_head(kernels.head_config(False), *o, dot_fp32=False, **a),
+        "block": lambda *o, **a: kernels.launch_block(*o, dot_fp32=False, **a),
+    }
+    if torch.cuda.get_device_capability()[0] == 9 and kernels_ws.GLUON_API_OK:
+        launchers["gluon"] = lambda *o, **a: kernels_ws.launch_ws(kernels_ws.WS_CONFIG, *o, **a)
+    try:
+        from graphrt.ops.proj_rope import kernels_cute
+        if torch.cuda.get_device_capability()[0] == 9:
+            launchers["cute"] = lambda *o, tokens, heads, **_: kernels_cute.launch_cute(
+                *o, tokens=tokens, heads=heads)
+    except ImportError:
+        pass
+    return launchers
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mx", [False, True])
+@pytest.mark.parametrize("w_out_in", [True, False])
+def test_gpu_non_finite_plan_agrees(seed, mx, w_out_in):
+    x, w, cos, sin, kw, bad = _non_finite_problem("cuda", mx, w_out_in)
+    out = gemm_proj_rope_mxfp8(x, w, cos, sin, **kw)
+    _check_non_finite(out, gemm_proj_rope_mxfp8_reference(x, w, cos, sin, **kw), bad)
+
+
+@pytest.mark.gpu
+def test_gpu_non_finite_every_kernel_agrees(seed):
+    x, w, cos, sin, kw, bad = _non_finite_problem("cuda", False)
+    ref = gemm_proj_rope_mxfp8_reference(x, w, cos, sin, **kw)
+    shapes = [(96, 2 * 192), (96, 2 * 6), (96, 2 * 192), (3, 2 * 192)]
+    for name, launch in _gpu_launchers().items():
+        outs = [torch.full(sh, 0xAB, dtype=torch.uint8, device="cuda") for sh in shapes]
+        launch(x, w, cos, sin, *outs, tokens=96, k=64, heads=2, nope=128, rope=64, w_out_in=True)
+        got = [o.view(sh[0], 2, -1) for o, sh in zip(outs, shapes)]
+        try:
+            _check_non_finite([got[0].view(FP8), got[1], got[2].view(FP8), got[3]], ref, bad)
+        except AssertionError as error:
+            raise AssertionError(f"the {name} kernel: {error}") from error

@@ -14,6 +14,11 @@ def gemm_proj_rope_mxfp8(x, w, cos, sin, *, x_scale=None, w_scale=None, w_out_in
     Returns ``(out_fp8_row, out_scales_row, out_fp8_col, out_scales_col)``: codes (T, H, D)
     float8_e4m3fn with E8M0 scales (T, H, D/32) rowwise and (T/32, H, D) columnwise.
 
+    NaN and infinity follow the OCP MX spec: a block of 32 that holds either gets the NaN scale
+    (byte 255), which makes the whole block NaN, and the E4M3 NaN code 0x7F in every place (E4M3
+    has no infinity). Input codes 0x7F/0xFF and input scale bytes 255 read as NaN. Every backend
+    writes the same bytes.
+
     >>> q = graphrt.ops.gemm_proj_rope_mxfp8(x, w, cos, sin)                  # doctest: +SKIP
     """
     rt = runtime_for("x", x, runtime)

@@ -56,22 +56,39 @@ def _e4m3_codes(v):
 
 
 @triton.jit
-def _block_exponent(amax):
-    """E8M0 exponent ceil(log2(max(amax, 1e-30) / 448)), clamped to [-127, 127], without a
-    division: with amax = m * 2^E (m in [1, 2)) and 448 = 1.75 * 2^8, the FP32 quotient's ceil
-    log2 is E - 8, plus one when m > 1.75 (the quotient never rounds onto a power of two)."""
-    bits = tl.maximum(amax, 1e-30).to(tl.int32, bitcast=True)
+def _abs_bits(v):
+    """|v| of FP32 values as int32 bits, whose integer order is the float order with NaN above
+    +inf: the maximum of these is a block's amax that does not drop a NaN."""
+    return v.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+
+
+@triton.jit
+def _block_exponent(amax_bits):
+    """E8M0 exponent ceil(log2(max(amax, 1e-30) / 448)) of a block maximum given as _abs_bits,
+    without a division: with amax = m * 2^E (m in [1, 2)) and 448 = 1.75 * 2^8, the FP32
+    quotient's ceil log2 is E - 8, plus one when m > 1.75 (the quotient never rounds onto a
+    power of two). It is in [-127, 120] for a finite amax; a NaN or an infinity gives 128, the
+    OCP MX NaN scale (byte 255)."""
+    bits = tl.maximum(amax_bits, 0x0DA24260)    # 1e-30
     exponent = (bits >> 23) & 0xFF
     e = exponent - 135 + ((bits & 0x7FFFFF) > 0x600000).to(tl.int32)
-    e = tl.where(exponent == 0xFF, 127, e)     # inf
-    return tl.minimum(tl.maximum(e, -127), 127)
+    return tl.where(exponent == 0xFF, 128, e)
+
+
+@triton.jit
+def _quant_factor(e):
+    """2^-e, which brings a block within E4M3's range; NaN for the NaN scale (e = 128), so that
+    every code of that block is E4M3's NaN."""
+    bits = tl.where(e >= 127, 0x400000, (127 - e) << 23)
+    return tl.where(e == 128, 0x7FC00000, bits).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def _pow2(e):
-    """2^e as FP32 for integer e in [-127, 127] (2^-127 is the one subnormal)."""
+    """2^e as FP32 for integer e in [-127, 127] (2^-127 is the one subnormal); NaN for 128, the
+    E8M0 NaN scale decoded."""
     bits = tl.where(e <= -127, 0x400000, (e + 127) << 23)
-    return bits.to(tl.float32, bitcast=True)
+    return tl.where(e >= 128, 0x7FC00000, bits).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -82,19 +99,21 @@ def _e4m3_decode(code):
     mant = c & 7
     normal = (((exponent + 120) << 23) | (mant << 20)).to(tl.float32, bitcast=True)
     value = tl.where(exponent == 0, mant.to(tl.float32) * 0.001953125, normal)
+    bits = tl.where((c & 0x7F) == 0x7F, 0x7FC00000, value.to(tl.int32, bitcast=True))  # NaN
     # the sign as a bit, not a negation: Triton 3.6's interpreter negates 0.0 to +0.0
     sign = (c & 0x80) << 24
-    return (value.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    return (bits | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def _e4m3_bytes(q, HW_CVT: tl.constexpr):
-    """uint8 E4M3 codes of values already scaled by their block's 2^-e, nearest even. Finite
-    values are then within [-448, 448]; an infinity saturates to +-448 (the hardware conversion
-    is satfinite, so only the integer path needs the clamp)."""
+    """uint8 E4M3 codes of values already scaled by _quant_factor, nearest even: finite values
+    are then within [-448, 448], and the NaN scale's blocks are NaN, code 0x7F (the hardware's
+    satfinite conversion gives that for the canonical NaN a product with NaN is)."""
     if HW_CVT:
         return q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-    return _e4m3_codes(tl.minimum(tl.maximum(q, -448.0), 448.0))
+    codes = _e4m3_codes(tl.minimum(tl.maximum(q, -448.0), 448.0))
+    return tl.where(q != q, 0x7F, codes.to(tl.int32)).to(tl.uint8)
 
 
 @triton.jit(do_not_specialize=["tokens"])
@@ -144,13 +163,13 @@ def _proj_rope_block_kernel(X, W, COS, SIN, ROW, ROW_S, COL, COL_S, tokens,
         y = tl.where(is_rope[None, :], acc1 * cs + acc2 * sn * sign[None, :], acc1)
     feature = (head * D + c).to(tl.int64)
     # rowwise: the 32 features of each token are one block
-    e_row = _block_exponent(tl.max(tl.abs(y), axis=1))
-    q_row = y * _pow2(-e_row)[:, None]
+    e_row = _block_exponent(tl.max(_abs_bits(y), axis=1))
+    q_row = y * _quant_factor(e_row)[:, None]
     tl.store(ROW + t[:, None] * N_TOTAL + feature[None, :], _e4m3_bytes(q_row, HW_CVT))
     tl.store(ROW_S + t * (N_TOTAL // 32) + head * (D // 32) + block, (e_row + 127).to(tl.uint8))
     # columnwise: the 32 tokens of each feature are one block
-    e_col = _block_exponent(tl.max(tl.abs(y), axis=0))
-    q_col = y * _pow2(-e_col)[None, :]
+    e_col = _block_exponent(tl.max(_abs_bits(y), axis=0))
+    q_col = y * _quant_factor(e_col)[None, :]
     tl.store(COL + t[:, None] * N_TOTAL + feature[None, :], _e4m3_bytes(q_col, HW_CVT))
     tl.store(COL_S + tl.program_id(0).to(tl.int64) * N_TOTAL + feature, (e_col + 127).to(tl.uint8))
 
@@ -162,9 +181,9 @@ def _quantize_store(y, t, t_block, feature0, ROW, ROW_S, COL, COL_S, tokens,
     """Both MXFP8 directions of y [BLOCK_M tokens, WIDTH features from feature0]."""
     f = feature0 + tl.arange(0, WIDTH)
     t_ok = (t < tokens)[:, None]
-    a = tl.abs(y)
+    a = _abs_bits(y)
     e_row = _block_exponent(tl.max(tl.reshape(a, [BLOCK_M, WIDTH // 32, 32]), axis=2))
-    s_row = tl.reshape(tl.broadcast_to(_pow2(-e_row)[:, :, None], [BLOCK_M, WIDTH // 32, 32]),
+    s_row = tl.reshape(tl.broadcast_to(_quant_factor(e_row)[:, :, None], [BLOCK_M, WIDTH // 32, 32]),
                        [BLOCK_M, WIDTH])
     q = y * s_row
     tl.store(ROW + t[:, None] * N_TOTAL + f[None, :], _e4m3_bytes(q, HW_CVT), mask=t_ok)
@@ -172,7 +191,7 @@ def _quantize_store(y, t, t_block, feature0, ROW, ROW_S, COL, COL_S, tokens,
     tl.store(ROW_S + t[:, None] * (N_TOTAL // 32) + (feature0 // 32 + j)[None, :],
              (e_row + 127).to(tl.uint8), mask=t_ok)
     e_col = _block_exponent(tl.max(tl.reshape(a, [BLOCK_M // 32, 32, WIDTH]), axis=1))
-    s_col = tl.reshape(tl.broadcast_to(_pow2(-e_col)[:, None, :], [BLOCK_M // 32, 32, WIDTH]),
+    s_col = tl.reshape(tl.broadcast_to(_quant_factor(e_col)[:, None, :], [BLOCK_M // 32, 32, WIDTH]),
                        [BLOCK_M, WIDTH])
     q = y * s_col
     tl.store(COL + t[:, None] * N_TOTAL + f[None, :], _e4m3_bytes(q, HW_CVT), mask=t_ok)

@@ -53,7 +53,8 @@ _HANDOFF_THREADS = 384
 
 
 def _fmax(a, b):
-    return cute.arch.inline_ptx("max.f32 {$w0}, {$r0}, {$r1};",
+    """max(a, b) that returns NaN when either is NaN (a block's NaN must reach its scale)."""
+    return cute.arch.inline_ptx("max.NaN.f32 {$w0}, {$r0}, {$r1};",
                                 write_only_types=[cutlass.Float32], read_only_args=[a, b])
 
 
@@ -71,16 +72,17 @@ def _abs_max(values):
 
 def _e8m0(amax):
     """(E8M0 code e + 127, FP32 factor 2^-e) of a block maximum, e = ceil(log2(max(amax, 1e-30)
-    / 448)) clamped to [-127, 127]. With amax = m * 2^E and 448 = 1.75 * 2^8, e is E - 8 plus
-    one when m > 1.75, which adding 0x1FFFFF to the bits carries into the exponent field; only
-    +inf reaches the clamp (e = 127, factor 2^-127, the one subnormal)."""
+    / 448)), in [-127, 120] for a finite amax. With amax = m * 2^E and 448 = 1.75 * 2^8, e is
+    E - 8 plus one when m > 1.75, which adding 0x1FFFFF to the bits carries into the exponent
+    field. A NaN or infinite amax gives the OCP MX NaN scale, code 255, and a NaN factor, so
+    that the block's codes are all E4M3's NaN."""
     return cute.arch.inline_ptx(
         "{ .reg .b32 b, t; .reg .pred p;"
-        " max.f32 b, {$r0}, 0f0DA24260;"
-        " setp.eq.u32 p, b, 0x7F800000;"
+        " max.NaN.f32 b, {$r0}, 0f0DA24260;"
+        " setp.ge.u32 p, b, 0x7F800000;"
         " add.u32 t, b, 0x1FFFFF; shr.u32 t, t, 23; sub.u32 {$w0}, t, 8;"
-        " @p mov.u32 {$w0}, 254;"
-        " sub.u32 t, 254, {$w0}; shl.b32 t, t, 23; @p mov.b32 t, 0x400000;"
+        " @p mov.u32 {$w0}, 255;"
+        " sub.u32 t, 254, {$w0}; shl.b32 t, t, 23; @p mov.b32 t, 0x7FFFFFFF;"
         " mov.b32 {$w1}, t; }",
         write_only_types=[cutlass.Int32, cutlass.Float32], read_only_args=[amax])
 

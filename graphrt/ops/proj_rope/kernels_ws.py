@@ -30,8 +30,9 @@ from ...validate import sm_count
 from . import kernels as _triton_kernels
 
 # The E8M0 scale helpers are the Triton kernels' own, compiled as Gluon functions.
+_abs_bits = gluon.jit(_triton_kernels._abs_bits.fn)
 _block_exponent = gluon.jit(_triton_kernels._block_exponent.fn)
-_pow2 = gluon.jit(_triton_kernels._pow2.fn)
+_quant_factor = gluon.jit(_triton_kernels._quant_factor.fn)
 
 BLOCK_M = gl.constexpr(128)        # tokens per tile: two warpgroups of 64, four blocks of 32
 EPILOGUE_WARPS = gl.constexpr(8)   # the epilogue's layouts assume 8
@@ -148,9 +149,10 @@ def _feature_index(WIDTH: gl.constexpr, layout: gl.constexpr):
 def _columnwise_scales(view, scales, COL_S, tb, tb_ok, feature0, N_TOTAL: gl.constexpr,
                        by_col: gl.constexpr):
     """E8M0 exponents of one 32-feature chunk ``view`` [4, 32, 32] of the staged tile, one per 32
-    tokens of a feature: bytes to COL_S, the scales 2^-e to ``scales`` [4, 32]."""
-    e = _block_exponent(gl.max(gl.abs(view.load(by_col)), axis=1))
-    scales.store(_pow2(-e))
+    tokens of a feature: bytes to COL_S, the factors 2^-e (NaN for the NaN scale) to ``scales``
+    [4, 32]."""
+    e = _block_exponent(gl.max(_abs_bits(view.load(by_col)), axis=1))
+    scales.store(_quant_factor(e))
     f = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, by_col)))
     at = gl.expand_dims(tb.to(gl.int64) * N_TOTAL, 1) + gl.expand_dims(feature0 + f, 0)
     gl.store(COL_S + at, (e + 127).to(gl.uint8), mask=tb_ok)
@@ -163,8 +165,8 @@ def _quantize_chunk(view, scales, ROW, ROW_S, COL, row_at, ok, scale_at, scale_o
     features per thread): the rowwise exponent from the token's 32 features, the columnwise
     scales from ``scales`` [4, 32]."""
     v = view.load(by_row)
-    e = _block_exponent(gl.max(gl.abs(v), axis=2))
-    q = v * gl.expand_dims(_pow2(-e), 2)
+    e = _block_exponent(gl.max(_abs_bits(v), axis=2))
+    q = v * gl.expand_dims(_quant_factor(e), 2)
     gl.store(ROW + row_at, q.to(gl.float8e4nv).to(gl.uint8, bitcast=True), mask=ok)
     gl.store(ROW_S + scale_at, (e + 127).to(gl.uint8), mask=scale_ok)
     q = v * gl.expand_dims(scales.load(gl.SliceLayout(1, by_row)), 1)

@@ -9,32 +9,46 @@ BLOCK = 32
 FP8 = torch.float8_e4m3fn
 
 
+NAN_EXPONENT = 128    # the E8M0 NaN scale (byte 255) as an exponent
+E4M3_NAN = 0x7F
+
+
 def block_exponents(amax: torch.Tensor) -> torch.Tensor:
-    """E8M0 exponents: e = ceil(log2(amax / 448)) in FP32, amax clamped to >= 1e-30, e in
-    [-127, 127]. Read off the FP32 bits, so exact powers of two are exact."""
+    """E8M0 exponents: e = ceil(log2(amax / 448)) in FP32, amax clamped to >= 1e-30, so e is in
+    [-127, 120] for a finite amax; NAN_EXPONENT where amax is a NaN or an infinity. Read off the
+    FP32 bits, so exact powers of two are exact."""
     ratio = amax.float().clamp_min(1e-30) / FP8_MAX
     bits = ratio.view(torch.int32)
     exponent = ((bits >> 23) & 0xFF) - 127
     exponent = exponent + ((bits & 0x7FFFFF) != 0).to(torch.int32)
-    return exponent.clamp(-127, 127)
+    exponent = exponent.clamp(-127, 127)
+    return torch.where(amax.isfinite(), exponent, NAN_EXPONENT)
 
 
 def mxfp8_quantize(values: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes float8_e4m3fn like ``values``, scales uint8 with ``dim`` reduced by 32): blocks of
-    32 along ``dim``; data = clamp(v * 2^-e, -448, 448) rounded to nearest even."""
+    32 along ``dim``; data = clamp(v * 2^-e, -448, 448) rounded to nearest even.
+
+    A block holding a NaN or an infinity gets the OCP MX NaN scale (byte 255), which makes every
+    element of the block NaN, and the E4M3 NaN code 0x7F in all 32 places."""
     v = values.float().movedim(dim, -1)
     shape = v.shape
     blocks = v.reshape(*shape[:-1], shape[-1] // BLOCK, BLOCK)
     e = block_exponents(blocks.abs().amax(dim=-1))
-    scaled = blocks * torch.pow(2.0, -e.double()).float().unsqueeze(-1)
-    codes = scaled.clamp(-FP8_MAX, FP8_MAX).to(FP8).reshape(shape).movedim(-1, dim)
+    finite_e = torch.where(e == NAN_EXPONENT, 0, e)
+    scaled = blocks * torch.pow(2.0, -finite_e.double()).float().unsqueeze(-1)
+    codes = scaled.clamp(-FP8_MAX, FP8_MAX).to(FP8).view(torch.uint8)
+    codes = torch.where((e == NAN_EXPONENT).unsqueeze(-1), E4M3_NAN, codes)
+    codes = codes.view(FP8).reshape(shape).movedim(-1, dim)
     scales = (e + 127).to(torch.uint8).movedim(-1, dim)
     return codes.contiguous(), scales.contiguous()
 
 
 def mxfp8_dequantize(codes: torch.Tensor, scales: torch.Tensor, dim: int) -> torch.Tensor:
-    """FP32 values of MXFP8 codes with E8M0 ``scales`` per 32 along ``dim``."""
-    factor = torch.pow(2.0, scales.double() - 127).float().repeat_interleave(BLOCK, dim=dim)
+    """FP32 values of MXFP8 codes with E8M0 ``scales`` per 32 along ``dim``; the NaN scale (255)
+    makes its whole block NaN, as do E4M3's NaN codes their own place."""
+    factor = torch.pow(2.0, scales.double() - 127).float()
+    factor = torch.where(scales == 255, float("nan"), factor).repeat_interleave(BLOCK, dim=dim)
     return codes.float() * factor
 
 
