@@ -75,7 +75,8 @@ def _fast_paths() -> dict:
     elif on_hopper and gluon:
         proj = "warp-specialized Gluon kernel (Triton 3.6)"
     else:
-        proj = "portable Triton kernel" + (" (install graphrt[cute] for the fast one)" if on_hopper else "")
+        proj = "portable Triton kernel" + (" (nvidia-cutlass-dsl is not installed: the fast one needs it)"
+                                          if on_hopper else "")
     facts["kernels"] = f"rmsnorm, mhc, lmsd, wgrad: Triton; proj: {proj}"
     return facts
 

@@ -13,7 +13,7 @@ epilogue first rotates the rope features in place (into output order), then read
 tile once: a lane holds 8 token rows x 4 features of a 32-feature block and quantizes both
 directions from the same registers.
 
-Needs nvidia-cutlass-dsl (``pip install graphrt[cute]``); the plan uses it when it imports and
+Needs nvidia-cutlass-dsl (a default dependency on Linux x86-64); the plan uses it when it imports and
 falls back to the Triton/Gluon kernels otherwise. Index math on outputs is 64-bit.
 """
 from __future__ import annotations
