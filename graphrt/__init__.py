@@ -6,11 +6,11 @@ from .plan import Plan, PlanStore
 from .result import Result
 from .runtime import Runtime, runtime
 from .arena import WorkspaceArena
-from . import capture, nn, ops
+from . import capture, nn, ops, optim
 
 __version__ = "0.1.0"
 
 __all__ = ["ArenaExhausted", "CaptureError", "Contract", "ContractError", "DeviceCheckError",
            "Plan", "PlanStore", "Result",
            "Runtime", "TensorSpec", "UnsupportedError", "WorkspaceArena", "capture", "check_errors",
-           "nn", "ops", "runtime"]
+           "nn", "ops", "optim", "runtime"]

@@ -63,5 +63,16 @@ w_wide = torch.randn(2 * 320, 128, dtype=torch.bfloat16, device="cuda")
 graphrt.ops.gemm_proj_rope_mxfp8(x2, w_wide, cs2, cs2, qk_nope_dim=256)
 (xq, xs), (wq, ws) = mxfp8_quantize(x.float(), 1), mxfp8_quantize(w.float(), 1)
 graphrt.ops.gemm_proj_rope_mxfp8(xq, wq, cs, cs, x_scale=xs, w_scale=ws)
+# NaN and infinity on the way to the quantizer (the OCP MX NaN scale)
+x_bad = x.clone()
+x_bad[3, 5], x_bad[40, 7] = float("nan"), float("inf")
+graphrt.ops.gemm_proj_rope_mxfp8(x_bad, w, cs, cs)
+# AdamW: tensors of one element, one block plus one, and a float and a device lr
+shapes = [(1,), (4097,), (33, 65)]
+lists = [[torch.randn(s, device="cuda").to(dt) for s in shapes] for dt in (torch.bfloat16,) * 4]
+lists[3] = [v.abs() for v in lists[3]]
+steps = [torch.ones((), device="cuda") for _ in shapes]
+graphrt.ops.adamw_step(*lists, steps, lr=1e-3)
+graphrt.ops.adamw_step(*lists, steps, lr=torch.full((), 1e-3, device="cuda"), maximize=True)
 torch.cuda.synchronize()
 print("sanitize run done")

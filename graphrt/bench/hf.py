@@ -1,7 +1,9 @@
-"""A Hugging Face Llama training step (AdamW) seven ways, each in a fresh process so that peak
+"""A Hugging Face Llama training step (AdamW) many ways, each in a fresh process so that peak
 memory is its own: eager, eager with graphrt's norms, torch.compile (default and
 reduce-overhead), per-layer graphs (graph_modules: make_graphed_callables per decoder layer),
-graph_step, and graph_step of the compiled model. Needs transformers.
+graph_step, and graph_step of the compiled model, all with torch.optim.AdamW(capturable=True);
+then with the optimizer's step fused: graphrt.optim.AdamW under graph_step, and as the peer
+torch's own AdamW(fused=True) under reduce-overhead. Needs transformers.
 
 Run one variant alone: ``python -m graphrt.bench.hf VARIANT BATCHxSEQ`` (prints one JSON line).
 """
@@ -19,7 +21,9 @@ from . import report
 from ..models import eager_step_fn, lm_loss
 
 VARIANTS = ("eager", "eager_graphrt_norms", "compile", "compile_reduce_overhead",
-            "graphed_layers", "graph_step", "graph_step_compiled")
+            "graphed_layers", "graph_step", "graph_step_compiled",
+            "compile_reduce_overhead+torch_fused_adamw", "graph_step+graphrt_adamw",
+            "graph_step_compiled+graphrt_adamw")
 SIZES = ((1, 512), (2, 2048))
 CONFIG = dict(hidden_size=2048, num_hidden_layers=4, num_attention_heads=16,
               num_key_value_heads=8, intermediate_size=5632, vocab_size=32000,
@@ -43,9 +47,14 @@ def measure(variant: str, batch: int, seq: int) -> dict:
     from graphrt.capture import graph_modules, graph_step
 
     model = _model()
-    if variant not in ("eager", "compile", "compile_reduce_overhead"):
+    variant, _, optimizer = variant.partition("+")
+    if not variant.startswith(("eager", "compile")) or variant == "eager_graphrt_norms":
         graphrt.nn.replace_norms(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, capturable=True)
+    if optimizer == "graphrt_adamw":
+        opt = graphrt.optim.AdamW(model.parameters(), lr=1e-5)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, capturable=True,
+                                fused=optimizer == "torch_fused_adamw" or None)
     gen = torch.Generator(device="cuda").manual_seed(1)
     data = [tuple(torch.randint(0, CONFIG["vocab_size"], (batch, seq), device="cuda",
                                 generator=gen) for _ in range(2)) for _ in range(4)]
@@ -77,7 +86,8 @@ def measure(variant: str, batch: int, seq: int) -> dict:
         loss = step(*data[i % 4])
     torch.cuda.synchronize()
     ms = (time.perf_counter() - t0) * 1e3 / STEPS
-    row = {"variant": variant, "tokens": f"{batch}x{seq}", "ms_per_step": ms,
+    row = {"variant": variant + (f"+{optimizer}" if optimizer else ""),
+           "tokens": f"{batch}x{seq}", "ms_per_step": ms,
            "peak_reserved_MiB": torch.cuda.max_memory_reserved() / 2**20,
            "setup_s": setup_s, "loss": float(loss)}
     if variant.startswith("graph_step"):
@@ -95,10 +105,16 @@ def _sizes() -> tuple:
     return tuple(tuple(int(v) for v in s.split("x")) for s in chosen.split(","))
 
 
+def _variants() -> tuple:
+    """VARIANTS, or those in GRAPHRT_BENCH_HF_VARIANTS (comma-separated)."""
+    chosen = os.environ.get("GRAPHRT_BENCH_HF_VARIANTS")
+    return tuple(chosen.split(",")) if chosen else VARIANTS
+
+
 def run(progress=print) -> list[dict]:
     rows = []
     for batch, seq in _sizes():
-        for variant in VARIANTS:
+        for variant in _variants():
             progress(f"hf llama: {variant}, {batch}x{seq} tokens ...")
             proc = subprocess.run([sys.executable, "-m", "graphrt.bench.hf", variant,
                                    f"{batch}x{seq}"], capture_output=True, text=True,
@@ -134,9 +150,10 @@ def main(progress=print) -> list[dict]:
         columns=["variant", "tokens", "ms_per_step", "vs_reduce_overhead", "peak_reserved_MiB",
                  "memory_vs_eager", "setup_s", "loss"],
         legend="Llama (hidden 2048, 4 layers, 16/8 heads, intermediate 5632, vocab 32000), bf16, "
-               "SDPA, AdamW(capturable); ms_per_step: wall time per step, back to back, host "
-               "included; vs_reduce_overhead: torch.compile(mode='reduce-overhead') time over "
-               "this one; peak_reserved: torch.cuda.max_memory_reserved in a fresh process")
+               "SDPA, AdamW(capturable) (+...: the optimizer's step fused); ms_per_step: wall "
+               "time per step, back to back, host included; vs_reduce_overhead: "
+               "torch.compile(mode='reduce-overhead') time over this one; peak_reserved: "
+               "torch.cuda.max_memory_reserved in a fresh process")
 
 
 if __name__ == "__main__":

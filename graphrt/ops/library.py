@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from .adamw import adamw_step
 from .grouped_gemm import grouped_gemm_wgrad
 from .hstu import hstu_lmsd_backward, hstu_lmsd_forward
 from .mhc import mhc_projection_backward
@@ -42,6 +43,9 @@ SCHEMAS = {
     "gemm_proj_rope_mxfp8": "(Tensor x, Tensor w, Tensor cos, Tensor sin, Tensor? x_scale=None, "
                             "Tensor? w_scale=None, bool w_out_in=True, int qk_nope_dim=128, "
                             "int qk_rope_dim=64) -> Tensor[]",
+    "adamw_step": "(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, "
+                  "Tensor(c!)[] exp_avg_sqs, Tensor[] steps, float lr, float beta1, float beta2, "
+                  "float eps, float weight_decay, bool maximize=False) -> ()",
 }
 
 
@@ -92,6 +96,12 @@ def _gemm_proj_rope_mxfp8(x, w, cos, sin, x_scale=None, w_scale=None, w_out_in=T
                                      qk_rope_dim=qk_rope_dim))
 
 
+def _adamw_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps, weight_decay,
+                maximize=False):
+    adamw_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr=lr, betas=(beta1, beta2), eps=eps,
+               weight_decay=weight_decay, maximize=maximize)
+
+
 # -- fake implementations: the outputs' shapes and dtypes, from the inputs' ----------------------
 def _fake_rmsnorm_forward(x, w, eps=1e-6, residual=None):
     h = torch.empty_like(x) if residual is not None else x.new_empty(0)
@@ -132,6 +142,11 @@ def _fake_gemm_proj_rope_mxfp8(x, w, cos, sin, x_scale=None, w_scale=None, w_out
     heads = (w.shape[0] if w_out_in else w.shape[1]) // d
     return [x.new_empty(t, heads, d, dtype=FP8), x.new_empty(t, heads, d // 32, dtype=torch.uint8),
             x.new_empty(t, heads, d, dtype=FP8), x.new_empty(t // 32, heads, d, dtype=torch.uint8)]
+
+
+def _fake_adamw_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps,
+                     weight_decay, maximize=False):
+    return None
 
 
 for _name, _schema in SCHEMAS.items():

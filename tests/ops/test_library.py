@@ -24,7 +24,10 @@ def _cases():
     counts = [3, 0, 5]
     offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32)
     cos = r(32, 64).to(BF16)
+    adam = ([[r(6, 8).to(BF16), r(5)] for _ in range(3)] + [[r(6, 8).abs().to(BF16), r(5).abs()]]
+            + [[torch.full((), 3.0), torch.full((), 3.0)]])   # params, grads, m, v, steps
     return {
+        "adamw_step": [(*adam, 1e-2, 0.9, 0.999, 1e-8, 0.1, False)],
         "rmsnorm_forward": [(x, w, 1e-6, None), (x, w, 1e-5, g)],
         "rmsnorm_backward": [(g, x, w, rstd, None), (g, x, w, rstd, g)],
         "mhc_projection_backward": [(x, r(24, 64) / 8, r(6, 32), r(6, 1), r(6, 1).abs() + 0.5,
@@ -57,13 +60,13 @@ def test_operator_matches_functional_and_passes_opcheck(name, case):
     args = CASES[name][case]
     op = getattr(torch.ops.graphrt, name)
     got = op(*args)
-    got = got if isinstance(got, list) else [got]
+    got = [] if got is None else got if isinstance(got, list) else [got]
     # the fake implementation agrees with the real outputs' shapes and dtypes
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
         fake = op(*fake_args)
-    fake = fake if isinstance(fake, list) else [fake]
+    fake = [] if fake is None else fake if isinstance(fake, list) else [fake]
     assert [(t.shape, t.dtype) for t in fake] == [(t.shape, t.dtype) for t in got]
     torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor",
                                                 "test_autograd_registration"))

@@ -1,0 +1,152 @@
+"""AdamW step: the reference against torch.optim.AdamW, the kernel against the reference,
+errors, and graphrt.optim.AdamW as a drop-in optimizer."""
+import pytest
+import torch
+
+import graphrt
+from graphrt import ContractError, UnsupportedError
+from graphrt.ops import adamw_step
+from graphrt.ops.adamw import adamw_step_reference
+
+from ..helpers import assert_unchanged, env, needs_interpreter, snapshot
+
+HYPER = dict(lr=3e-2, betas=(0.9, 0.99), eps=1e-6, weight_decay=0.1)
+
+
+def _state(shapes, dtype, device="cpu", step=3.0):
+    """(params, grads, exp_avgs, exp_avg_sqs, steps) of fresh random values."""
+    params = [torch.randn(s, device=device).to(dtype) for s in shapes]
+    grads = [torch.randn(s, device=device).to(dtype) for s in shapes]
+    ms = [0.1 * torch.randn(s, device=device).to(dtype) for s in shapes]
+    vs = [0.01 * torch.rand(s, device=device).to(dtype) for s in shapes]
+    steps = [torch.full((), step + i, device=device) for i in range(len(shapes))]
+    return params, grads, ms, vs, steps
+
+
+def _clone(lists):
+    return [[t.clone() for t in ts] for ts in lists]
+
+
+@pytest.mark.parametrize("maximize", [False, True])
+def test_reference_matches_torch_adamw(seed, maximize):
+    """Five steps of the reference (through graphrt.optim.AdamW on the CPU) against
+    torch.optim.AdamW in FP32."""
+    ours = torch.nn.Linear(32, 16)
+    theirs = torch.nn.Linear(32, 16)
+    theirs.load_state_dict(ours.state_dict())
+    kw = dict(lr=1e-2, betas=(0.8, 0.95), eps=1e-7, weight_decay=0.2, maximize=maximize)
+    opts = graphrt.optim.AdamW(ours.parameters(), **kw), torch.optim.AdamW(theirs.parameters(), **kw)
+    for _ in range(5):
+        x = torch.randn(8, 32)
+        for model, opt in zip((ours, theirs), opts):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    state = opts[0].state_dict()
+    opts[1].load_state_dict(state)           # the state moves between the two
+    assert float(opts[1].state_dict()["state"][0]["step"]) == 5
+
+
+def _compare(got, want, dtype, rounds_to_nearest):
+    """FP32 within a few units in the last place; BF16 at most one step apart, and where the
+    conversion rounds to nearest (the GPU; Triton's interpreter truncates) nearly all equal."""
+    for g_list, w_list in zip(got, want):
+        for g, w in zip(g_list, w_list):
+            if dtype == torch.float32:
+                torch.testing.assert_close(g, w, rtol=2e-6, atol=1e-7)
+                continue
+            ulp = 2 * torch.finfo(dtype).eps * w.float().abs().clamp_min(torch.finfo(dtype).tiny)
+            assert ((g.float() - w.float()).abs() <= ulp).all()
+            if rounds_to_nearest:
+                assert (g == w).float().mean() > 0.99
+
+
+def _kernel_against_reference(device, dtype, lr_on_device, maximize, shapes, runtime=None):
+    lists = _state(shapes, dtype, device)
+    want = _clone(lists)
+    lr = torch.full((), HYPER["lr"], device=device) if lr_on_device else HYPER["lr"]
+    kw = dict(HYPER, lr=lr, maximize=maximize)
+    adamw_step(*lists, **kw, **({} if runtime is None else {"runtime": runtime}))
+    adamw_step_reference(*want, lr=HYPER["lr"], beta1=0.9, beta2=0.99, eps=HYPER["eps"],
+                         weight_decay=HYPER["weight_decay"], maximize=maximize)
+    _compare(lists[:4], want[:4], dtype, rounds_to_nearest=device != "cpu")
+
+
+@needs_interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("lr_on_device", [False, True])
+def test_interpreted_kernel_matches_reference(seed, dtype, lr_on_device):
+    with env(GRAPHRT_BACKEND="triton"):
+        _kernel_against_reference("cpu", dtype, lr_on_device, lr_on_device, [(7,), (5000,), (3, 33)],
+                                  graphrt.Runtime("cpu"))
+
+
+def test_errors_write_nothing():
+    params, grads, ms, vs, steps = _state([(4,), (6,)], torch.float32)
+    bad_step = [steps[0], torch.ones((), dtype=torch.float64)]
+    cases = [
+        (dict(grads=grads[:1]), "grads: expected 2 tensors"),
+        (dict(grads=[grads[0], grads[1].double()]), r"grads\[1\]: expected float32"),
+        (dict(exp_avgs=[ms[0], torch.zeros(12)[::2]]), r"exp_avgs\[1\]: expected a contiguous"),
+        (dict(steps=bad_step), r"steps\[1\]: expected one float32"),
+        (dict(exp_avgs=[params[0], ms[1]]), "overlap"),
+        (dict(lr=-1.0), "lr: expected a finite value"),
+        (dict(betas=(0.9, 1.0)), r"betas\[1\]"),
+        (dict(eps=float("nan")), "eps"),
+        (dict(params=params[0]), "params: expected a list"),
+        (dict(params=[]), "params: expected at least one"),
+        (dict(params=[params[0].int(), params[1]]), r"params\[0\]: expected dtype"),
+    ]
+    for over, pattern in cases:
+        args = dict(params=params, grads=grads, exp_avgs=ms, exp_avg_sqs=vs, steps=steps, **HYPER)
+        args.update(over)
+        before = snapshot(*params, *ms, *vs)
+        with pytest.raises(ContractError, match=pattern):
+            adamw_step(args.pop("params"), args.pop("grads"), args.pop("exp_avgs"),
+                       args.pop("exp_avg_sqs"), args.pop("steps"), **args)
+        assert_unchanged(before, [*params, *ms, *vs])
+
+
+def test_optimizer_rejects_what_it_does_not_implement():
+    p = [torch.nn.Parameter(torch.randn(3))]
+    with pytest.raises(UnsupportedError, match="amsgrad"):
+        graphrt.optim.AdamW(p, amsgrad=True)
+    with pytest.raises(UnsupportedError, match="fused"):
+        graphrt.optim.AdamW(p, fused=True)
+    with pytest.raises(TypeError, match="unexpected"):
+        graphrt.optim.AdamW(p, momentum=0.9)
+
+
+# -- GPU --------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("lr_on_device", [False, True])
+def test_gpu_kernel_matches_reference(seed, dtype, lr_on_device):
+    _kernel_against_reference("cuda", dtype, lr_on_device, False, [(1,), (4096,), (4097,), (1000, 1537)])
+
+
+@pytest.mark.gpu
+def test_gpu_optimizer_captured_matches_eager(seed):
+    """graph_step with graphrt.optim.AdamW: five captured steps equal five eager ones bitwise
+    (the same kernels), and the device-side lr follows a schedule between replays."""
+    from graphrt.capture import graph_step
+    from graphrt.models import eager_step_fn, mse
+    torch.manual_seed(0)
+    models = [torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
+              .cuda().to(torch.bfloat16) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    lrs = [torch.full((), 1e-3, device="cuda") for _ in range(2)]
+    opts = [graphrt.optim.AdamW(m.parameters(), lr=lr, weight_decay=0.1) for m, lr in zip(models, lrs)]
+    data = [(torch.randn(32, 64, device="cuda").to(torch.bfloat16),
+             torch.randn(32, 64, device="cuda").to(torch.bfloat16)) for _ in range(5)]
+    eager = eager_step_fn(models[0], opts[0], mse)
+    graph = graph_step(models[1], mse, tuple(t.clone() for t in data[0]), opts[1])
+    for i, (x, y) in enumerate(data):
+        for lr in lrs:
+            lr.fill_(1e-3 * (i + 1))
+        a, b = eager(x, y), graph.step(x, y)
+        assert torch.equal(a.float(), b.float())
+    for p, q in zip(models[0].parameters(), models[1].parameters()):
+        assert torch.equal(p, q)
