@@ -179,7 +179,8 @@ def bench(args, out=print) -> None:
     ops = {"rmsnorm": "graphrt.bench.rmsnorm", "plan_store": "graphrt.bench.plan_store",
            "capture": "graphrt.bench.capture", "mhc": "graphrt.bench.mhc", "lmsd": "graphrt.bench.lmsd",
            "wgrad": "graphrt.bench.wgrad", "proj": "graphrt.bench.proj",
-           "ddp": "graphrt.bench.data_parallel", "hf": "graphrt.bench.hf"}
+           "ddp": "graphrt.bench.data_parallel", "hf": "graphrt.bench.hf",
+           "adamw": "graphrt.bench.adamw"}
     names = list(ops) if args.op == "all" else [args.op]
     if getattr(args, "out", None):
         os.environ["GRAPHRT_BENCH_DIR"] = args.out   # read by bench.report.save
