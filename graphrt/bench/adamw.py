@@ -12,7 +12,7 @@ COPY_CEILING_TBS = 4.25
 # the HF bench's Llama (hidden 2048, 4 layers, intermediate 5632, vocab 32000), and a 7168-wide layer
 MODELS = {
     "llama-2048x4": [(32000, 2048), (2048, 2048), (1024, 2048), (1024, 2048), (2048, 2048),
-                     (5632, 2048), (5632, 2048), (2048, 5632), (2048,), (2048,)] * 1,
+                     (5632, 2048), (5632, 2048), (2048, 5632), (2048,), (2048,)],
     "7168-mlp": [(7168, 18432), (7168, 18432), (18432, 7168), (7168,)],
 }
 LAYERS = {"llama-2048x4": 4, "7168-mlp": 1}
@@ -33,6 +33,15 @@ def _state(shapes, dtype):
     return params, grads, ms, vs, steps
 
 
+def _torch_optimizer_step(params, grads, hyper):
+    """torch.optim.AdamW(capturable=True, foreach=True) over the same tensors (its own moments)."""
+    leaves = [torch.nn.Parameter(p) for p in params]
+    for leaf, g in zip(leaves, grads):
+        leaf.grad = g
+    opt = torch.optim.AdamW(leaves, capturable=True, foreach=True, **hyper)
+    return opt.step
+
+
 def run(progress=print) -> list[dict]:
     from ..ops import adamw_step
     rows = []
@@ -49,10 +58,7 @@ def run(progress=print) -> list[dict]:
                 "torch _fused_adamw_": lambda: torch._fused_adamw_(
                     params, grads, ms, vs, [], steps, lr=hyper["lr"], beta1=0.9, beta2=0.95,
                     weight_decay=0.1, eps=1e-8, amsgrad=False, maximize=False),
-                "torch foreach (capturable)": lambda: torch.optim.adamw.adamw(
-                    params, grads, ms, vs, [], steps, foreach=True, capturable=True, lr=hyper["lr"],
-                    beta1=0.9, beta2=0.95, weight_decay=0.1, eps=1e-8, amsgrad=False,
-                    maximize=False),
+                "torch AdamW foreach (capturable)": _torch_optimizer_step(params, grads, hyper),
             }
             times = {}
             for name, fn in impls.items():

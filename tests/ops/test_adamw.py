@@ -57,8 +57,10 @@ def _compare(got, want, dtype, rounds_to_nearest):
             if dtype == torch.float32:
                 torch.testing.assert_close(g, w, rtol=2e-6, atol=1e-7)
                 continue
-            ulp = 2 * torch.finfo(dtype).eps * w.float().abs().clamp_min(torch.finfo(dtype).tiny)
-            assert ((g.float() - w.float()).abs() <= ulp).all()
+            # two steps of the dtype at the value, or an FP32 rounding of the operands where
+            # m + (1 - beta1) (g - m) cancels to near zero
+            bound = 2 * torch.finfo(dtype).eps * w.float().abs() + 1e-6 * w.float().abs().max()
+            assert ((g.float() - w.float()).abs() <= bound).all()
             if rounds_to_nearest:
                 assert (g == w).float().mean() > 0.99
 
