@@ -201,6 +201,50 @@ def test_arena_scope_releases_only_its_own_threads_regions():
     assert s["in_use"] == 0 and s["live_regions"] == 0
 
 
+def test_arena_reuses_gaps_that_threads_leave_below_live_regions():
+    """Two threads in turn, each closing its scope and taking again while the other's region is
+    live: a stack allocator puts every new region above the other's and creeps up to
+    ArenaExhausted (after four turns here); takes must reuse the gap, never the live region."""
+    import threading
+
+    arena = WorkspaceArena(4 * 1024, "cpu")
+    turns = [threading.Semaphore(0), threading.Semaphore(0)]
+    live = {}
+    errors = []
+
+    def worker(me: int):
+        other, scope = 1 - me, None
+        try:
+            for _ in range(20):
+                turns[me].acquire()
+                if scope is not None:
+                    scope.__exit__(None, None, None)
+                    del live[me]
+                scope = arena.scope()
+                scope.__enter__()
+                mine = arena.take(1000).data_ptr()
+                theirs = live.get(other)
+                if theirs is not None and abs(mine - theirs) < 1000:
+                    errors.append("overlap")
+                live[me] = mine
+                turns[other].release()
+            turns[me].acquire()
+            scope.__exit__(None, None, None)
+        except Exception as exc:            # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+        finally:
+            turns[other].release()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    turns[0].release()
+    for t in threads:
+        t.join(20)
+    assert not errors, errors
+    assert arena.stats()["high_water"] <= 3 * 1024 and arena.stats()["in_use"] == 0
+
+
 def test_arena_hold_keeps_only_its_own_threads_regions():
     import threading
 

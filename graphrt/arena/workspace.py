@@ -60,7 +60,8 @@ class ArenaHold:
 
 
 class WorkspaceArena:
-    """One buffer allocated up front; ``take`` returns aligned uint8 views of it.
+    """One buffer allocated up front; ``take`` returns aligned uint8 views of it, at the lowest
+    free gap that fits.
 
     Regions are released when the ``scope()`` that took them closes; a scope owns only the
     regions its own thread took inside it, so any number of threads (each on its own stream or
@@ -123,25 +124,38 @@ class WorkspaceArena:
             raise ContractError(f"nbytes: expected a size >= 0, got {nbytes}")
         scopes = self._scopes()
         with self._lock:
-            start = align_up(self._top)
-            end = start + nbytes
-            if end > self.capacity:
+            index, start = self._first_fit(nbytes)
+            if index is None:
                 raise ArenaExhausted(
                     f"workspace arena on {self.device}: request of {nbytes} bytes does not fit "
                     f"(capacity {self.capacity}, in use {self._top}, high water {self._high_water}); "
                     f"make a Runtime with a larger arena_bytes")
+            end = start + nbytes
             self._wait_for_other_streams(start, end, stream)
             hold = self._active_hold()
             region = _Region(start, end, stream, hold)
-            self._regions.append(region)
+            self._regions.insert(index, region)
             if hold is not None:
                 hold.regions.append(region)
             elif scopes:
                 scopes[-1].append(region)
-            self._top = end
+            self._top = self._regions[-1].end
             self._high_water = max(self._high_water, end)
             self._takes += 1
         return self._buffer[self._base + start:self._base + end]
+
+    def _first_fit(self, nbytes: int) -> tuple[int | None, int]:
+        """(index in the address-ordered live regions, aligned start) of the lowest gap that
+        holds ``nbytes``, or (None, 0). Threads release in any order, so gaps open below live
+        regions; a stack that only grew from the top crept up to exhaustion under 8 threads."""
+        previous_end = 0
+        for index, region in enumerate(self._regions):
+            start = align_up(previous_end)
+            if start + nbytes <= region.start:
+                return index, start
+            previous_end = max(previous_end, region.end)
+        start = align_up(previous_end)
+        return (len(self._regions), start) if start + nbytes <= self.capacity else (None, 0)
 
     def _wait_for_other_streams(self, start: int, end: int, stream) -> None:
         if stream is None or not self._on_cuda:
