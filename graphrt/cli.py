@@ -9,7 +9,13 @@ import sys
 import time
 from importlib import metadata
 
-import torch
+
+def _graphrt():
+    """The graphrt package with its public names loaded (torch imported): what the commands use.
+    --help and --version need neither."""
+    import graphrt
+    graphrt._load()
+    return graphrt
 
 
 def _version(dist: str) -> str:
@@ -20,12 +26,16 @@ def _version(dist: str) -> str:
 
 
 def info(_args=None, out=print) -> dict:
-    import graphrt
+    facts = {"graphrt": _version("graphrt"), "python": platform.python_version()}
+    for k, v in facts.items():        # before torch loads (about 1.5 s)
+        out(f"{k:>20}: {v}")
+    graphrt = _graphrt()
+    import torch
     from graphrt.plan import triton_available
 
-    facts = {"graphrt": graphrt.__version__, "python": platform.python_version(),
-             "torch": torch.__version__, "triton": _version("triton"),
-             "cuda-python": _version("cuda-python"), "cachetools": _version("cachetools")}
+    shown = len(facts)
+    facts.update({"torch": torch.__version__, "triton": _version("triton"),
+                  "cuda-python": _version("cuda-python"), "cachetools": _version("cachetools")})
     backends = ["reference"]
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -41,7 +51,7 @@ def info(_args=None, out=print) -> dict:
     facts.update(_fast_paths())
     rt = graphrt.runtime()
     stats = rt.stats()
-    for k, v in facts.items():
+    for k, v in list(facts.items())[shown:]:
         out(f"{k:>20}: {v}")
     out(f"{'plan store':>20}: {stats['plans']}")
     out(f"{'arena':>20}: {stats['arena']}")
@@ -52,6 +62,7 @@ def _fast_paths() -> dict:
     """Which fast paths this installation takes, and the projection kernel it would run."""
     import importlib.util
 
+    import torch
     from graphrt.plan import triton_available
 
     if not triton_available():
@@ -81,8 +92,9 @@ def _fast_paths() -> dict:
     return facts
 
 
-def _time_us(fn, device: torch.device, iters: int = 50) -> tuple[float, float]:
+def _time_us(fn, device, iters: int = 50) -> tuple[float, float]:
     """(device time, host time) per call in microseconds; on a CPU both are wall time."""
+    import torch
     fn()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
@@ -100,10 +112,11 @@ def _time_us(fn, device: torch.device, iters: int = 50) -> tuple[float, float]:
 def demo(_args=None, out=print) -> None:
     """RMSNorm through the plan API, checked against the reference, with timings and stats; then
     the capture example: a small stack trained eagerly and as one CUDA graph per step."""
+    import torch
     on_gpu = torch.cuda.is_available()
     if not on_gpu:   # the Triton kernels can still run, under Triton's interpreter (set before
         os.environ.setdefault("TRITON_INTERPRET", "1")   # the kernel modules are imported)
-    import graphrt
+    graphrt = _graphrt()
     from graphrt.ops import RmsNormBackward, RmsNormForward
     from graphrt.ops.rmsnorm import rmsnorm_backward_reference, rmsnorm_forward_reference
     from graphrt.plan import triton_available
@@ -176,6 +189,8 @@ def _run_example(name: str, out) -> None:
 
 
 def bench(args, out=print) -> None:
+    import torch
+    _graphrt()
     ops = {"rmsnorm": "graphrt.bench.rmsnorm", "plan_store": "graphrt.bench.plan_store",
            "capture": "graphrt.bench.capture", "mhc": "graphrt.bench.mhc", "lmsd": "graphrt.bench.lmsd",
            "wgrad": "graphrt.bench.wgrad", "proj": "graphrt.bench.proj",

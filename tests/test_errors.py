@@ -159,6 +159,31 @@ def test_cli_version_and_gpu_bench_without_a_gpu():
         assert res.returncode != 0 and "needs a CUDA GPU" in res.stderr
 
 
+def test_the_command_answers_help_without_importing_torch():
+    """As the `graphrt` console script runs it (argv[0] named graphrt): --help parses without
+    torch; the public names then load on first use, with the operators registered."""
+    import subprocess
+    import sys
+    script = (
+        "import sys, time\n"
+        "sys.argv = ['graphrt', '--help']\n"
+        "t0 = time.perf_counter()\n"
+        "import graphrt.cli\n"
+        "try:\n"
+        "    graphrt.cli.main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert 'torch' not in sys.modules, 'torch was imported for --help'\n"
+        "print('help_s', time.perf_counter() - t0)\n"
+        "import graphrt, torch\n"
+        "assert graphrt.runtime().device.type in ('cpu', 'cuda')\n"
+        "assert callable(graphrt.ops.rmsnorm_forward) and hasattr(torch.ops.graphrt, 'adamw_step')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "usage: graphrt" in res.stdout and "help_s" in res.stdout
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU demo")
 def test_demo_on_the_cpu_compares_the_interpreted_kernels_with_the_reference():
     import subprocess
