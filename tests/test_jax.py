@@ -1,5 +1,5 @@
-"""graphrt.jax: the ops on JAX arrays (eager), bitwise equal to the torch calls on the same data,
-the same errors, and a clear one inside jax.jit."""
+"""graphrt.jax: the ops on JAX arrays, eagerly and inside jax.jit and lax.scan, bitwise equal to
+the torch calls on the same data, with the same errors."""
 import itertools
 
 import numpy as np
@@ -79,5 +79,72 @@ def test_jax_errors_are_named():
     x = _bf16(rng, 32, 64)
     with pytest.raises(UnsupportedError, match="w_out_in"):
         gjax.gemm_proj_rope_mxfp8(x, _bf16(rng, 64, 384), x, x, w_out_in=False)
-    with pytest.raises(UnsupportedError, match="jax.jit"):
-        jax.jit(lambda a, b, o: gjax.grouped_gemm_wgrad(a, b, o))(a, b, offsets)
+    with pytest.raises(ContractError, match="a, b: expected bfloat16"):   # at trace time
+        jax.jit(lambda a, b, o: gjax.grouped_gemm_wgrad(a, b, o))(a.astype(jnp.float32), b, offsets)
+    with pytest.raises(Exception, match="offsets: the last end must equal tokens_sum=6"):
+        jax.jit(lambda a, b, o: gjax.grouped_gemm_wgrad(a, b, o))(
+            a, b, jnp.asarray([4], dtype=jnp.int32))       # a value check, when the call runs
+
+
+def test_jit_and_scan_equal_the_eager_calls_with_offsets_changing():
+    """Under jax.jit each op equals its eager call bitwise; inside lax.scan the grouped wgrad
+    takes new offsets every iteration (one trace, one plan)."""
+    rng = np.random.default_rng(3)
+    a, b = _bf16(rng, 16, 20), _bf16(rng, 20, 24)
+    routings = [[5, 0, 9, 6], [20, 0, 0, 0], [1, 2, 3, 14]]
+    stacked = jnp.asarray([list(itertools.accumulate(c)) for c in routings], dtype=jnp.int32)
+    wgrad = jax.jit(lambda a, b, o: gjax.grouped_gemm_wgrad(a, b, o, wgrad_dtype=jnp.float32))
+    for offsets in stacked:
+        (got,) = wgrad(a, b, offsets)
+        (want,) = gjax.grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=jnp.float32)
+        _same(got, torch.from_dlpack(want))
+
+    def body(carry, offsets):
+        (w,) = gjax.grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=jnp.float32)
+        return carry + w.sum(), w
+    total, per_step = jax.jit(lambda o: jax.lax.scan(body, jnp.float32(0), o))(stacked)
+    for i, offsets in enumerate(stacked):
+        (want,) = gjax.grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=jnp.float32)
+        _same(per_step[i], torch.from_dlpack(want))
+
+    x, w = _bf16(rng, 32, 64), _bf16(rng, 2 * 192, 64, scale=0.125)
+    cos, sin = _bf16(rng, 32, 64), _bf16(rng, 32, 64)
+    got = jax.jit(gjax.gemm_proj_rope_mxfp8)(x, w, cos, sin)
+    for g, t in zip(got, gjax.gemm_proj_rope_mxfp8(x, w, cos, sin)):
+        _same(g, torch.from_dlpack(t))
+    h, nw = _bf16(rng, 8, 64), jnp.asarray(1 + 0.1 * rng.standard_normal(64), dtype=jnp.float32)
+    res = _bf16(rng, 8, 64)
+    for jitted, eager in ((jax.jit(lambda h, nw: gjax.rmsnorm_forward(h, nw, eps=1e-5)),
+                           gjax.rmsnorm_forward(h, nw, eps=1e-5)),
+                          (jax.jit(lambda h, nw, r: gjax.rmsnorm_forward(h, nw, residual=r)),
+                           gjax.rmsnorm_forward(h, nw, residual=res))):
+        args = (h, nw) if len(eager) == 2 else (h, nw, res)
+        for g, t in zip(jitted(*args), eager):
+            _same(g, torch.from_dlpack(t))
+    y, rstd = gjax.rmsnorm_forward(h, nw)
+    g = _bf16(rng, 8, 64)
+    for got_t, want_t in zip(jax.jit(gjax.rmsnorm_backward)(g, h, nw, rstd),
+                             gjax.rmsnorm_backward(g, h, nw, rstd)):
+        _same(got_t, torch.from_dlpack(want_t))
+
+
+@pytest.mark.gpu
+def test_gpu_jit_runs_on_xlas_stream_and_equals_eager():
+    """On the GPU (the image's jax with CUDA): the jitted grouped wgrad and RMSNorm, inside
+    lax.scan with new offsets each iteration, equal the eager calls bitwise."""
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("jax sees no GPU")
+    rng = np.random.default_rng(4)
+    a, b = _bf16(rng, 256, 1024), _bf16(rng, 1024, 128)
+    stacked = jnp.asarray([[256, 256, 768, 1024], [0, 512, 512, 1024]], dtype=jnp.int32)
+
+    def body(carry, offsets):
+        (w,) = gjax.grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=jnp.float32)
+        return carry, w
+    _, per_step = jax.jit(lambda o: jax.lax.scan(body, 0, o))(stacked)
+    for i, offsets in enumerate(stacked):
+        (want,) = gjax.grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=jnp.float32)
+        _same(per_step[i], torch.from_dlpack(want))
+    h, nw = _bf16(rng, 512, 1024), jnp.asarray(1 + 0.1 * rng.standard_normal(1024), dtype=jnp.float32)
+    for g, t in zip(jax.jit(gjax.rmsnorm_forward)(h, nw), gjax.rmsnorm_forward(h, nw)):
+        _same(g, torch.from_dlpack(t))
