@@ -23,6 +23,8 @@ K-major ([hidden, tokens]) and B N-major ([tokens, intermediate]), the projectio
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -189,3 +191,29 @@ def rmsnorm_backward(g, x, w, rstd, *, g_residual=None) -> tuple:
     return _arrays(_rms_bwd(_tensor("g", g), _tensor("x", x), _tensor("w", w),
                             _tensor("rstd", rstd), g_residual=_tensor("g_residual", g_residual,
                                                                       False)))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def rms_norm(x, w, eps: float = 1e-6):
+    """Differentiable RMSNorm over the last dim for JAX models (Flax, Equinox): graphrt's forward
+    and backward kernels through ``jax.custom_vjp``, eagerly and under ``jax.jit``. x BF16
+    [..., H], w FP32 or BF16 [H]; the gradient of w comes back in w's dtype.
+
+    >>> y = graphrt.jax.rms_norm(x, w)                                  # doctest: +SKIP
+    >>> dx, dw = jax.grad(lambda x, w: rms_norm(x, w).sum(), (0, 1))(x, w)  # doctest: +SKIP
+    """
+    return rmsnorm_forward(x, w, eps=eps)[0]
+
+
+def _rms_norm_forward(x, w, eps):
+    y, rstd = rmsnorm_forward(x, w, eps=eps)
+    return y, (x, w, rstd)
+
+
+def _rms_norm_backward(eps, saved, g):
+    x, w, rstd = saved
+    dx, dw = rmsnorm_backward(g.astype(x.dtype), x, w, rstd)
+    return dx, dw.astype(w.dtype)
+
+
+rms_norm.defvjp(_rms_norm_forward, _rms_norm_backward)
