@@ -126,10 +126,12 @@ class WorkspaceArena:
         with self._lock:
             index, start = self._first_fit(nbytes)
             if index is None:
+                live = sum(r.end - r.start for r in self._regions)
                 raise ArenaExhausted(
                     f"workspace arena on {self.device}: request of {nbytes} bytes does not fit "
-                    f"(capacity {self.capacity}, in use {self._top}, high water {self._high_water}); "
-                    f"make a Runtime with a larger arena_bytes")
+                    f"(capacity {self.capacity}, {live} bytes live in {len(self._regions)} "
+                    f"regions up to {self._top}, high water {self._high_water}); make a Runtime "
+                    f"with a larger arena_bytes")
             end = start + nbytes
             self._wait_for_other_streams(start, end, stream)
             hold = self._active_hold()
