@@ -221,6 +221,18 @@ def int_value(name: str, value: object) -> int:
     return int(value.__index__())
 
 
+def real_value(name: str, value: object, low: float, high: float = math.inf, *,
+               high_open: bool = False) -> float:
+    """A real keyword (not a bool), finite and in [low, high] (or [low, high) with high_open)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ContractError(f"{name}: expected a float, got {type(value).__name__}")
+    v = float(value)
+    if not (math.isfinite(v) and low <= v and (v < high if high_open else v <= high)):
+        span = f"[{low}, {high})" if high_open else f"[{low}, {high}]"
+        raise ContractError(f"{name}: expected a finite value in {span}, got {v}")
+    return v
+
+
 def eps_value(eps: object) -> float:
     """eps of a norm: a positive finite real, at least the smallest normal FP32 (the kernels add
     it in FP32, where anything smaller is 0 and an all-zero row would give 0 * inf)."""

@@ -89,7 +89,6 @@ class WorkspaceArena:
         self._base = align_up(self._buffer.data_ptr()) - self._buffer.data_ptr()
         self._lock = threading.RLock()
         self._regions: list[_Region] = []   # live regions in address order; the last is the top
-        self._top = 0
         self._last_use: list[tuple[int, int, object]] = []
         self._holds: list[ArenaHold] = []
         # regions taken while a stream captures with no hold open (a plain torch.cuda.graph
@@ -141,10 +140,14 @@ class WorkspaceArena:
                 hold.regions.append(region)
             elif scopes:
                 scopes[-1].append(region)
-            self._top = self._regions[-1].end
             self._high_water = max(self._high_water, end)
             self._takes += 1
         return self._buffer[self._base + start:self._base + end]
+
+    @property
+    def _top(self) -> int:
+        """The end of the highest live region (0 when none is live)."""
+        return self._regions[-1].end if self._regions else 0
 
     def _first_fit(self, nbytes: int) -> tuple[int | None, int]:
         """(index in the address-ordered live regions, aligned start) of the lowest gap that
@@ -207,7 +210,6 @@ class WorkspaceArena:
                     r.released = True
                     self._last_use.append((r.start, r.end, r.stream))
             self._regions = [r for r in self._regions if not r.released]
-            self._top = self._regions[-1].end if self._regions else 0
 
     # -- reporting -----------------------------------------------------------------------------
     def stats(self) -> dict:

@@ -9,20 +9,14 @@ from . import report
 from .timing import stream_time_us
 
 COPY_CEILING_TBS = 4.25
-# the HF bench's Llama (hidden 2048, 4 layers, intermediate 5632, vocab 32000), and a 7168-wide layer
+# the HF bench's Llama (hidden 2048, 4 layers, intermediate 5632, vocab 32000): embedding, head and
+# final norm, then each decoder layer's q, k, v, o, gate, up, down and two norms; and a 7168-wide MLP
+_LLAMA_LAYER = [(2048, 2048), (1024, 2048), (1024, 2048), (2048, 2048), (5632, 2048),
+                (5632, 2048), (2048, 5632), (2048,), (2048,)]
 MODELS = {
-    "llama-2048x4": [(32000, 2048), (2048, 2048), (1024, 2048), (1024, 2048), (2048, 2048),
-                     (5632, 2048), (5632, 2048), (2048, 5632), (2048,), (2048,)],
+    "llama-2048x4": [(32000, 2048), (32000, 2048), (2048,)] + _LLAMA_LAYER * 4,
     "7168-mlp": [(7168, 18432), (7168, 18432), (18432, 7168), (7168,)],
 }
-LAYERS = {"llama-2048x4": 4, "7168-mlp": 1}
-
-
-def _shapes(name: str) -> list[tuple]:
-    shapes = MODELS[name]
-    if name == "llama-2048x4":   # embedding and head once, the decoder layer four times
-        return [shapes[0], shapes[0], (2048,)] + shapes[1:] * LAYERS[name]
-    return shapes
 
 
 def _state(shapes, dtype):
@@ -48,7 +42,7 @@ def run(progress=print) -> list[dict]:
     hyper = dict(lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     for model in MODELS:
         for dtype in (torch.bfloat16, torch.float32):
-            shapes = _shapes(model)
+            shapes = MODELS[model]
             params, grads, ms, vs, steps = _state(shapes, dtype)
             elements = sum(p.numel() for p in params)
             nbytes = 7 * elements * params[0].element_size()

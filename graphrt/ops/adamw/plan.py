@@ -1,16 +1,13 @@
 """Plan for the AdamW step over a list of tensors."""
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 
 from ...contract import Contract
 from ...errors import ContractError
 from ...plan import Plan, tensor_facts
 from ...streams import on_stream
-from ...validate import dtype_name, require_disjoint, require_tensor
+from ...validate import dtype_name, flag_value, real_value, require_disjoint, require_tensor
 from .reference import adamw_step_reference
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -27,21 +24,11 @@ def _tensor_list(name: str, value, length: int | None = None) -> list:
     return list(value)
 
 
-def _real(name: str, value, low: float, high: float = math.inf, high_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ContractError(f"{name}: expected a float, got {type(value).__name__}")
-    value = float(value)
-    if not (low <= value and (value < high if high_open else value <= high)):
-        bound = f"[{low}, {high})" if high_open else f"[{low}, {high}]"
-        raise ContractError(f"{name}: expected a finite value in {bound}, got {value}")
-    return value
-
-
 def _betas(betas) -> tuple[float, float]:
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise ContractError(f"betas: expected a pair (beta1, beta2), got {betas!r}")
-    return (_real("betas[0]", betas[0], 0.0, 1.0, high_open=True),
-            _real("betas[1]", betas[1], 0.0, 1.0, high_open=True))
+    return (real_value("betas[0]", betas[0], 0.0, 1.0, high_open=True),
+            real_value("betas[1]", betas[1], 0.0, 1.0, high_open=True))
 
 
 def _check_lr(lr, device: torch.device):
@@ -50,7 +37,7 @@ def _check_lr(lr, device: torch.device):
             raise ContractError(f"lr: a tensor lr must be one float32 element on {device}, got "
                                 f"{dtype_name(lr.dtype)} shape {tuple(lr.shape)} on {lr.device}")
         return lr
-    return _real("lr", lr, 0.0)
+    return real_value("lr", lr, 0.0)
 
 
 class AdamWStep(Plan):
@@ -79,8 +66,7 @@ class AdamWStep(Plan):
         params = _tensor_list("params", params)
         if not params:
             raise ContractError("params: expected at least one tensor, got an empty list")
-        if not isinstance(maximize, bool):
-            raise ContractError(f"maximize: expected a bool, got {type(maximize).__name__}")
+        maximize = flag_value("maximize", maximize)
         _, backend, cap, device_type = tensor_facts(params[0], backend, "params[0]")
         return Contract(cls.op, backend, device_type, cap, (),
                         (("lr_on_device", isinstance(lr, torch.Tensor)), ("maximize", maximize)))
@@ -118,8 +104,8 @@ class AdamWStep(Plan):
             raise ContractError("lr: this plan was built for a "
                                 f"{'tensor' if self.contract.flag('lr_on_device') else 'float'} lr")
         beta1, beta2 = _betas(betas)
-        eps = _real("eps", eps, 0.0)
-        weight_decay = _real("weight_decay", weight_decay, 0.0)
+        eps = real_value("eps", eps, 0.0)
+        weight_decay = real_value("weight_decay", weight_decay, 0.0)
         hyper = dict(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
                      maximize=self.contract.flag("maximize"))
         if self.backend == "reference":
