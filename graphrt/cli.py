@@ -70,8 +70,8 @@ def _fast_paths() -> dict:
     from graphrt import kernel_utils
 
     triton_version = _version("triton")
-    facts = {"direct launch": "on" if kernel_utils._DIRECT_LAUNCH else
-             f"off (written for Triton 3.6, this is {triton_version})",
+    facts = {"direct launch": "on" if kernel_utils.direct_launch_enabled() else
+             f"off (Triton {triton_version} launches kernels in a way graphrt does not know)",
              "tested Triton": "3.6 on the GPU (every fast path), 3.9 on the CPU (interpreter)"}
     on_hopper = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
     if not torch.cuda.is_available():
@@ -191,11 +191,7 @@ def _run_example(name: str, out) -> None:
 def bench(args, out=print) -> None:
     import torch
     _graphrt()
-    ops = {"rmsnorm": "graphrt.bench.rmsnorm", "plan_store": "graphrt.bench.plan_store",
-           "capture": "graphrt.bench.capture", "mhc": "graphrt.bench.mhc", "lmsd": "graphrt.bench.lmsd",
-           "wgrad": "graphrt.bench.wgrad", "proj": "graphrt.bench.proj",
-           "ddp": "graphrt.bench.data_parallel", "hf": "graphrt.bench.hf",
-           "adamw": "graphrt.bench.adamw"}
+    from graphrt.ops.registry import BENCHMARKS as ops
     names = list(ops) if args.op == "all" else [args.op]
     if getattr(args, "out", None):
         os.environ["GRAPHRT_BENCH_DIR"] = args.out   # read by bench.report.save
@@ -223,8 +219,8 @@ def main(argv=None) -> int:
     sub.add_parser("info", help="versions, device, backends, plan-store and arena stats")
     sub.add_parser("demo", help="run the demo (RMSNorm through the plan API)")
     b = sub.add_parser("bench", help="benchmark an op against its peers")
-    b.add_argument("op", help="rmsnorm | mhc | lmsd | wgrad | proj | capture | ddp | hf | "
-                              "plan_store | all")
+    b.add_argument("op", help="rmsnorm | mhc | lmsd | wgrad | proj | adamw | host | capture | "
+                              "ddp | hf | plan_store | all")
     b.add_argument("--out", metavar="DIR", default=None,
                    help="where each run writes its JSON (default: $GRAPHRT_BENCH_DIR, else "
                         "bench/results under the current directory)")

@@ -1,6 +1,7 @@
 """Triton helpers shared by the ops' kernels."""
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -8,18 +9,13 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from . import binding
+from .binding import Address, active_recording
 from .notices import warn_once
 
-# The Triton that graphrt's uses of its internals (the direct launch below) and of experimental
-# Gluon were written and measured with; other versions take the public paths.
+# The Triton that graphrt's experimental Gluon kernel was written and measured with; other
+# versions take the portable kernels.
 ON_TESTED_TRITON = tuple(int(v) for v in triton.__version__.split(".")[:2]) == (3, 6)
-
-try:  # the internals the direct launch below relies on, as Triton 3.6 has them
-    from triton import knobs as _knobs
-    from triton.runtime.jit import JITFunction as _JITFunction, compute_cache_key as _cache_key
-    _DIRECT_LAUNCH = ON_TESTED_TRITON
-except ImportError:  # pragma: no cover - other Triton versions
-    _DIRECT_LAUNCH = False
 
 
 # Programmatic dependent launch (compute capability 9.0 and later): a kernel launched with it may
@@ -41,38 +37,166 @@ def use_pdl(t) -> bool:
     return enabled
 
 
+# -- the pre-bound launch -----------------------------------------------------------------------
+# Triton picks a compiled kernel from the launch options and a specialization of every argument:
+# a tensor's dtype and whether its address is a multiple of 16, an int's width and whether it is
+# 1 or a multiple of 16. _argument_classes computes a key at least that fine in a few integer
+# tests; the kernel Triton compiled for the first launch with a key is then launched directly on
+# the next ones, through the same call JITFunction.run makes, without its binder, cache-key
+# hashing and per-launch bookkeeping.
+_INT32, _INT64 = 1 << 31, 1 << 63
+
+
+def _argument_classes(args: tuple) -> tuple | None:
+    """What Triton specializes on in ``args``, or None for an argument kind it may specialize
+    on more finely (tensor descriptors, tuples...), which then always takes Triton's path."""
+    classes = []
+    for a in args:
+        kind = type(a)
+        if kind is torch.Tensor or isinstance(a, torch.Tensor):
+            classes.append(a.dtype)
+            classes.append(not a.data_ptr() & 15)
+        elif kind is int:
+            classes.append(0 if a == 1 else 1 if not a & 15 else 2)
+            classes.append(0 if -_INT32 <= a < _INT32 else 1 if -_INT64 <= a < _INT64 else 2)
+        elif kind is float or a is None or kind is bool:
+            classes.append(kind)
+        else:
+            return None
+    return tuple(classes)
+
+
+def _direct_launch_supported() -> bool:
+    """Whether this Triton launches compiled kernels the way the pre-bound launch does: checked
+    in its source, so that another release's change turns it off rather than misfiring."""
+    try:
+        from triton.runtime.jit import JITFunction
+        source = inspect.getsource(JITFunction.run)
+        from triton import knobs  # noqa: F401
+    except Exception:  # pragma: no cover - other Triton layouts
+        return False
+    return ("kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, "
+            "launch_metadata," in " ".join(source.split())
+            and "*bound_args.values())" in source)
+
+
+class _Launcher:
+    """The pre-bound launches of this process: compiled kernels by (kernel, device, options,
+    argument classes), with the constexpr and default arguments that follow the positional
+    ones."""
+
+    def __init__(self):
+        self.supported: bool | None = None
+        self.bound: dict = {}
+        self.current_device = self.current_stream = None
+
+    def _enable(self) -> bool:
+        self.supported = _direct_launch_supported()
+        if self.supported:
+            from triton import knobs
+            from triton.runtime.jit import JITFunction
+            self.jit_type, self.runtime_knobs = JITFunction, knobs.runtime
+        else:
+            warn_once("direct-launch", f"graphrt: Triton {triton.__version__} launches kernels in "
+                      f"a way graphrt's pre-bound launch does not know, so launches take "
+                      f"Triton's own path (about 7 us more host time each on an H200 host)")
+        return self.supported
+
+    def hooks_active(self) -> bool:
+        knobs = self.runtime_knobs
+        return _hook_set(knobs.launch_enter_hook) or _hook_set(knobs.launch_exit_hook)
+
+    def __call__(self, kernel, grid: tuple, args: tuple, kwargs: dict):
+        if self.supported is None:
+            self._enable()
+        recording = active_recording()
+        if (not self.supported or type(kernel) is not self.jit_type or kernel.pre_run_hooks
+                or self.hooks_active() or type(grid) is not tuple):
+            return _unrecorded(recording, kernel[grid](*args, **kwargs))
+        classes = _argument_classes(args)
+        if classes is None:
+            return _unrecorded(recording, kernel[grid](*args, **kwargs))
+        if self.current_stream is None:
+            driver = triton.runtime.driver.active
+            self.current_device = driver.get_current_device
+            self.current_stream = driver.get_current_stream
+        device = self.current_device()
+        key = (kernel, device, classes, *kwargs.items())
+        entry = self.bound.get(key)
+        grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        if entry is None:
+            compiled = kernel[grid](*args, **kwargs)
+            tail = _trailing_arguments(kernel, len(args), kwargs)
+            if tail is None or hasattr(compiled, "result"):  # an async compile's future
+                return _unrecorded(recording, compiled)
+            entry = self.bound[key] = (compiled, tail)
+            stream = self.current_stream(device)
+        else:
+            compiled, tail = entry
+            stream = self.current_stream(device)
+            compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None,
+                         None, *args, *tail)
+        if recording is not None:
+            recording.launches.append((
+                compiled.run, grid, compiled.function, compiled.packed_metadata, stream,
+                (*(Address(a.data_ptr()) if isinstance(a, torch.Tensor) else a for a in args),
+                 *tail)))
+        return compiled
+
+
+def _unrecorded(recording, compiled):
+    """A launch a recording cannot replay: the recording is incomplete."""
+    if recording is not None:
+        recording.complete = False
+    return compiled
+
+
+def _hook_set(hook) -> bool:
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return bool(calls) if calls is not None else True
+
+
+def _trailing_arguments(kernel, n_positional: int, kwargs: dict) -> tuple | None:
+    """The values of the kernel's parameters after the first ``n_positional``, in order, from
+    ``kwargs`` or the parameters' defaults; None where one has neither."""
+    tail = []
+    for param in kernel.params[n_positional:]:
+        if param.name in kwargs:
+            tail.append(kwargs[param.name])
+        elif param.default is not inspect.Parameter.empty:
+            tail.append(param.default)
+        else:
+            return None
+    return tuple(tail)
+
+
+_launcher = _Launcher()
+
+
+def _launch_hooks_active() -> bool:
+    return bool(_launcher.supported) and _launcher.hooks_active()
+
+
+binding.launch_hooks_active = _launch_hooks_active
+
+
 def launch(kernel, grid: tuple, *args, **kwargs):
-    """``kernel[grid](*args, **kwargs)`` with a third less host time (21 -> 14 us a launch on the
-    H200 host). Triton's own binder and cache key still pick the compiled kernel, so every
-    specialization stays as Triton makes it; the launcher is then called directly, without
-    ``JITFunction.run``'s per-call hook, knob and global-variable bookkeeping. The first launch of
-    a specialization (it compiles), launch hooks (profilers), the interpreter and Triton versions
-    other than 3.6 take ``kernel[grid]``.
+    """``kernel[grid](*args, **kwargs)`` with less host time: after the first launch of a
+    specialization (Triton's own path: it compiles, and picks the kernel), the same compiled
+    kernel is launched directly for arguments Triton would specialize the same way. Launch
+    hooks (profilers), the interpreter, arguments other than tensors and scalars, and Triton
+    releases that launch differently take ``kernel[grid]`` every time.
 
     >>> launch(_uniform_kernel, (blocks,), out, rng.state, n, BLOCK=1024)   # doctest: +SKIP
     """
-    runtime = _knobs.runtime if _DIRECT_LAUNCH else None
-    if runtime is None and not ON_TESTED_TRITON and type(kernel).__name__ == "JITFunction":
-        warn_once("direct-launch", f"graphrt: Triton {triton.__version__} is not the Triton 3.6 "
-                  f"its direct kernel launch was written for, so launches take Triton's own "
-                  f"path (about 7 us more host time each on an H200 host)")
-    if (runtime is None or type(kernel) is not _JITFunction or kernel.pre_run_hooks
-            or runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls):
-        return kernel[grid](*args, **kwargs)
-    driver = triton.runtime.driver.active
-    device = driver.get_current_device()
-    kernel_cache, key_cache, _, _, binder = kernel.device_caches[device]
-    options = dict(kwargs)  # the two options JITFunction.run adds, as it sets them
-    options["debug"] = kwargs.get("debug", kernel.debug) or runtime.debug
-    options["instrumentation_mode"] = _knobs.compilation.instrumentation_mode
-    bound, specialization, options = binder(*args, **options)
-    compiled = kernel_cache.get(_cache_key(key_cache, specialization, options))
-    if compiled is None or hasattr(compiled, "result"):  # not compiled yet, or compiling
-        return kernel[grid](*args, **kwargs)
-    compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                 driver.get_current_stream(device), compiled.function, compiled.packed_metadata,
-                 None, None, None, *bound.values())
-    return compiled
+    return _launcher(kernel, grid, args, kwargs)
+
+
+def direct_launch_enabled() -> bool:
+    """Whether this Triton takes the pre-bound launch (``graphrt info`` reports it)."""
+    return _launcher.supported if _launcher.supported is not None else _launcher._enable()
 
 
 def persistent_grid(tiles: int, max_programs: int) -> int:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import torch
 from cachetools import LRUCache
 
+from . import binding
 from .contract import Contract
 from .errors import ContractError, UnsupportedError
 from .validate import device_capability
@@ -131,6 +132,7 @@ class Plan:
         self._checked = False
         self._compiled = False
         self.compile_count = 0
+        self._bindings: binding.Bindings | None = None
 
     # -- the key ------------------------------------------------------------------------------
     @classmethod
@@ -159,12 +161,19 @@ class Plan:
             self.check_support()
         if not self._compiled:
             self._compile()
+            if self._launches_only_through_launch():
+                self._bindings = binding.Bindings()
             self._compiled = True
             self.compile_count += 1
         return self
 
     def _compile(self) -> None:
         pass
+
+    def _launches_only_through_launch(self) -> bool:
+        """Whether every kernel ``execute`` runs goes through ``kernel_utils.launch``, so that
+        its launches can be recorded per binding and replayed (see :mod:`graphrt.binding`)."""
+        return False
 
     @property
     def compiled(self) -> bool:
@@ -193,12 +202,30 @@ class Plan:
 
 
 def _after_compile(execute):
+    """``execute`` behind the compile check and, for plans that opt in, the binding replay."""
+    positional = tuple(name for name, p in inspect.signature(execute).parameters.items()
+                       if p.kind is p.POSITIONAL_OR_KEYWORD and name != "self")
+
     @functools.wraps(execute)
     def checked(self, *args, **kwargs):
         if not self._compiled:
             raise RuntimeError(f"{type(self).__name__}: call compile() first (execute needs the "
                                f"compiled kernels)")
-        return execute(self, *args, **kwargs)
+        bindings = self._bindings
+        if bindings is None or binding.active_recording() is not None \
+                or binding.launch_hooks_active():
+            return execute(self, *args, **kwargs)
+        bound = binding.binding_key(args, kwargs)
+        if bound is None:
+            return execute(self, *args, **kwargs)
+        key, positions, addresses = bound
+        found = bindings.lookup(key)
+        if found is not None:
+            found.replay(addresses)
+            return None
+        bindings.record(key, positions, addresses, execute, self, args, kwargs, positional,
+                        (*self.output_names, "workspace"))
+        return None
     return checked
 
 

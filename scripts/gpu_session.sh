@@ -24,7 +24,7 @@ for step in $steps; do
     tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;
     sanitize)
       for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool python3 scripts/sanitize.py > "$OUT/$tool.log" 2>&1
+        compute-sanitizer --tool $tool $([ $tool = memcheck ] && echo --report-api-errors no) python3 scripts/sanitize.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' "$OUT/$tool.log" | tr '\n' ' ')"
       done ;;
     sweep) python3 scripts/sweep_rmsnorm.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep.log" ;;
@@ -58,8 +58,9 @@ for step in $steps; do
       ncu -i "$OUT/stalls.ncu-rep" --page raw --csv > "$OUT/stalls_raw.csv" 2>&1
       ncu -i "$OUT/stalls.ncu-rep" --page source --csv --print-source sass > "$OUT/stalls_sass.csv" 2>&1
       echo "source page rc=$? $(wc -c < "$OUT/stalls_sass.csv") bytes" ;;
-    host) python3 scripts/host_overhead.py --rows 64 --wall 2>&1 | tee "$OUT/host_overhead.log"
-          python3 scripts/host_overhead.py 2>&1 | tee -a "$OUT/host_overhead.log" ;;
+    host) python3 -m graphrt.cli bench host 2>&1 | tee "$OUT/bench_host.log" ;;
+    host_profile) python3 -m graphrt.bench.host --profile "${PROFILE_CASE:-graphrt.nn.RMSNorm forward + backward}" 2>&1 | tee "$OUT/host_profile.log" | head -45 ;;
+    host_trace) python3 -m graphrt.bench.host --trace "${PROFILE_CASE:-graphrt.nn.RMSNorm forward + backward}" 2>&1 | tee "$OUT/host_trace.log" | head -45 ;;
     demo) python3 -m graphrt.cli demo 2>&1 | tee "$OUT/demo.log" | tail -22 ;;
   esac
 done

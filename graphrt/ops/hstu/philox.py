@@ -3,6 +3,8 @@ and the HSTU dropout decisions built on it (shared by the reference backend and 
 tests)."""
 from __future__ import annotations
 
+import struct
+
 import torch
 
 _M32 = 0xFFFFFFFF
@@ -39,7 +41,7 @@ def philox4x32(seed: int, c0, c1, c2, c3, rounds: int = 10):
 def keep_threshold(p: float) -> int:
     """A 16-bit draw r keeps its element when r >= threshold: P(keep) = 1 - p at a resolution
     of 2^-16 (p in FP32)."""
-    p32 = float(torch.tensor(p, dtype=torch.float32))
+    p32 = struct.unpack("f", struct.pack("f", p))[0]   # rounded to FP32 as the kernel holds it
     return int(p32 * 2 ** 16)
 
 

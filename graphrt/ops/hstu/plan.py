@@ -129,6 +129,9 @@ class HstuLmsdForward(Plan):
             from .kernels import forward_config
             self.config = forward_config(self.d)
 
+    def _launches_only_through_launch(self) -> bool:
+        return self.backend == "triton"
+
     def allocate_outputs(self, x, u, weight, bias, *, y=None, mean=None, rstd=None, mask=None,
                          **_):
         n, out = x.shape[0], {}
@@ -239,6 +242,9 @@ class HstuLmsdBackward(Plan):
 
     def workspace_bytes(self) -> int:
         return 2 * self.programs * self.d * 4 if self.backend == "triton" else 0
+
+    def _launches_only_through_launch(self) -> bool:
+        return self.backend == "triton"
 
     def allocate_outputs(self, dy, x, u, weight, bias, mean, rstd, mask, *, dx=None, du=None,
                          dweight=None, dbias=None, **_):

@@ -95,6 +95,9 @@ class RmsNormForward(Plan):
             from .kernels import forward_config
             self.config = forward_config(self.hidden)
 
+    def _launches_only_through_launch(self) -> bool:
+        return self.backend == "triton"
+
     def allocate_outputs(self, x, w, *, residual=None, y=None, rstd=None, h_new=None, **_):
         out = {}
         if y is None:
@@ -188,6 +191,9 @@ class RmsNormBackward(Plan):
 
     def workspace_bytes(self) -> int:
         return self.n_programs * self.hidden * 4 if self.backend == "triton" else 0
+
+    def _launches_only_through_launch(self) -> bool:
+        return self.backend == "triton"
 
     def allocate_outputs(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None, **_):
         out = {}

@@ -1,0 +1,194 @@
+"""Host time per call: every op's functional call and plan.execute beside torch.add, a bare
+Triton launch and Triton's own launch of the same kernels; graphrt's, Liger's and torch's RMSNorm
+modules forward and forward+backward under autograd.
+
+Each call is enqueued behind a GPU sleep, so the host never waits on the GPU: the figures are
+enqueue time alone (best of several rounds of 200 calls, rounds interleaved across the cases).
+The modules' rows also give wall time per step at the two benchmark shapes, where the GPU's
+time counts too.
+
+    graphrt bench host
+    python -m graphrt.bench.host --profile "graphrt.nn.RMSNorm forward + backward"
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import pstats
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+from . import report
+
+MODULE_SHAPES = ((4096, 5120), (16384, 2048))
+
+
+@triton.jit
+def _add_one_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    keep = offsets < n
+    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=keep) + 1, mask=keep)
+
+
+def host_us(fn, calls: int = 200, sleep: bool = True) -> float:
+    """Mean host time per call of ``fn`` over ``calls`` calls, in microseconds: enqueue time
+    behind a GPU sleep, or (``sleep`` false) wall time until the GPU is done."""
+    torch.cuda.synchronize()
+    if sleep:
+        torch.cuda._sleep(int(6e8))   # about 0.3 s of GPU time: longer than the enqueue
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    if not sleep:
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+@contextlib.contextmanager
+def triton_own_launch():
+    """graphrt's kernels launched through ``kernel[grid]``, Triton's public launch, instead of
+    graphrt's pre-bound one: what "a bare launch of the same kernel" costs."""
+    from .. import kernel_utils
+    saved = kernel_utils._launcher.supported
+    kernel_utils._launcher.supported = False
+    try:
+        yield
+    finally:
+        kernel_utils._launcher.supported = saved
+
+
+def op_cases(device) -> dict:
+    """Functional call and plan.execute of every op in the registry, on its sample call."""
+    import graphrt
+    from ..ops.registry import OPS
+    rt = graphrt.runtime(device)
+    cases = {}
+    for entry in OPS:
+        inputs, config, outputs = entry.sample(device)
+        functional = entry.functional()
+        plan = rt.plan(entry.plan_class(), *inputs, **config, **outputs)
+        keywords = {k: v for k, v in {**config, **outputs}.items() if k in plan.execute_keywords}
+        workspace = (torch.empty(plan.workspace_bytes(), dtype=torch.uint8, device=device)
+                     if plan.workspace_bytes() else None)
+
+        def execute(plan=plan, inputs=inputs, keywords=keywords, workspace=workspace):
+            plan.execute(*inputs, **keywords, workspace=workspace)
+        cases[f"{entry.name}: functional"] = (lambda f=functional, i=inputs, c=config: f(*i, **c))
+        cases[f"{entry.name}: plan.execute"] = execute
+        if entry.name.startswith("rmsnorm"):
+            def own(execute=execute):
+                with triton_own_launch():
+                    execute()
+            cases[f"{entry.name}: Triton's launch of the same kernels"] = own
+    return cases
+
+
+def module_cases(rows: int, hidden: int, device) -> dict:
+    """Forward and forward+backward of the RMSNorm modules (graphrt, Liger, torch)."""
+    import graphrt
+    x = torch.randn(rows, hidden, dtype=torch.bfloat16, device=device, requires_grad=True)
+    g = torch.randn_like(x)
+    modules = {"graphrt.nn.RMSNorm": graphrt.nn.RMSNorm(hidden, device=device),
+               "torch.nn.RMSNorm": torch.nn.RMSNorm(hidden, eps=1e-6, device=device,
+                                                    dtype=torch.bfloat16)}
+    try:
+        from liger_kernel.transformers.rms_norm import LigerRMSNorm
+        modules["LigerRMSNorm"] = LigerRMSNorm(hidden, eps=1e-6).to(device)
+    except Exception:  # the peer is optional
+        pass
+    cases = {}
+    for name, module in modules.items():
+        cases[f"{name} forward"] = lambda m=module: m(x)
+        cases[f"{name} forward + backward"] = lambda m=module: m(x).backward(g)
+    return cases
+
+
+def run(progress=print, rounds: int = 5) -> list[dict]:
+    device = torch.device("cuda", torch.cuda.current_device())
+    small = torch.zeros(16, device=device)
+    cases = {"torch.add, 16 elements": lambda: torch.add(small, small),
+             "bare Triton launch, 3 arguments": lambda: _add_one_kernel[(1,)](small, 16,
+                                                                            BLOCK=16)}
+    cases.update(op_cases(device))
+    rows, hidden = MODULE_SHAPES[0]
+    cases.update(module_cases(rows, hidden, device))
+    progress(f"host time per call, behind a GPU sleep ({torch.cuda.get_device_name()}); "
+             f"{len(cases)} cases x {rounds} rounds")
+    for fn in cases.values():   # compiles, plan builds and bindings before timing
+        for _ in range(3):
+            fn()
+    best = {name: float("inf") for name in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            best[name] = min(best[name], host_us(fn))
+    table = [{"call": name, "host us": us} for name, us in best.items()]
+    for rows, hidden in MODULE_SHAPES:
+        for name, fn in module_cases(rows, hidden, device).items():
+            if name.endswith("backward"):
+                for _ in range(3):
+                    fn()
+                wall = min(host_us(fn, 50, sleep=False) for _ in range(rounds))
+                table.append({"call": f"{name}, {rows}x{hidden}, wall time", "host us": wall})
+    return table
+
+
+def profile(name: str, progress=print) -> None:
+    """cProfile of case ``name`` (autograd's backward on this thread, so that it shows)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    cases = {**op_cases(device), **module_cases(*MODULE_SHAPES[0], device)}
+    fn = cases[name]
+    for _ in range(3):
+        fn()
+    profiler = cProfile.Profile()
+    with torch.autograd.set_multithreading_enabled(False):
+        torch.cuda._sleep(int(2e9))
+        profiler.enable()
+        for _ in range(300):
+            fn()
+        profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+    progress(f"cProfile of {name}, 300 calls:\n{text.getvalue()}")
+
+
+def trace(name: str, progress=print) -> None:
+    """torch.profiler's CPU-side table of case ``name`` (CUDA API calls included): which
+    calls wait on the GPU or allocate."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    device = torch.device("cuda", torch.cuda.current_device())
+    cases = {**op_cases(device), **module_cases(*MODULE_SHAPES[0], device)}
+    fn = cases[name]
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+    progress(f"torch.profiler of {name}, 50 calls:")
+    progress(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+
+
+def main(progress=print) -> list[dict]:
+    return report.publish("host", run(progress), progress)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--profile", default="", help="a case to run under cProfile")
+    parser.add_argument("--trace", default="", help="a case to run under torch.profiler")
+    args = parser.parse_args()
+    if args.profile:
+        profile(args.profile)
+    if args.trace:
+        trace(args.trace)
+    if not (args.profile or args.trace):
+        main()

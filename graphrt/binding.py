@@ -1,0 +1,222 @@
+"""Bindings: a plan's launches recorded for one kind of call and replayed for calls of that kind.
+
+``plan.execute`` checks its tensors (dtype, shape, strides, alignment, overlap) and computes its
+kernels' arguments. For tensors of the same shapes, strides, dtypes, device and address
+alignment, the same scalar arguments and the same stream, the checks pass again and the
+launches differ only in the addresses. A plan that opts in (its ``execute`` launches only
+through :func:`graphrt.kernel_utils.launch`) records the launches of its first call of a kind,
+with each address written as "argument i plus d bytes", and replays them for the next calls of
+that kind with their own addresses, after the one check that depends on addresses: outputs must
+not overlap inputs or each other. So every layer of a model with the same shapes shares one
+binding, whatever its buffers.
+
+A binding holds no tensors, so it keeps no memory alive. Anything a key cannot describe (lists,
+objects), a CPU tensor, an active launch hook (a profiler), an operation other than a kernel
+launch while recording (a copy, a fill, an allocation), a launch with Triton objects such as
+tensor descriptors, or an address that is not inside exactly one argument leaves the call
+unbound: it runs ``execute`` in full.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+BINDINGS_PER_PLAN = 16
+_local = threading.local()
+
+
+class Address(int):
+    """A tensor argument of a recorded launch: its address, marked as one."""
+
+
+def _current_raw_stream(index: int) -> int:
+    return torch._C._cuda_getCurrentRawStream(index)
+
+
+def binding_key(args: tuple, kwargs: dict) -> tuple[tuple, list, list] | None:
+    """(key, tensors, addresses) of ``execute(*args, **kwargs)``: the key holds everything
+    the checks and launches depend on but the addresses (the ``stream`` keyword as the raw
+    stream it resolves to); ``tensors`` lists the tensor arguments' positions and names
+    (None for positional ones); None when the call cannot be bound."""
+    key = []
+    tensors = []
+    addresses = []
+    index = -1
+    stream = kwargs.get("stream")
+    if stream is not None:
+        stream = getattr(stream, "cuda_stream", stream)
+        if type(stream) is not int:
+            return None
+    n_args = len(args)
+    for position, value in enumerate((*args, *kwargs.values())):
+        if isinstance(value, torch.Tensor):
+            device = value.get_device()
+            if device < 0:
+                return None
+            index = device
+            address = value.data_ptr()
+            key.append((value.shape, value.stride(), value.dtype, device, address & 255))
+            tensors.append(position)
+            addresses.append(address)
+        elif value is None:
+            key.append(None)
+        elif type(value) in (int, bool, str):
+            key.append((type(value), value))
+        elif type(value) is float:
+            key.append(value.hex())  # tells -0.0 from 0.0, and a NaN matches itself
+        elif position >= n_args and value is kwargs.get("stream"):
+            key.append(None)
+        else:
+            return None
+    if index < 0:
+        return None
+    key.append(_current_raw_stream(index) if stream is None else stream)
+    key.extend(kwargs)  # which keywords were given
+    return tuple(key), tensors, addresses
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Bytes from ``t``'s address to one past the last byte it can reach (0 if empty)."""
+    if t.numel() == 0:
+        return 0
+    last = sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    return (last + 1) * t.element_size()
+
+
+class Recording:
+    """The launches one ``execute`` made; ``complete`` is false once anything else happened."""
+
+    __slots__ = ("launches", "complete")
+
+    def __init__(self):
+        self.launches: list[tuple] = []   # (run, grid, function, metadata, stream, arguments)
+        self.complete = True
+
+
+class Binding:
+    """Recorded launches with their addresses as (tensor argument, byte offset), and the
+    extents that the overlap check compares."""
+
+    __slots__ = ("launches", "outputs", "inputs", "names")
+
+    def __init__(self, launches, outputs, inputs, names):
+        self.launches = launches   # (run, grid, function, metadata, stream, template)
+        self.outputs = outputs     # (tensor index, extent) of each non-empty output
+        self.inputs = inputs       # the same, inputs
+        self.names = names         # each tensor argument's name
+
+    def replay(self, addresses: list) -> None:
+        names = self.names
+        spans = [(addresses[i], addresses[i] + n, i) for i, n in self.inputs]
+        for i, n in self.outputs:
+            lo, hi = addresses[i], addresses[i] + n
+            for other_lo, other_hi, j in spans:
+                if lo < other_hi and other_lo < hi:
+                    from .errors import ContractError
+                    raise ContractError(f"{names[i]}: memory overlaps {names[j]}")
+            spans.append((lo, hi, i))
+        for run, grid, function, metadata, stream, template in self.launches:
+            run(grid[0], grid[1], grid[2], stream, function, metadata, None, None, None,
+                *[addresses[a[0]] + a[1] if type(a) is tuple else a for a in template])
+
+
+def launch_hooks_active() -> bool:
+    """Whether Triton launch hooks (a profiler) must see every launch; kernel_utils installs
+    the real test when it loads (no recording exists before it has)."""
+    return False
+
+
+def active_recording() -> Recording | None:
+    """The recording of the running ``execute`` on this thread, if one is being recorded."""
+    return getattr(_local, "recording", None)
+
+
+class _OnlyLaunches(TorchDispatchMode):
+    """Marks the recording incomplete at the first tensor operation that is not a view."""
+
+    def __init__(self, recording: Recording):
+        super().__init__()
+        self.recording = recording
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view and func.__name__ not in ("detach", "alias"):
+            self.recording.complete = False
+        return func(*args, **(kwargs or {}))
+
+
+def _locate(address: int, starts: list, extents: list) -> tuple | None:
+    """(tensor index, offset) of the one tensor argument whose bytes hold ``address``."""
+    found = None
+    for i, (start, n) in enumerate(zip(starts, extents)):
+        if start <= address < start + max(n, 1):
+            if found is not None:
+                return None   # inside two arguments: which one it follows is not known
+            found = (i, address - start)
+    return found
+
+
+class Bindings:
+    """The bindings of one plan by key, least recently used dropped first."""
+
+    def __init__(self, size: int = BINDINGS_PER_PLAN):
+        self.size = size
+        self.recorded: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+        self.hits = 0
+
+    def lookup(self, key) -> Binding | None:
+        found = self.recorded.get(key)
+        if found is not None:
+            self.hits += 1
+            try:
+                self.recorded.move_to_end(key)
+            except KeyError:  # dropped by another thread meanwhile
+                pass
+        return found
+
+    def record(self, key, positions: list, addresses: list, execute, plan, args: tuple,
+               kwargs: dict, names: tuple, output_names) -> None:
+        """Runs ``execute`` (in full: every check) while recording its launches, and keeps
+        them as a binding under ``key`` when nothing but launches happened and every address
+        they pass lies inside one tensor argument."""
+        recording = Recording()
+        outer = getattr(_local, "recording", None)
+        _local.recording = recording
+        try:
+            with _OnlyLaunches(recording):
+                execute(plan, *args, **kwargs)
+        finally:
+            _local.recording = outer
+        if not (recording.complete and recording.launches):
+            return
+        values = (*args, *kwargs.values())
+        names = (*names[:len(args)], *kwargs)
+        extents = [_extent(values[p]) for p in positions]
+        launches = []
+        for run, grid, function, metadata, stream, arguments in recording.launches:
+            template = []
+            for a in arguments:
+                if type(a) is Address:
+                    where = _locate(a, addresses, extents)
+                    if where is None:
+                        return
+                    template.append(where)
+                else:
+                    template.append(a)
+            launches.append((run, grid, function, metadata, stream, tuple(template)))
+        outputs, inputs = [], []
+        for i, p in enumerate(positions):
+            if extents[i]:
+                (outputs if names[p] in output_names else inputs).append((i, extents[i]))
+        with self.lock:
+            self.recorded[key] = Binding(tuple(launches), tuple(outputs), tuple(inputs),
+                                         tuple(names[p] for p in positions))
+            while len(self.recorded) > self.size:
+                self.recorded.popitem(last=False)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.recorded.clear()

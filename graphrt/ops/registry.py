@@ -1,0 +1,151 @@
+"""Every graphrt op in one list: its functional call, its plans, its benchmark module and a
+small sample call (used by ``graphrt bench host`` and the scripts that walk every op).
+
+>>> [op.name for op in OPS]                                              # doctest: +SKIP
+['rmsnorm_forward', 'rmsnorm_backward', 'mhc_projection_backward', ...]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+BF16 = torch.bfloat16
+
+
+@dataclass(frozen=True)
+class OpEntry:
+    """One op: ``name`` (as in ``graphrt.ops`` and ``torch.ops.graphrt``), the plan class,
+    the ``graphrt bench`` module that measures it against its peers, and ``sample(device)``:
+    (inputs, configuration keywords, output buffers) of a small valid call."""
+
+    name: str
+    plan: str
+    bench: str
+    sample: Callable[[torch.device], tuple[tuple, dict, dict]]
+
+    def functional(self):
+        from .. import ops
+        return getattr(ops, self.name)
+
+    def plan_class(self):
+        from .. import ops
+        return getattr(ops, self.plan)
+
+
+def _rmsnorm_forward(device):
+    x = torch.randn(4096, 5120, dtype=BF16, device=device)
+    w = 1 + 0.1 * torch.randn(5120, device=device)
+    return (x, w), {"eps": 1e-6}, {"y": torch.empty_like(x),
+                                   "rstd": torch.empty(4096, device=device)}
+
+
+def _rmsnorm_backward(device):
+    (x, w), _, _ = _rmsnorm_forward(device)
+    rstd = torch.rand(4096, device=device) + 0.5
+    return (torch.randn_like(x), x, w, rstd), {}, {"dx": torch.empty_like(x),
+                                                   "dw": torch.empty(5120, device=device)}
+
+
+def _mhc_projection_backward(device):
+    t, k = 4096, 20480
+    x = torch.randn(t, k, dtype=BF16, device=device)
+    weight = torch.randn(24, k, device=device) / k ** 0.5
+    return ((x, weight, torch.randn(t, 32, device=device), torch.randn(t, 1, device=device),
+             torch.rand(t, 1, device=device) + 0.5), {"allow_tf32": True},
+            {"dx": torch.empty_like(x), "dweight": torch.empty_like(weight)})
+
+
+def _hstu_inputs(n, d, device):
+    x, u = (torch.randn(n, d, dtype=BF16, device=device) for _ in range(2))
+    w = (1 + 0.1 * torch.randn(d, device=device)).to(BF16)
+    b = (0.1 * torch.randn(d, device=device)).to(BF16)
+    return x, u, w, b
+
+
+def _hstu_lmsd_forward(device):
+    n, d = 65536, 256
+    x, u, w, b = _hstu_inputs(n, d, device)
+    return ((x, u, w, b), {"dropout_ratio": 0.1, "seed": 7, "offset": 0},
+            {"y": torch.empty(n, 3 * d, dtype=BF16, device=device),
+             "mean": torch.empty(n, device=device), "rstd": torch.empty(n, device=device),
+             "mask": torch.empty(n, d, dtype=torch.int8, device=device)})
+
+
+def _hstu_lmsd_backward(device):
+    n, d = 65536, 256
+    x, u, w, b = _hstu_inputs(n, d, device)
+    mean, rstd = torch.randn(n, device=device), torch.rand(n, device=device) + 0.5
+    mask = (torch.rand(n, d, device=device) > 0.1).to(torch.int8)
+    dy = torch.randn(n, 3 * d, dtype=BF16, device=device)
+    flags = {"dropout_ratio": 0.1, "apply_u_silu": True, "concat_u": True, "concat_x": True}
+    return ((dy, x, u, w, b, mean, rstd, mask), flags,
+            {"dx": torch.empty_like(x), "du": torch.empty_like(u),
+             "dweight": torch.empty_like(w), "dbias": torch.empty_like(b)})
+
+
+def _grouped_gemm_wgrad(device):
+    experts, hidden, inter, tokens = 8, 2048, 1024, 8192
+    a = torch.randn(tokens, hidden, dtype=BF16, device=device).t()
+    b = torch.randn(tokens, inter, dtype=BF16, device=device)
+    offsets = torch.arange(1, experts + 1, dtype=torch.int32, device=device) * (tokens // experts)
+    return (a, b, offsets), {}, {"wgrad": torch.empty(experts, hidden, inter, dtype=BF16,
+                                                      device=device)}
+
+
+def _gemm_proj_rope_mxfp8(device):
+    tokens, k, heads, d = 4096, 7168, 16, 192
+    x = torch.randn(tokens, k, dtype=BF16, device=device)
+    w = (torch.randn(heads * d, k, device=device) / k ** 0.5).to(BF16)
+    cos, sin = (torch.randn(tokens, 64, device=device).to(BF16) for _ in range(2))
+    fp8 = torch.float8_e4m3fn
+    outs = {"out_fp8_row": torch.empty(tokens, heads, d, dtype=fp8, device=device),
+            "out_scales_row": torch.empty(tokens, heads, d // 32, dtype=torch.uint8,
+                                          device=device),
+            "out_fp8_col": torch.empty(tokens, heads, d, dtype=fp8, device=device),
+            "out_scales_col": torch.empty(tokens // 32, heads, d, dtype=torch.uint8,
+                                          device=device)}
+    return (x, w, cos, sin), {}, outs
+
+
+def _adamw_step(device):
+    params = [torch.randn(n, device=device) for n in (4096 * 1024, 1024, 11008 * 512)]
+    state = [[torch.randn_like(p) for p in params] for _ in range(2)]
+    state[1] = [v.abs() for v in state[1]]
+    steps = [torch.zeros((), device=device) for _ in params]
+    return ((params, [torch.randn_like(p) for p in params], *state, steps),
+            {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}, {})
+
+
+OPS: tuple[OpEntry, ...] = (
+    OpEntry("rmsnorm_forward", "RmsNormForward", "graphrt.bench.rmsnorm", _rmsnorm_forward),
+    OpEntry("rmsnorm_backward", "RmsNormBackward", "graphrt.bench.rmsnorm", _rmsnorm_backward),
+    OpEntry("mhc_projection_backward", "MhcProjectionBackward", "graphrt.bench.mhc",
+            _mhc_projection_backward),
+    OpEntry("hstu_lmsd_forward", "HstuLmsdForward", "graphrt.bench.lmsd", _hstu_lmsd_forward),
+    OpEntry("hstu_lmsd_backward", "HstuLmsdBackward", "graphrt.bench.lmsd",
+            _hstu_lmsd_backward),
+    OpEntry("grouped_gemm_wgrad", "GroupedGemmWgrad", "graphrt.bench.wgrad",
+            _grouped_gemm_wgrad),
+    OpEntry("gemm_proj_rope_mxfp8", "GemmProjRopeMxfp8", "graphrt.bench.proj",
+            _gemm_proj_rope_mxfp8),
+    OpEntry("adamw_step", "AdamWStep", "graphrt.bench.adamw", _adamw_step),
+)
+
+# what `graphrt bench <name>` runs: each op's benchmark, and the ones that are not an op's
+BENCHMARKS: dict[str, str] = {
+    "rmsnorm": "graphrt.bench.rmsnorm", "mhc": "graphrt.bench.mhc", "lmsd": "graphrt.bench.lmsd",
+    "wgrad": "graphrt.bench.wgrad", "proj": "graphrt.bench.proj", "adamw": "graphrt.bench.adamw",
+    "host": "graphrt.bench.host", "plan_store": "graphrt.bench.plan_store",
+    "capture": "graphrt.bench.capture", "ddp": "graphrt.bench.data_parallel",
+    "hf": "graphrt.bench.hf",
+}
+
+
+def op(name: str) -> OpEntry:
+    """The entry of op ``name``."""
+    for entry in OPS:
+        if entry.name == name:
+            return entry
+    raise KeyError(f"graphrt has no op {name!r}; it has {[e.name for e in OPS]}")

@@ -1,0 +1,224 @@
+"""Bindings: plan.execute replays the launches it recorded for the same arguments, and only then.
+
+CPU tests cover the key and the recording guard; GPU tests replay real plans against the
+reference with fresh data in the same buffers, new buffers, new streams, launch hooks, capture,
+and rejected calls after a binding."""
+import pytest
+import torch
+
+import graphrt
+from graphrt import binding
+from graphrt.errors import ContractError
+from graphrt.ops import (HstuLmsdBackward, HstuLmsdForward, RmsNormBackward, RmsNormForward,
+                         hstu_lmsd_forward)
+from graphrt.ops.rmsnorm.reference import rmsnorm_backward_reference, rmsnorm_forward_reference
+
+
+def test_cpu_tensors_and_unknown_objects_are_not_bound():
+    x = torch.randn(4, 8)
+    assert binding.binding_key((x,), {"stream": None}) is None
+    assert binding.binding_key((object(),), {}) is None
+    assert binding.binding_key((1, 2.0), {}) is None  # no tensor: no device to bind on
+
+
+def test_recording_is_incomplete_after_any_tensor_operation_but_a_view():
+    x = torch.randn(4, 8)
+
+    def views_only(plan):
+        x.view(32)
+        x[1:]
+
+    def copies(plan):
+        torch.empty_like(x).copy_(x)
+
+    for fn, complete in ((views_only, True), (copies, False)):
+        recording = binding.Recording()
+        with binding._OnlyLaunches(recording):
+            fn(None)
+        assert recording.complete is complete
+
+
+def test_bindings_keep_the_most_recent_few_and_only_calls_that_launched():
+    bindings = binding.Bindings(size=2)
+
+    def launches_nothing(plan):
+        pass
+    bindings.record("a", [], [], launches_nothing, None, (), {}, (), ())
+    assert not bindings.recorded   # nothing launched: nothing worth replaying
+    for key in "abc":
+        bindings.recorded[key] = binding.Binding((), (), (), ())
+        while len(bindings.recorded) > bindings.size:
+            bindings.recorded.popitem(last=False)
+    assert list(bindings.recorded) == ["b", "c"]
+
+
+def test_a_replay_passes_each_address_as_argument_plus_offset_and_checks_overlap():
+    calls = []
+
+    def run(*launch):
+        calls.append(launch)
+    # tensors 0 (input, 100 bytes) and 1 (output, 50 bytes); the kernel takes tensor 1 + 16,
+    # a row count 7 and tensor 0
+    replayed = binding.Binding(((run, (3, 1, 1), "f", "m", 5, ((1, 16), 7, (0, 0))),),
+                               ((1, 50),), ((0, 100),), ("x", "y"))
+    replayed.replay([1000, 2000])
+    assert calls == [(3, 1, 1, 5, "f", "m", None, None, None, 2016, 7, 1000)]
+    with pytest.raises(ContractError, match="y: memory overlaps x"):
+        replayed.replay([1000, 1099])
+    assert len(calls) == 1   # nothing launched on a rejected call
+    assert binding._locate(1016, [1000, 2000], [100, 50]) == (0, 16)
+    assert binding._locate(1016, [1000, 1010], [100, 50]) is None   # inside both
+
+
+def test_recorded_addresses_become_argument_plus_offset():
+    x, y = torch.empty(64), torch.empty(32)
+
+    def execute(plan, x, *, y=None):
+        launch = ("run", (2, 1, 1), "f", "m", 0,
+                  (binding.Address(y.data_ptr() + 8), 5, binding.Address(x.data_ptr())))
+        binding.active_recording().launches.append(launch)
+    bindings = binding.Bindings()
+    bindings.record("k", [0, 1], [x.data_ptr(), y.data_ptr()], execute, None, (x,), {"y": y},
+                    ("x",), ("y",))
+    recorded = bindings.lookup("k")
+    assert recorded.launches[0][5] == ((1, 8), 5, (0, 0))
+    assert recorded.outputs == ((1, 128),) and recorded.inputs == ((0, 256),)
+    assert recorded.names == ("x", "y")
+
+    def execute_with_foreign_address(plan, x, *, y=None):
+        binding.active_recording().launches.append(
+            ("run", (1, 1, 1), "f", "m", 0, (binding.Address(12345),)))
+    bindings.record("k2", [0, 1], [x.data_ptr(), y.data_ptr()], execute_with_foreign_address,
+                    None, (x,), {"y": y}, ("x",), ("y",))
+    assert bindings.lookup("k2") is None   # an address outside the arguments: never replayed
+
+
+# -- GPU -----------------------------------------------------------------------------------------
+def _fresh(t):
+    return t.copy_(torch.randn_like(t, dtype=torch.float32).to(t.dtype))
+
+
+def _forward_checked(plan, x, w, y, rstd, stream=None):
+    y.fill_(float("nan"))
+    rstd.fill_(float("nan"))
+    plan.execute(x, w, y=y, rstd=rstd, stream=stream)
+    torch.cuda.synchronize()
+    ref_y, ref_rstd, _ = rmsnorm_forward_reference(x, w, 1e-6, None)
+    torch.testing.assert_close(y.float(), ref_y.float(), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(rstd, ref_rstd.reshape(rstd.shape), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_replayed_forward_reads_fresh_data_and_follows_new_buffers(seed):
+    rows, hidden = 300, 1024
+    x = torch.randn(rows, hidden, dtype=torch.bfloat16, device="cuda")
+    w = 1 + 0.1 * torch.randn(hidden, device="cuda")
+    y, rstd = torch.empty_like(x), torch.empty(rows, device="cuda")
+    plan = RmsNormForward(x, w).compile()
+    for _ in range(3):   # the first records, the others replay on new data
+        _forward_checked(plan, _fresh(x), w, y, rstd)
+    assert plan._bindings.hits >= 2
+    x2, y2 = torch.randn(rows // 2, hidden, dtype=torch.bfloat16, device="cuda"), None
+    y2, rstd2 = torch.empty_like(x2), torch.empty(rows // 2, device="cuda")
+    for _ in range(2):   # other buffers, another row count: a binding of their own
+        _forward_checked(plan, _fresh(x2), w, y2, rstd2)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        _forward_checked(plan, _fresh(x), w, y, rstd)      # another current stream
+    _forward_checked(plan, _fresh(x), w, y, rstd, stream=side)  # an explicit stream
+
+
+@pytest.mark.gpu
+def test_a_rejected_call_after_a_binding_still_raises_and_writes_nothing(seed):
+    x = torch.randn(64, 512, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(512, device="cuda")
+    y, rstd = torch.empty_like(x), torch.empty(64, device="cuda")
+    plan = RmsNormForward(x, w).compile()
+    for _ in range(2):
+        plan.execute(x, w, y=y, rstd=rstd)
+    y_over_x = x.view(torch.bfloat16)   # the output is the input
+    before = x.clone()
+    with pytest.raises(ContractError, match="overlaps"):
+        plan.execute(x, w, y=y_over_x, rstd=rstd)
+    with pytest.raises(ContractError, match="rstd"):
+        plan.execute(x, w, y=y, rstd=rstd[:10])
+    with pytest.raises(TypeError):
+        plan.execute(x, w, y=y, rstd=rstd, sed=1)
+    torch.cuda.synchronize()
+    assert torch.equal(x, before)
+
+
+@pytest.mark.gpu
+def test_replayed_backward_matches_the_reference_each_step(seed):
+    rows, hidden = 257, 2048
+    x = torch.randn(rows, hidden, dtype=torch.bfloat16, device="cuda")
+    w = 1 + 0.1 * torch.randn(hidden, device="cuda")
+    g = torch.randn_like(x)
+    _, rstd = graphrt.ops.rmsnorm_forward(x, w)
+    dx, dw = torch.empty_like(x), torch.empty(hidden, device="cuda")
+    plan = RmsNormBackward(g, x, w, rstd).compile()
+    ws = torch.empty(plan.workspace_bytes(), dtype=torch.uint8, device="cuda")
+    for _ in range(3):
+        _fresh(g)
+        dx.fill_(float("nan"))
+        dw.fill_(float("nan"))
+        plan.execute(g, x, w, rstd, dx=dx, dw=dw, workspace=ws)
+        ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, rstd, None)
+        torch.testing.assert_close(dx.float(), ref_dx.float(), rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(dw, ref_dw.float(), rtol=1e-4, atol=1e-3)
+    assert plan._bindings.hits >= 2
+
+
+@pytest.mark.gpu
+def test_launch_hooks_see_replayed_plans(seed):
+    from triton import knobs
+    x = torch.randn(64, 512, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(512, device="cuda")
+    y, rstd = torch.empty_like(x), torch.empty(64, device="cuda")
+    plan = RmsNormForward(x, w).compile()
+    for _ in range(2):
+        plan.execute(x, w, y=y, rstd=rstd)
+    seen = []
+
+    def hook(metadata):
+        seen.append(metadata.get()["name"])
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        plan.execute(x, w, y=y, rstd=rstd)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(seen) == 1 and "rmsnorm" in seen[0]
+
+
+@pytest.mark.gpu
+def test_replayed_dropout_follows_the_seed_and_graph_capture(seed):
+    n, d = 256, 128
+    x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    weight = torch.randn(d, dtype=torch.bfloat16, device="cuda")
+    bias = torch.randn(d, dtype=torch.bfloat16, device="cuda")
+    outs = hstu_lmsd_forward(x, u, weight, bias, dropout_ratio=0.3, seed=1, offset=0)
+    plan = HstuLmsdForward(x, u, weight, bias, dropout_ratio=0.3).compile()
+    buffers = {k: torch.empty_like(v) for k, v in zip(("y", "mean", "rstd", "mask"), outs)}
+    masks = []
+    for step_seed in (1, 2, 1):
+        plan.execute(x, u, weight, bias, seed=step_seed, offset=0, **buffers)
+        masks.append(buffers["mask"].clone())
+    assert torch.equal(masks[0], masks[2]) and not torch.equal(masks[0], masks[1])
+    assert torch.equal(masks[0], outs.mask) and torch.equal(buffers["y"], hstu_lmsd_forward(
+        x, u, weight, bias, dropout_ratio=0.3, seed=1, offset=0).y)
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        plan.execute(x, u, weight, bias, seed=2, offset=0, **buffers)  # recorded on this stream
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        plan.execute(x, u, weight, bias, seed=2, offset=0, **buffers)
+    for v in buffers.values():
+        v.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(buffers["mask"], masks[1])
+    bwd = HstuLmsdBackward(torch.randn_like(buffers["y"]), x, u, weight, bias, buffers["mean"],
+                           buffers["rstd"], buffers["mask"], dropout_ratio=0.3,
+                           apply_u_silu=True, concat_u=True, concat_x=True).compile()
+    assert bwd._bindings is not None
