@@ -109,6 +109,7 @@ class Binding:
         self.names = names         # each tensor argument's name
 
     def replay(self, addresses: list) -> None:
+        """The overlap check on these addresses, then the launches."""
         names = self.names
         spans = [(addresses[i], addresses[i] + n, i) for i, n in self.inputs]
         for i, n in self.outputs:
@@ -118,6 +119,11 @@ class Binding:
                     from .errors import ContractError
                     raise ContractError(f"{names[i]}: memory overlaps {names[j]}")
             spans.append((lo, hi, i))
+        self.launch(addresses)
+
+    def launch(self, addresses: list) -> None:
+        """The launches alone, at these addresses (outputs the caller just allocated cannot
+        overlap anything)."""
         for run, grid, function, metadata, stream, template in self.launches:
             run(grid[0], grid[1], grid[2], stream, function, metadata, None, None, None,
                 *[addresses[a[0]] + a[1] if type(a) is tuple else a for a in template])

@@ -54,7 +54,8 @@ else:  # pragma: no cover - other interpreters
     _BACKEND_VAR = "GRAPHRT_BACKEND"
 
 
-def _env_backend() -> str | None:
+def env_backend() -> str | None:
+    """GRAPHRT_BACKEND, read fast (None when unset or empty)."""
     value = _raw_env_get(_BACKEND_VAR)
     if not value:
         return None
@@ -63,7 +64,7 @@ def _env_backend() -> str | None:
 
 def select_backend(device: torch.device, requested: str | None = None) -> str:
     """The backend for a call: ``requested``, else GRAPHRT_BACKEND, else the device's default."""
-    choice = requested or _env_backend()
+    choice = requested or env_backend()
     if choice is not None and choice not in BACKENDS:
         raise UnsupportedError(f"backend: expected one of {BACKENDS}, got {choice!r}")
     if device.type != "cuda":
@@ -243,6 +244,7 @@ class _CountingLRU(LRUCache):
     def __init__(self, maxsize: int):
         super().__init__(maxsize)
         self.evictions = 0
+        self.version = 0   # changes whenever a plan leaves the store
         # A hit reads the entry and moves its key to the recent end straight through the cache's
         # dict and order (C calls); LRUCache.get does the same through three Python frames and
         # twice the hashing. Another cachetools layout falls back to get(), which also refreshes.
@@ -256,6 +258,7 @@ class _CountingLRU(LRUCache):
     def popitem(self):
         item = super().popitem()
         self.evictions += 1
+        self.version += 1
         return item
 
 
@@ -311,9 +314,20 @@ class PlanStore:
                     "hits": self._hits, "misses": self._misses, "compiles": self._compiles,
                     "evictions": self._cache.evictions}
 
+    @property
+    def version(self) -> int:
+        """Changes whenever a plan leaves the store (evicted or cleared): what holds on to a
+        plan outside the store (the runtime's bound calls) checks it."""
+        return self._cache.version
+
+    def count_hit(self) -> None:
+        """A hit served outside ``get`` (a bound call), counted like one."""
+        self._hits += 1
+
     def clear(self) -> None:
         with self._lock:
             self._cache.clear()
+            self._cache.version += 1
 
     def __len__(self) -> int:
         return len(self._cache)

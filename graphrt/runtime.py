@@ -1,6 +1,7 @@
 """Runtime: one PlanStore, one WorkspaceArena and one StreamTracker per device."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 
@@ -8,13 +9,61 @@ import torch
 
 from .arena import WorkspaceArena
 from .errors import ContractError, UnsupportedError
-from .plan import Plan, PlanStore
+from . import binding
+from .plan import Plan, PlanStore, env_backend
 from .result import Result
 from .rng import RngState
 from .streams import StreamTracker, resolve_stream
 
 DEFAULT_ARENA_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 DEFAULT_PLAN_CACHE_SIZE = 256
+BOUND_CALLS = 256
+
+
+def _call_key(plan_cls, args: tuple, kwargs: dict):
+    """(key, the tensor arguments' addresses) of a functional call: the key holds what its
+    plan, outputs and launches depend on, addresses aside; None when it cannot be bound (see
+    graphrt.binding)."""
+    bound = binding.binding_key(args, kwargs)
+    if bound is None:
+        return None
+    return (plan_cls, env_backend(), bound[0]), bound[2]
+
+
+class _BoundCall:
+    """A functional call of a kind served before: its plan and the binding its execute
+    replays. ``sources`` says where each address the binding takes comes from: an int is the
+    call's own tensor argument of that index, a str the allocated output of that name, None
+    the workspace. ``low_bits`` are the outputs' address bits the binding was recorded with (a
+    fresh output at other ones takes the full path)."""
+
+    __slots__ = ("plan", "binding", "sources", "low_bits", "version")
+
+    def __init__(self, plan, found, sources, low_bits, version):
+        self.plan, self.binding, self.sources = plan, found, sources
+        self.low_bits, self.version = low_bits, version
+
+    def __call__(self, rt: "Runtime", args: tuple, kwargs: dict,
+                 inputs: list) -> Result | None:
+        plan = self.plan
+        allocated = plan.allocate_outputs(*args, **kwargs)
+        nbytes = plan.workspace_bytes()
+        with rt.arena.scope() if nbytes else _no_scope:
+            workspace = (rt.arena.take(nbytes, resolve_stream(None, rt.device)).data_ptr()
+                         if nbytes else 0)
+            addresses = [inputs[s] if type(s) is int else
+                         allocated[s].data_ptr() if s is not None else workspace
+                         for s in self.sources]
+            if tuple(a & 255 for a, s in zip(addresses, self.sources)
+                     if type(s) is not int) != self.low_bits:
+                return None
+            self.binding.launch(addresses)
+        rt.plans.count_hit()
+        merged = {**kwargs, **allocated}
+        return Result(plan.output_names, [merged[n] for n in plan.output_names])
+
+
+_no_scope = contextlib.nullcontext()
 
 
 def _as_device(device) -> torch.device:
@@ -54,6 +103,7 @@ class Runtime:
         self.streams = StreamTracker()
         self._rng: RngState | None = None
         self._graph_pool = None
+        self._bound_calls: dict = {}
         self._lazy_lock = threading.Lock()   # threads may make the first call together
 
     @property
@@ -94,25 +144,82 @@ class Runtime:
 
     def run(self, plan_cls: type[Plan], args: tuple, kwargs: dict, stream=None) -> Result:
         """What every functional call does: plan from the store, outputs allocated where not
-        given, scratch from the arena, execute on ``stream``, outputs as a Result."""
+        given, scratch from the arena, execute on ``stream``, outputs as a Result.
+
+        A call on the current stream whose outputs are all allocated here, of a kind seen
+        before (see ``_BoundCall``), skips the plan lookup and the checks."""
+        key = None
+        if stream is None and self.device.type == "cuda":
+            keyed = _call_key(plan_cls, args, kwargs)
+            if keyed is not None:
+                key, inputs = keyed
+                call = self._bound_calls.get(key)
+                if call is not None and call.version == self.plans.version:
+                    result = call(self, args, kwargs, inputs)
+                    if result is not None:
+                        return result
+        return self._run(plan_cls, args, kwargs, stream, key)
+
+    def _run(self, plan_cls, args, kwargs, stream, call_key) -> Result:
         plan = self.plans.get(plan_cls, *args, **kwargs)
-        launch_stream = resolve_stream(stream, self.device)
         allocated = plan.allocate_outputs(*args, **kwargs)
+        nbytes = plan.workspace_bytes()
+        # None (the current stream) goes to execute as None; the arena and keep-alives need
+        # the stream itself
+        launch_stream = (resolve_stream(stream, self.device)
+                         if stream is not None or nbytes else None)
         if allocated and stream is not None and launch_stream is not None:
             # made on the current stream and used on another one
             for t in allocated.values():
                 self.streams.keep_alive(t, launch_stream)
-        kwargs = {**kwargs, **allocated}
+        merged = {**kwargs, **allocated}
         accepted = plan.execute_keywords
-        tensors = {k: v for k, v in kwargs.items() if k in accepted}
-        nbytes = plan.workspace_bytes()
+        tensors = {k: v for k, v in merged.items() if k in accepted}
+        workspace = None
         if nbytes:
             with self.arena.scope():
                 workspace = self.arena.take(nbytes, launch_stream)
                 plan.execute(*args, **tensors, workspace=workspace, stream=launch_stream)
         else:
             plan.execute(*args, **tensors, workspace=None, stream=launch_stream)
-        return Result(plan.output_names, [kwargs[n] for n in plan.output_names])
+        if call_key is not None and all(merged.get(n) is None or n in allocated
+                                        for n in plan.output_names):
+            self._bind_call(call_key, plan, args, kwargs, allocated, tensors, workspace,
+                            launch_stream)
+        return Result(plan.output_names, [merged[n] for n in plan.output_names])
+
+    def _bind_call(self, call_key, plan, args, kwargs, allocated, tensors, workspace,
+                   stream) -> None:
+        """Remember a functional call whose execute was bound, to serve the next calls of its
+        kind (same key: inputs' shapes, strides, dtypes, alignment, configuration, stream)."""
+        if plan._bindings is None:
+            return
+        values = (*args, *tensors.values(), workspace)
+        bound = binding.binding_key(args, {**tensors, "workspace": workspace, "stream": stream})
+        found = plan._bindings.lookup(bound[0]) if bound is not None else None
+        if found is None:
+            return
+        # which of the call's own tensor arguments (in the call key's order) each one is
+        own = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+        names = {id(t): n for n, t in allocated.items()}
+        sources = []
+        for v in values:
+            if not isinstance(v, torch.Tensor):
+                continue
+            if v is workspace:
+                sources.append(None)
+            elif id(v) in names:
+                sources.append(names[id(v)])
+            else:
+                index = next((i for i, t in enumerate(own) if t is v), None)
+                if index is None:
+                    return
+                sources.append(index)
+        low_bits = tuple(a & 255 for a, s in zip(bound[2], sources) if type(s) is not int)
+        if len(self._bound_calls) >= BOUND_CALLS:
+            self._bound_calls.clear()
+        self._bound_calls[call_key] = _BoundCall(plan, found, tuple(sources), low_bits,
+                                                 self.plans.version)
 
     def stats(self) -> dict:
         return {"device": str(self.device), "plans": self.plans.stats(), "arena": self.arena.stats()}

@@ -222,3 +222,39 @@ def test_replayed_dropout_follows_the_seed_and_graph_capture(seed):
                            buffers["rstd"], buffers["mask"], dropout_ratio=0.3,
                            apply_u_silu=True, concat_u=True, concat_x=True).compile()
     assert bwd._bindings is not None
+
+
+@pytest.mark.gpu
+def test_bound_functional_calls_follow_data_shapes_backend_and_store(seed, monkeypatch):
+    rt = graphrt.Runtime("cuda")
+    w = 1 + 0.1 * torch.randn(1024, device="cuda")
+    for rows in (64, 300, 64, 300, 64):   # two kinds, each bound after its first call
+        x = torch.randn(rows, 1024, dtype=torch.bfloat16, device="cuda")
+        g = torch.randn_like(x)
+        y, rstd = graphrt.ops.rmsnorm_forward(x, w, runtime=rt)
+        dx, dw = graphrt.ops.rmsnorm_backward(g, x, w, rstd, runtime=rt)
+        ref_y, ref_rstd, _ = rmsnorm_forward_reference(x, w, 1e-6, None)
+        ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, rstd, None)
+        torch.testing.assert_close(y.float(), ref_y.float(), rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(dx.float(), ref_dx.float(), rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(dw, ref_dw.float(), rtol=1e-4, atol=1e-3)
+    assert len(rt._bound_calls) == 4
+    assert rt.plans.stats()["compiles"] == 2 and rt.plans.stats()["hits"] >= 6
+    monkeypatch.setenv("GRAPHRT_BACKEND", "reference")   # another backend: another plan
+    graphrt.ops.rmsnorm_forward(x, w, runtime=rt)
+    assert rt.plans.stats()["compiles"] == 3
+    monkeypatch.delenv("GRAPHRT_BACKEND")
+    rt.plans.clear()                                      # plans gone: bound calls too
+    y2, _ = graphrt.ops.rmsnorm_forward(x, w, runtime=rt)
+    assert rt.plans.stats()["compiles"] == 4 and torch.equal(y2, y)
+
+
+@pytest.mark.gpu
+def test_bound_dropout_calls_follow_the_seed(seed):
+    n, d = 256, 128
+    x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    weight, bias = (torch.randn(d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    masks = [hstu_lmsd_forward(x, u, weight, bias, dropout_ratio=0.3, seed=s, offset=0).mask
+             for s in (1, 2, 1, 2, 1)]
+    assert all(torch.equal(masks[0], m) for m in masks[2::2])
+    assert torch.equal(masks[1], masks[3]) and not torch.equal(masks[0], masks[1])

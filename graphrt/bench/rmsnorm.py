@@ -109,6 +109,29 @@ def run(cases=CASES, progress=print) -> list[dict]:
                              "do_bench_speedup_vs": flushed[name] / flushed["graphrt"]})
         del sets, impls
         torch.cuda.empty_cache()
+    rows += module_rows(progress)
+    return rows
+
+
+def module_rows(progress=print) -> list[dict]:
+    """The nn modules as a model meets them: forward + backward under eager autograd, wall time
+    per step with the host's time included (graphrt's, Liger's, torch's RMSNorm)."""
+    from .host import MODULE_SHAPES, host_us, module_cases
+    rows = []
+    for T, H in MODULE_SHAPES:
+        progress(f"rmsnorm modules: {T} x {H}, forward + backward under autograd")
+        steps = {name.replace(" forward + backward", ""): fn
+                 for name, fn in module_cases(T, H, torch.device("cuda")).items()
+                 if name.endswith("backward")}
+        for fn in steps.values():
+            for _ in range(3):
+                fn()
+        times = {name: min(host_us(fn, 50, sleep=False) for _ in range(5))
+                 for name, fn in steps.items()}
+        for name, t in times.items():
+            rows.append({"direction": "module fwd+bwd (eager, wall)", "T": T, "H": H,
+                         "impl": name, "us": t,
+                         "speedup_vs": t / times["graphrt.nn.RMSNorm"]})
     return rows
 
 

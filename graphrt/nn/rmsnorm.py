@@ -45,7 +45,7 @@ def _residual_forward(x: Tensor, residual: Tensor, w: Tensor,
 
 def _backward(g: Tensor, x: Tensor, w: Tensor, rstd: Tensor,
               g_residual: Optional[Tensor]) -> tuple[Tensor, Tensor]:
-    dw = w.new_empty(w.shape)  # dw in w's dtype
+    dw = None if w.dtype == torch.float32 else w.new_empty(w.shape)  # dw in w's dtype
     dx, dw = rmsnorm_backward(_rows(g), x, w, rstd,
                               g_residual=None if g_residual is None else _rows(g_residual), dw=dw)
     return dx, dw
