@@ -219,8 +219,8 @@ def main(argv=None) -> int:
     sub.add_parser("info", help="versions, device, backends, plan-store and arena stats")
     sub.add_parser("demo", help="run the demo (RMSNorm through the plan API)")
     b = sub.add_parser("bench", help="benchmark an op against its peers")
-    b.add_argument("op", help="rmsnorm | mhc | lmsd | wgrad | proj | adamw | host | capture | "
-                              "ddp | hf | plan_store | all")
+    b.add_argument("op", help="rmsnorm | mhc | lmsd | wgrad | proj | adamw | host | jax | "
+                              "capture | ddp | hf | plan_store | all")
     b.add_argument("--out", metavar="DIR", default=None,
                    help="where each run writes its JSON (default: $GRAPHRT_BENCH_DIR, else "
                         "bench/results under the current directory)")

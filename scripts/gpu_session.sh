@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|optests|sanitize|sweep|sweep_mhc|bench|mhc|lmsd|
-#                                          wgrad|proj|capture|ddp|hf|plan_store|examples|profile|
+#                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|demo ...]
 # optests runs the GPU tests under $TEST_PATHS; sweep and sweep_mhc take $SWEEP_CASES; profile
 # runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; stalls samples where the
@@ -38,6 +38,7 @@ for step in $steps; do
     mhc) python3 -m graphrt.cli bench mhc 2>&1 | tee "$OUT/bench_mhc.log" | tail -10 ;;
     copy_ceiling) python3 scripts/tiled_copy_ceiling.py 2>&1 | tee "$OUT/copy_ceiling.log" | tail -52 ;;
     l2_ceiling) python3 scripts/l2_read_ceiling.py 2>&1 | tee "$OUT/l2_ceiling.log" | tail -12 ;;
+    jax) python3 -m graphrt.cli bench jax 2>&1 | tee "$OUT/bench_jax.log" | tail -14 ;;
     plan_store) python3 -m graphrt.cli bench plan_store 2>&1 | tail -6 ;;
     capture) python3 -m graphrt.cli bench capture 2>&1 | tee "$OUT/bench_capture.log" | tail -12 ;;
     ddp) python3 -m graphrt.cli bench ddp 2>&1 | tee "$OUT/bench_ddp.log" | tail -8 ;;

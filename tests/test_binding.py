@@ -128,14 +128,21 @@ def test_replayed_forward_reads_fresh_data_and_follows_new_buffers(seed):
     _forward_checked(plan, _fresh(x), w, y, rstd, stream=side)  # an explicit stream
 
 
-@pytest.mark.gpu
-def test_a_rejected_call_after_a_binding_still_raises_and_writes_nothing(seed):
+def _bound_forward():
+    """A forward plan with a binding (its second call replayed), and the call's tensors."""
     x = torch.randn(64, 512, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(512, device="cuda")
     y, rstd = torch.empty_like(x), torch.empty(64, device="cuda")
     plan = RmsNormForward(x, w).compile()
     for _ in range(2):
         plan.execute(x, w, y=y, rstd=rstd)
+    assert plan._bindings.hits == 1
+    return plan, x, w, y, rstd
+
+
+@pytest.mark.gpu
+def test_a_rejected_call_after_a_binding_still_raises_and_writes_nothing(seed):
+    plan, x, w, y, rstd = _bound_forward()
     y_over_x = x.view(torch.bfloat16)   # the output is the input
     before = x.clone()
     with pytest.raises(ContractError, match="overlaps"):
@@ -172,12 +179,7 @@ def test_replayed_backward_matches_the_reference_each_step(seed):
 @pytest.mark.gpu
 def test_launch_hooks_see_replayed_plans(seed):
     from triton import knobs
-    x = torch.randn(64, 512, dtype=torch.bfloat16, device="cuda")
-    w = torch.randn(512, device="cuda")
-    y, rstd = torch.empty_like(x), torch.empty(64, device="cuda")
-    plan = RmsNormForward(x, w).compile()
-    for _ in range(2):
-        plan.execute(x, w, y=y, rstd=rstd)
+    plan, x, w, y, rstd = _bound_forward()
     seen = []
 
     def hook(metadata):

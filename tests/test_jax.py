@@ -172,3 +172,16 @@ def test_rms_norm_custom_vjp_matches_jnp_gradients():
         assert dx.dtype == jnp.bfloat16 and dw.dtype == jnp.float32
         assert rel_l2(torch.from_dlpack(dx).float(), torch.from_dlpack(want[0]).float()) < 1e-2
         assert rel_l2(torch.from_dlpack(dw), torch.from_dlpack(want[1])) < 1e-2
+
+
+def test_bench_against_xla_checks_agreement_and_times_every_impl():
+    from graphrt.bench import jax_ops
+    rows = jax_ops.run(progress=lambda *_: None, small=True)
+    impls = {(r["op"], r["impl"]) for r in rows}
+    assert impls == {("wgrad", "XLA ragged_dot_general"), ("wgrad", "graphrt (jit)"),
+                     ("wgrad", "graphrt (jit, check_offsets=False)"),
+                     ("proj", "XLA (jnp pipeline)"), ("proj", "graphrt (jit)")}
+    assert all(r["us"] > 0 for r in rows)
+    assert rows[0]["rel_l2_vs_xla"] < 1e-2
+    proj = [r for r in rows if r["op"] == "proj"]
+    assert proj[0]["scales_equal"] and proj[0]["codes_differing"] < 0.01

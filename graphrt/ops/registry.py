@@ -139,7 +139,7 @@ BENCHMARKS: dict[str, str] = {
     "wgrad": "graphrt.bench.wgrad", "proj": "graphrt.bench.proj", "adamw": "graphrt.bench.adamw",
     "host": "graphrt.bench.host", "plan_store": "graphrt.bench.plan_store",
     "capture": "graphrt.bench.capture", "ddp": "graphrt.bench.data_parallel",
-    "hf": "graphrt.bench.hf",
+    "hf": "graphrt.bench.hf", "jax": "graphrt.bench.jax_ops",
 }
 
 
