@@ -10,51 +10,42 @@ import sys
 
 import torch
 
-import graphrt
 from graphrt.bench.timing import n_input_sets, rotating, stream_time_us
+from graphrt.ops.registry import op
 
 dev = torch.device("cuda")
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 ops = args or ["rmsnorm", "mhc", "lmsd", "proj"]
 
 
-def bf16(*shape):
-    return torch.randn(*shape, dtype=torch.bfloat16, device=dev)
+def functional_call(name: str, case: tuple | None = None, **overrides):
+    """(label, no-argument call) of op ``name``'s functional call at a registry case."""
+    entry = op(name)
+    case = case or entry.cases[0]
+    inputs, config, _ = entry.sample(dev, case)
+    config.update(overrides)
+    fn = entry.functional()
+    return f"{name} {'x'.join(map(str, case))}", lambda: fn(*inputs, **config)
 
 
 def calls():
     """(name, no-argument callable) per kernel group to profile."""
     out = []
     if "rmsnorm" in ops:
-        x, g, w = bf16(16384, 2048), bf16(16384, 2048), torch.randn(2048, device=dev)
-        y, rstd = graphrt.ops.rmsnorm_forward(x, w)
-        out += [("rmsnorm fwd 16384x2048", lambda: graphrt.ops.rmsnorm_forward(x, w)),
-                ("rmsnorm bwd 16384x2048", lambda: graphrt.ops.rmsnorm_backward(g, x, w, rstd))]
+        out += [functional_call(n, (16384, 2048)) for n in ("rmsnorm_forward", "rmsnorm_backward")]
     if "mhc" in ops:
-        t, k = 4096, 20480
-        xm, wm, gp = bf16(t, k), torch.randn(24, k, device=dev), torch.randn(t, 24, device=dev)
-        gr, r = torch.randn(t, 1, device=dev), torch.rand(t, 1, device=dev) + 0.5
-        out.append(("mhc bwd 4096x20480", lambda: graphrt.ops.mhc_projection_backward(
-            xm, wm, gp, gr, r, allow_tf32=True)))
+        out.append(functional_call("mhc_projection_backward"))
     if "lmsd" in ops:
-        for d in (256, 512):
-            xh, uh = bf16(65536, d), bf16(65536, d)
-            wh, bh = bf16(d), bf16(d)
-            flags = dict(dropout_ratio=0.1, apply_u_silu=True, concat_u=True, concat_x=True)
-            yh, mean, rs, mask = graphrt.ops.hstu_lmsd_forward(xh, uh, wh, bh, seed=1, **flags)
-            dy = torch.randn_like(yh)
-            out += [(f"lmsd fwd 65536x{d}", lambda xh=xh, uh=uh, wh=wh, bh=bh, flags=flags:
-                     graphrt.ops.hstu_lmsd_forward(xh, uh, wh, bh, seed=2, **flags)),
-                    (f"lmsd bwd 65536x{d}", lambda dy=dy, xh=xh, uh=uh, wh=wh, bh=bh, mean=mean,
-                     rs=rs, mask=mask, flags=flags: graphrt.ops.hstu_lmsd_backward(
-                         dy, xh, uh, wh, bh, mean, rs, mask, **flags))]
+        for case in op("hstu_lmsd_forward").cases[:2]:
+            out += [functional_call("hstu_lmsd_forward", case, seed=2),
+                    functional_call("hstu_lmsd_backward", case)]
     if "proj" in ops:
-        xp, wp = bf16(4096, 1536), bf16(128 * 192, 1536)
-        cs = bf16(4096, 64)
-        out.append(("proj bf16 4096x1536x128h", lambda: graphrt.ops.gemm_proj_rope_mxfp8(xp, wp, cs, cs)))
+        out.append(functional_call("gemm_proj_rope_mxfp8"))
     if "gemm" in ops:
-        xg, wg = bf16(4096, 1536), bf16(128 * 192, 1536)
-        out.append(("cuBLAS gemm 4096x1536x24576", lambda: xg @ wg.t()))
+        tokens, k, heads, nope, rope = op("gemm_proj_rope_mxfp8").cases[0]
+        xg = torch.randn(tokens, k, dtype=torch.bfloat16, device=dev)
+        wg = torch.randn(heads * (nope + rope), k, dtype=torch.bfloat16, device=dev)
+        out.append((f"cuBLAS gemm {tokens}x{k}x{heads * (nope + rope)}", lambda: xg @ wg.t()))
     return out
 
 

@@ -14,9 +14,10 @@ from graphrt.bench.timing import rotating, stream_time_us
 from graphrt.ops.hstu.kernels import (HstuConfig, backward_config, forward_config, launch_backward,
                                       launch_forward)
 from graphrt.ops.hstu.philox import keep_threshold
+from graphrt.ops.registry import HSTU_CASES
 from graphrt.validate import sm_count
 
-CASES = [(65536, 256), (65536, 512)]
+CASES = HSTU_CASES[:2]
 P = 0.1
 FLAGS = dict(apply_u_silu=True, concat_u=True, concat_x=True)
 

@@ -1,7 +1,7 @@
 """Sweep mHC backward tile configs and row-group counts on the GPU: each checked against the FP64
 reference (and for bitwise repeatability) before it is timed.
 
-Usage: python3 scripts/sweep_mhc.py [T K ...]   (default: 4096 20480 16384 28672)
+Usage: python3 scripts/sweep_mhc.py [T K ...]   (default: the registry's mHC cases)
 SWEEP_MHC="rows,columns,warps,stages,groups;..." replaces the configs (groups 0: the model's).
 """
 import os
@@ -14,6 +14,7 @@ from graphrt.bench.timing import rotating, stream_time_us
 from graphrt.ops.mhc import mhc_projection_backward_reference
 from graphrt.ops.mhc.kernels import (MAX_GROUPS, PROGRAMS_PER_SM, TILE, MhcConfig,
                                      launch_backward, row_groups)
+from graphrt.ops.registry import op
 from graphrt.validate import sm_count
 
 N = 24
@@ -64,7 +65,8 @@ def sweep(t: int, k: int, sms: int) -> None:
 
 
 def main():
-    args = [int(a) for a in sys.argv[1:]] or [4096, 20480, 16384, 28672]
+    args = [int(a) for a in sys.argv[1:]] or [d for case in op("mhc_projection_backward").cases
+                                              for d in case]
     sms = sm_count(torch.device("cuda"))
     for t, k in zip(args[::2], args[1::2]):
         sweep(t, k, sms)

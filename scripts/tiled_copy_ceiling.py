@@ -13,8 +13,9 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from graphrt.bench.timing import stream_time_us
+from graphrt.ops.registry import op
 
-CASES = [(4096, 20480), (16384, 28672)]          # the mHC benchmark's shapes
+CASES = op("mhc_projection_backward").cases          # the mHC benchmark's shapes
 TILES = [(64, 128), (64, 64), (32, 256), (16, 512)]
 LAUNCHES = [(4, 2, 3), (4, 4, 3), (8, 2, 4)]     # warps, programs per SM, pipeline stages
 # program-per-column-block copies: tile rows, tile columns, warps, stages

@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 
 from ..ops import HstuLmsdBackward, HstuLmsdForward
+from ..ops.registry import HSTU_CASES
 from . import report
 from .timing import COPY_CEILING_TBPS, device_time_us, n_input_sets, rotating, stream_time_us
 
-CASES = [(65536, 256), (65536, 512), (262144, 128)]
+CASES = HSTU_CASES
 P = 0.1
 
 

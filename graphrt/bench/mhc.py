@@ -4,10 +4,11 @@ from __future__ import annotations
 import torch
 
 from ..ops import MhcProjectionBackward
+from ..ops.registry import op
 from . import report
 from .timing import COPY_CEILING_TBPS, device_time_us, n_input_sets, rotating, stream_time_us
 
-CASES = [(4096, 20480), (16384, 28672)]
+CASES = op("mhc_projection_backward").cases
 N = N_PAD = 24
 
 

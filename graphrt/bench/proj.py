@@ -6,10 +6,11 @@ import torch
 
 from ..ops import GemmProjRopeMxfp8
 from ..ops.proj_rope import gemm_proj_rope_mxfp8_reference, mxfp8_quantize
+from ..ops.registry import op
 from . import report
 from .timing import BF16_GEMM_CEILING_TFLOPS, device_time_us, stream_time_us
 
-TOKENS, K, HEADS, NOPE, ROPE = 4096, 1536, 128, 128, 64
+TOKENS, K, HEADS, NOPE, ROPE = op("gemm_proj_rope_mxfp8").cases[0]
 
 
 def run(progress=print) -> list[dict]:

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import torch
 
+from ..ops.registry import RMSNORM_CASES
 from ..ops.rmsnorm import RmsNormBackward, RmsNormForward
 from . import report
 from .timing import COPY_CEILING_TBPS, device_time_us, n_input_sets, rotating, stream_time_us
 
-CASES = [(16384, 2048), (16384, 4096), (16384, 5120), (16384, 7168), (4096, 5120)]
+CASES = RMSNORM_CASES
 EPS = 1e-6
 BYTES_PER_ELEMENT = {"forward": 4, "backward": 6}
 

@@ -7,10 +7,11 @@ import torch
 
 from ..ops import GroupedGemmWgrad
 from ..ops.grouped_gemm.reference import expert_bounds
+from ..ops.registry import op
 from . import report
 from .timing import BF16_GEMM_CEILING_TFLOPS, device_time_us, rotating, stream_time_us
 
-CASES = [(8, 7168, 2048, 32768), (32, 4096, 1536, 65536), (8, 2048, 1024, 8192)]
+CASES = op("grouped_gemm_wgrad").cases
 
 
 def random_counts(experts: int, tokens: int, generator: torch.Generator) -> list[int]:

@@ -17,13 +17,19 @@ BF16 = torch.bfloat16
 @dataclass(frozen=True)
 class OpEntry:
     """One op: ``name`` (as in ``graphrt.ops`` and ``torch.ops.graphrt``), the plan class,
-    the ``graphrt bench`` module that measures it against its peers, and ``sample(device)``:
-    (inputs, configuration keywords, output buffers) of a small valid call."""
+    the ``graphrt bench`` module that measures it against its peers, its benchmark ``cases``
+    (shape tuples, read by the bench module and the scripts), and ``sample(device, case)``:
+    (inputs, configuration keywords, output buffers) of a valid call at ``case`` (the first
+    case when None)."""
 
     name: str
     plan: str
     bench: str
-    sample: Callable[[torch.device], tuple[tuple, dict, dict]]
+    cases: tuple
+    build: Callable[[torch.device, tuple], tuple[tuple, dict, dict]]
+
+    def sample(self, device, case: tuple | None = None) -> tuple[tuple, dict, dict]:
+        return self.build(torch.device(device), case or self.cases[0])
 
     def functional(self):
         from .. import ops
@@ -34,25 +40,26 @@ class OpEntry:
         return getattr(ops, self.plan)
 
 
-def _rmsnorm_forward(device):
-    x = torch.randn(4096, 5120, dtype=BF16, device=device)
-    w = 1 + 0.1 * torch.randn(5120, device=device)
+def _rmsnorm_forward(device, case):
+    rows, hidden = case
+    x = torch.randn(rows, hidden, dtype=BF16, device=device)
+    w = 1 + 0.1 * torch.randn(hidden, device=device)
     return (x, w), {"eps": 1e-6}, {"y": torch.empty_like(x),
-                                   "rstd": torch.empty(4096, device=device)}
+                                   "rstd": torch.empty(rows, device=device)}
 
 
-def _rmsnorm_backward(device):
-    (x, w), _, _ = _rmsnorm_forward(device)
-    rstd = torch.rand(4096, device=device) + 0.5
+def _rmsnorm_backward(device, case):
+    (x, w), _, _ = _rmsnorm_forward(device, case)
+    rstd = torch.rand(x.shape[0], device=device) + 0.5
     return (torch.randn_like(x), x, w, rstd), {}, {"dx": torch.empty_like(x),
-                                                   "dw": torch.empty(5120, device=device)}
+                                                   "dw": torch.empty_like(w)}
 
 
-def _mhc_projection_backward(device):
-    t, k = 4096, 20480
+def _mhc_projection_backward(device, case):
+    t, k = case
     x = torch.randn(t, k, dtype=BF16, device=device)
     weight = torch.randn(24, k, device=device) / k ** 0.5
-    return ((x, weight, torch.randn(t, 32, device=device), torch.randn(t, 1, device=device),
+    return ((x, weight, torch.randn(t, 24, device=device), torch.randn(t, 1, device=device),
              torch.rand(t, 1, device=device) + 0.5), {"allow_tf32": True},
             {"dx": torch.empty_like(x), "dweight": torch.empty_like(weight)})
 
@@ -64,8 +71,8 @@ def _hstu_inputs(n, d, device):
     return x, u, w, b
 
 
-def _hstu_lmsd_forward(device):
-    n, d = 65536, 256
+def _hstu_lmsd_forward(device, case):
+    n, d = case
     x, u, w, b = _hstu_inputs(n, d, device)
     return ((x, u, w, b), {"dropout_ratio": 0.1, "seed": 7, "offset": 0},
             {"y": torch.empty(n, 3 * d, dtype=BF16, device=device),
@@ -73,8 +80,8 @@ def _hstu_lmsd_forward(device):
              "mask": torch.empty(n, d, dtype=torch.int8, device=device)})
 
 
-def _hstu_lmsd_backward(device):
-    n, d = 65536, 256
+def _hstu_lmsd_backward(device, case):
+    n, d = case
     x, u, w, b = _hstu_inputs(n, d, device)
     mean, rstd = torch.randn(n, device=device), torch.rand(n, device=device) + 0.5
     mask = (torch.rand(n, d, device=device) > 0.1).to(torch.int8)
@@ -85,8 +92,8 @@ def _hstu_lmsd_backward(device):
              "dweight": torch.empty_like(w), "dbias": torch.empty_like(b)})
 
 
-def _grouped_gemm_wgrad(device):
-    experts, hidden, inter, tokens = 8, 2048, 1024, 8192
+def _grouped_gemm_wgrad(device, case):
+    experts, hidden, inter, tokens = case
     a = torch.randn(tokens, hidden, dtype=BF16, device=device).t()
     b = torch.randn(tokens, inter, dtype=BF16, device=device)
     offsets = torch.arange(1, experts + 1, dtype=torch.int32, device=device) * (tokens // experts)
@@ -94,11 +101,12 @@ def _grouped_gemm_wgrad(device):
                                                       device=device)}
 
 
-def _gemm_proj_rope_mxfp8(device):
-    tokens, k, heads, d = 4096, 7168, 16, 192
+def _gemm_proj_rope_mxfp8(device, case):
+    tokens, k, heads, nope, rope = case
+    d = nope + rope
     x = torch.randn(tokens, k, dtype=BF16, device=device)
     w = (torch.randn(heads * d, k, device=device) / k ** 0.5).to(BF16)
-    cos, sin = (torch.randn(tokens, 64, device=device).to(BF16) for _ in range(2))
+    cos, sin = (torch.randn(tokens, rope, device=device).to(BF16) for _ in range(2))
     fp8 = torch.float8_e4m3fn
     outs = {"out_fp8_row": torch.empty(tokens, heads, d, dtype=fp8, device=device),
             "out_scales_row": torch.empty(tokens, heads, d // 32, dtype=torch.uint8,
@@ -106,31 +114,43 @@ def _gemm_proj_rope_mxfp8(device):
             "out_fp8_col": torch.empty(tokens, heads, d, dtype=fp8, device=device),
             "out_scales_col": torch.empty(tokens // 32, heads, d, dtype=torch.uint8,
                                           device=device)}
-    return (x, w, cos, sin), {}, outs
+    return (x, w, cos, sin), {"qk_nope_dim": nope, "qk_rope_dim": rope}, outs
 
 
-def _adamw_step(device):
-    params = [torch.randn(n, device=device) for n in (4096 * 1024, 1024, 11008 * 512)]
+def _adamw_step(device, case):
+    params = [torch.randn(n, device=device) for n in case]
     state = [[torch.randn_like(p) for p in params] for _ in range(2)]
     state[1] = [v.abs() for v in state[1]]
-    steps = [torch.zeros((), device=device) for _ in params]
+    steps = [torch.ones((), device=device) for _ in params]   # counting this step
     return ((params, [torch.randn_like(p) for p in params], *state, steps),
             {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}, {})
 
 
+RMSNORM_CASES = ((16384, 2048), (16384, 4096), (16384, 5120), (16384, 7168), (4096, 5120))
+HSTU_CASES = ((65536, 256), (65536, 512), (262144, 128))
+
 OPS: tuple[OpEntry, ...] = (
-    OpEntry("rmsnorm_forward", "RmsNormForward", "graphrt.bench.rmsnorm", _rmsnorm_forward),
-    OpEntry("rmsnorm_backward", "RmsNormBackward", "graphrt.bench.rmsnorm", _rmsnorm_backward),
+    # the first case of each op is its sample: what graphrt bench host and the profiles run
+    OpEntry("rmsnorm_forward", "RmsNormForward", "graphrt.bench.rmsnorm",
+            RMSNORM_CASES[-1:] + RMSNORM_CASES[:-1], _rmsnorm_forward),
+    OpEntry("rmsnorm_backward", "RmsNormBackward", "graphrt.bench.rmsnorm",
+            RMSNORM_CASES[-1:] + RMSNORM_CASES[:-1], _rmsnorm_backward),
     OpEntry("mhc_projection_backward", "MhcProjectionBackward", "graphrt.bench.mhc",
-            _mhc_projection_backward),
-    OpEntry("hstu_lmsd_forward", "HstuLmsdForward", "graphrt.bench.lmsd", _hstu_lmsd_forward),
-    OpEntry("hstu_lmsd_backward", "HstuLmsdBackward", "graphrt.bench.lmsd",
+            ((4096, 20480), (16384, 28672)), _mhc_projection_backward),
+    OpEntry("hstu_lmsd_forward", "HstuLmsdForward", "graphrt.bench.lmsd", HSTU_CASES,
+            _hstu_lmsd_forward),
+    OpEntry("hstu_lmsd_backward", "HstuLmsdBackward", "graphrt.bench.lmsd", HSTU_CASES,
             _hstu_lmsd_backward),
+    # E, hidden, intermediate, tokens
     OpEntry("grouped_gemm_wgrad", "GroupedGemmWgrad", "graphrt.bench.wgrad",
+            ((8, 7168, 2048, 32768), (32, 4096, 1536, 65536), (8, 2048, 1024, 8192)),
             _grouped_gemm_wgrad),
+    # tokens, K, heads, qk_nope_dim, qk_rope_dim
     OpEntry("gemm_proj_rope_mxfp8", "GemmProjRopeMxfp8", "graphrt.bench.proj",
-            _gemm_proj_rope_mxfp8),
-    OpEntry("adamw_step", "AdamWStep", "graphrt.bench.adamw", _adamw_step),
+            ((4096, 1536, 128, 128, 64),), _gemm_proj_rope_mxfp8),
+    # the tensor sizes of one step's parameters
+    OpEntry("adamw_step", "AdamWStep", "graphrt.bench.adamw",
+            ((4096 * 1024, 1024, 11008 * 512),), _adamw_step),
 )
 
 # what `graphrt bench <name>` runs: each op's benchmark, and the ones that are not an op's
