@@ -196,7 +196,7 @@ class Runtime:
             return
         values = (*args, *tensors.values(), workspace)
         bound = binding.binding_key(args, {**tensors, "workspace": workspace, "stream": stream})
-        found = plan._bindings.lookup(bound[0]) if bound is not None else None
+        found = plan._bindings.recorded.get(bound[0]) if bound is not None else None
         if found is None:
             return
         # which of the call's own tensor arguments (in the call key's order) each one is
