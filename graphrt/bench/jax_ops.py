@@ -120,14 +120,21 @@ def wgrad_rows(cases, progress=print, calls: int = 20) -> list[dict]:
         if error > 1e-2:
             raise AssertionError(f"graphrt and XLA disagree on the wgrad: relative L2 {error:.2e}")
         times = {name: wall_us(fn, *args, calls=calls) for name, (fn, args) in impls.items()}
-        flops = 2.0 * hidden * inter * tokens
-        for name, us in times.items():
-            tflops = flops / (us * 1e-6) / 1e12
-            rows.append({"op": "wgrad", "case": f"E{experts} {hidden}x{inter} T{tokens}",
-                         "impl": name, "us": us, "TFLOP/s": tflops,
-                         "of_ceiling": tflops / BF16_GEMM_CEILING_TFLOPS,
-                         "speedup_vs_xla": times["XLA ragged_dot_general"] / us,
-                         "rel_l2_vs_xla": error})
+        rows += _rows("wgrad", f"E{experts} {hidden}x{inter} T{tokens}", times,
+                      2.0 * hidden * inter * tokens, "XLA ragged_dot_general",
+                      rel_l2_vs_xla=error)
+    return rows
+
+
+def _rows(op: str, case: str, times: dict, flops: float, xla: str, **checks) -> list[dict]:
+    """One row per implementation: time, TFLOP/s, fraction of the GEMM ceiling, speed-up
+    over XLA's implementation ``xla``, and the agreement ``checks``."""
+    rows = []
+    for name, us in times.items():
+        tflops = flops / (us * 1e-6) / 1e12
+        rows.append({"op": op, "case": case, "impl": name, "us": us, "TFLOP/s": tflops,
+                     "of_ceiling": tflops / BF16_GEMM_CEILING_TFLOPS,
+                     "speedup_vs_xla": times[xla] / us, **checks})
     return rows
 
 
@@ -157,16 +164,9 @@ def projection_rows(shape, progress=print, calls: int = 20) -> list[dict]:
     if codes_off > 0.01:
         raise AssertionError(f"graphrt and XLA disagree on {codes_off:.1%} of the codes")
     times = {name: wall_us(fn, x, w, cos, sin, calls=calls) for name, fn in impls.items()}
-    flops = 2.0 * tokens * k * heads * (nope + rope)
-    rows = []
-    for name, us in times.items():
-        tflops = flops / (us * 1e-6) / 1e12
-        rows.append({"op": "proj", "case": f"T{tokens} K{k} {heads}x{nope + rope}",
-                     "impl": name, "us": us, "TFLOP/s": tflops,
-                     "of_ceiling": tflops / BF16_GEMM_CEILING_TFLOPS,
-                     "speedup_vs_xla": times["XLA (jnp pipeline)"] / us,
-                     "codes_differing": codes_off, "scales_equal": scales_equal})
-    return rows
+    return _rows("proj", f"T{tokens} K{k} {heads}x{nope + rope}", times,
+                 2.0 * tokens * k * heads * (nope + rope), "XLA (jnp pipeline)",
+                 codes_differing=codes_off, scales_equal=scales_equal)
 
 
 def run(progress=print, small: bool = False) -> list[dict]:
