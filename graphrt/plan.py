@@ -109,6 +109,10 @@ class Plan:
     op: ClassVar[str] = "plan"
     output_names: ClassVar[tuple[str, ...]] = ()
     execute_keywords: ClassVar[frozenset] = frozenset({"workspace", "stream"})
+    # True where every kernel the Triton backend's ``execute`` runs goes through
+    # ``kernel_utils.launch``: its launches are then recorded per binding and replayed
+    # (see graphrt.binding)
+    records_launches: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         """Every subclass's ``execute`` first checks that the plan was compiled, and its
@@ -162,7 +166,7 @@ class Plan:
             self.check_support()
         if not self._compiled:
             self._compile()
-            if self._launches_only_through_launch():
+            if self.records_launches and self.backend == "triton":
                 self._bindings = binding.Bindings()
             self._compiled = True
             self.compile_count += 1
@@ -170,11 +174,6 @@ class Plan:
 
     def _compile(self) -> None:
         pass
-
-    def _launches_only_through_launch(self) -> bool:
-        """Whether every kernel ``execute`` runs goes through ``kernel_utils.launch``, so that
-        its launches can be recorded per binding and replayed (see :mod:`graphrt.binding`)."""
-        return False
 
     @property
     def compiled(self) -> bool:

@@ -90,6 +90,7 @@ class HstuLmsdForward(Plan):
     """
 
     op = "hstu_lmsd_forward"
+    records_launches = True
     output_names = ("y", "mean", "rstd", "mask")
 
     def __init__(self, x, u, weight, bias, *, eps: float = 1e-6, dropout_ratio: float = 0.0,
@@ -128,9 +129,6 @@ class HstuLmsdForward(Plan):
         if self.backend == "triton":
             from .kernels import forward_config
             self.config = forward_config(self.d)
-
-    def _launches_only_through_launch(self) -> bool:
-        return self.backend == "triton"
 
     def allocate_outputs(self, x, u, weight, bias, *, y=None, mean=None, rstd=None, mask=None,
                          **_):
@@ -193,6 +191,7 @@ class HstuLmsdBackward(Plan):
     HstuLmsdForward, given its mean, rstd and mask; ``compute_dweight=False`` skips dweight."""
 
     op = "hstu_lmsd_backward"
+    records_launches = True
 
     def __init__(self, dy, x, u, weight, bias, mean, rstd, mask, *, dropout_ratio,
                  apply_u_silu, concat_u, concat_x, compute_dweight: bool = True, dx=None,
@@ -242,9 +241,6 @@ class HstuLmsdBackward(Plan):
 
     def workspace_bytes(self) -> int:
         return 2 * self.programs * self.d * 4 if self.backend == "triton" else 0
-
-    def _launches_only_through_launch(self) -> bool:
-        return self.backend == "triton"
 
     def allocate_outputs(self, dy, x, u, weight, bias, mean, rstd, mask, *, dx=None, du=None,
                          dweight=None, dbias=None, **_):

@@ -64,6 +64,7 @@ class RmsNormForward(Plan):
     """
 
     op = "rmsnorm_forward"
+    records_launches = True
 
     def __init__(self, x, w, *, eps: float = 1e-6, residual=None, y=None, rstd=None, h_new=None,
                  backend: str | None = None):
@@ -94,9 +95,6 @@ class RmsNormForward(Plan):
         if self.backend == "triton":
             from .kernels import forward_config
             self.config = forward_config(self.hidden)
-
-    def _launches_only_through_launch(self) -> bool:
-        return self.backend == "triton"
 
     def allocate_outputs(self, x, w, *, residual=None, y=None, rstd=None, h_new=None, **_):
         out = {}
@@ -152,6 +150,7 @@ class RmsNormBackward(Plan):
     """
 
     op = "rmsnorm_backward"
+    records_launches = True
     output_names = ("dx", "dw")
 
     def __init__(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None,
@@ -191,9 +190,6 @@ class RmsNormBackward(Plan):
 
     def workspace_bytes(self) -> int:
         return self.n_programs * self.hidden * 4 if self.backend == "triton" else 0
-
-    def _launches_only_through_launch(self) -> bool:
-        return self.backend == "triton"
 
     def allocate_outputs(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None, **_):
         out = {}
