@@ -70,6 +70,18 @@ MUTATIONS = [
      "mask=None, workspace=None, stream=None) -> None:",
      "mask=None, workspace=None, stream=None, **_) -> None:",
      ["tests/test_errors.py", "-k", "misspelt"]),
+    ("binding-replay-skips-overlap", "graphrt/binding.py",
+     "                if lo < other_hi and other_lo < hi:",
+     "                if False:",
+     ["tests/test_binding.py"]),
+    ("binding-address-offset-dropped", "graphrt/binding.py",
+     "*[addresses[a[0]] + a[1] if type(a) is tuple else a for a in template]",
+     "*[addresses[a[0]] if type(a) is tuple else a for a in template]",
+     ["tests/test_binding.py"]),
+    ("binding-records-after-a-copy", "graphrt/binding.py",
+     "            self.recording.complete = False",
+     "            pass",
+     ["tests/test_binding.py"]),
 ]
 
 
