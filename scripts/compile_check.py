@@ -22,6 +22,7 @@ from graphrt.ops.hstu import kernels as hstu
 from graphrt.ops.mhc import kernels as mhc
 from graphrt.ops.proj_rope import kernels as proj
 from graphrt.ops.proj_rope import kernels_ws as proj_ws
+from graphrt.ops.registry import op
 from graphrt.ops.rmsnorm import kernels as rms
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -87,6 +88,11 @@ def sig(**kinds):
 def main():
     ok = True
     c = "constexpr"
+    # the benchmark shapes, from the op registry
+    _, mhc_k = op("mhc_projection_backward").cases[0]
+    _, wgrad_hidden, wgrad_inter, _ = op("grouped_gemm_wgrad").cases[0]
+    _, proj_k, heads, nope, rope = op("gemm_proj_rope_mxfp8").cases[0]
+    _, hstu_d = op("hstu_lmsd_forward").cases[1]
     ok &= check("rmsnorm fwd rows", rms._rmsnorm_fwd_rows_kernel, sig(
         X="*bf16", RES="*bf16", W="*fp32", Y="*bf16", RSTD="*fp32", H_NEW="*bf16", n_rows="i32",
         stride_x="i32", stride_res="i32", stride_y="i32", stride_h="i32", eps="fp32", HIDDEN=c,
@@ -122,7 +128,7 @@ def main():
             P_DESC=f"tensordesc<fp32[{bt},32]>", GP="*fp32", W="*fp32", GR="*fp32", R="*fp32",
             PARTIAL="*fp32", n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c,
             NUM_STAGES=c, P_TMA=c, DOT_FP32=c, PDL=c, EVICTION=c),
-            dict(K=20480, N=24, N_PAD=n_pad, N_BLOCK=32, BLOCK_T=bt, BLOCK_K=bk,
+            dict(K=mhc_k, N=24, N_PAD=n_pad, N_BLOCK=32, BLOCK_T=bt, BLOCK_K=bk,
                  NUM_STAGES=mhc_cfg.num_stages, P_TMA=mhc.p_through_tma(n_pad), DOT_FP32=False,
                  PDL=True, EVICTION=mhc.PARTIAL_EVICTION),
             mhc_cfg.num_warps, maxnreg=mhc_cfg.max_registers)
@@ -134,7 +140,7 @@ def main():
             stride_y="i32", seed_lo="i32", seed_hi="i32", off_lo="i32", off_hi="i32", eps="fp32",
             D=c, BLOCK_D=c, BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, THRESHOLD=c,
             SCALE=c, SEED_FROM_TENSORS=c, NUM_STAGES=c, PDL=c, HARDWARE=c),
-            dict(D=512, BLOCK_D=512, BLOCK_ROWS=4, SILU=concat, CONCAT_U=concat, CONCAT_X=concat,
+            dict(D=hstu_d, BLOCK_D=hstu_d, BLOCK_ROWS=4, SILU=concat, CONCAT_U=concat, CONCAT_X=concat,
                  DROPOUT=dropout, THRESHOLD=6553, SCALE=1 / 0.9, SEED_FROM_TENSORS=from_tensors,
                  NUM_STAGES=3, PDL=True, HARDWARE=True),
             num_warps=8)
@@ -144,7 +150,7 @@ def main():
         stride_x="i32", stride_u="i32", stride_dx="i32", stride_du="i32", D=c, BLOCK_D=c,
         BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c,
         NUM_STAGES=c, PDL=c),
-        dict(D=512, BLOCK_D=512, BLOCK_ROWS=4, SILU=True, CONCAT_U=True, CONCAT_X=True,
+        dict(D=hstu_d, BLOCK_D=hstu_d, BLOCK_ROWS=4, SILU=True, CONCAT_U=True, CONCAT_X=True,
              DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True, NUM_STAGES=3, PDL=True), num_warps=4)
     import triton.language as tl
     for a_k, b_k, ragged, discrete, acc in ((False, False, False, False, False),
@@ -158,7 +164,7 @@ def main():
                         tokens_sum="i32", HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c,
                         DISCRETE=c, ACCUMULATE=c, DOT_FP32=c, OUT_DTYPE=c, BLOCK_M=c, BLOCK_N=c,
                         BLOCK_K=c, NUM_STAGES=c, GROUP_M=c),
-                    dict(HIDDEN=7168, INTER=2048, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
+                    dict(HIDDEN=wgrad_hidden, INTER=wgrad_inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
                          DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                          BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_STAGES=3, GROUP_M=8),
                     num_warps=8)
@@ -167,7 +173,7 @@ def main():
             X="*bf16", W="*bf16", COS="*bf16", SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8",
             COL_S="*u8", tokens="i32", K=c, HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, HW_CVT=c,
             DOT_FP32=c),
-            dict(K=1536, HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, HW_CVT=True,
+            dict(K=proj_k, HEADS=heads, NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, HW_CVT=True,
                  DOT_FP32=False))
         w_nope, w_rope = (("tensordesc<bf16[128,64]>", "tensordesc<bf16[64,64]>") if w_out_in
                           else ("tensordesc<bf16[64,128]>", "tensordesc<bf16[64,64]>"))
@@ -176,7 +182,7 @@ def main():
             SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8", COL_S="*u8", tokens="i32", K=c,
             HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, HW_CVT=c, DOT_FP32=c, BLOCK_M=c, BLOCK_K=c,
             NUM_STAGES=c),
-            dict(K=1536, HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, HW_CVT=True,
+            dict(K=proj_k, HEADS=heads, NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, HW_CVT=True,
                  DOT_FP32=False, BLOCK_M=64, BLOCK_K=64, NUM_STAGES=3), num_warps=4)
         def gluon_desc(block):
             layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
@@ -191,7 +197,7 @@ def main():
             wr_desc=gluon_desc(w_blocks[1]), COS="*bf16", SIN="*bf16", ROW="*u8", ROW_S="*u8",
             COL="*u8", COL_S="*u8", tokens="i32", HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, STAGES=c,
             MMA_REGS=c, EPILOGUE_REGS=c, num_warps=c),
-            dict(HEADS=128, NOPE=128, ROPE=64, W_OUT_IN=w_out_in, STAGES=cfg.stages,
+            dict(HEADS=heads, NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, STAGES=cfg.stages,
                  MMA_REGS=cfg.mma_regs, EPILOGUE_REGS=cfg.epilogue_regs, num_warps=4),
             num_warps=4, maxnreg=proj_ws.LAUNCH_REGS, gluon=True)
     for along_cols in (True, False):   # W's blocks along its columns or rows; x's along columns
@@ -200,7 +206,7 @@ def main():
                         CODES_B="*u8", SCALES_B="*u8", OUT_B="*bf16", rows_b="i32", COLS_A=c,
                         COLS_B=c, ALONG_COLS_A=c, ALONG_COLS_B=c, HW_CVT=c, BLOCK_R=c, BLOCK_C=c,
                         PDL=c),
-                    dict(COLS_A=1536 if along_cols else 24576, COLS_B=1536,
+                    dict(COLS_A=proj_k if along_cols else heads * (nope + rope), COLS_B=proj_k,
                          ALONG_COLS_A=along_cols, ALONG_COLS_B=True, HW_CVT=True,
                          BLOCK_R=proj.DEQUANT_ROWS, BLOCK_C=proj.DEQUANT_COLS, PDL=True),
                     num_warps=proj.DEQUANT_WARPS)
