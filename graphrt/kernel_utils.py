@@ -199,6 +199,18 @@ def direct_launch_enabled() -> bool:
     return _launcher.supported if _launcher.supported is not None else _launcher._enable()
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for ints on the host. ``triton.cdiv`` is a constexpr function on recent
+    Triton, 2-3 us a host call: more than a launch-path budget allows, once per tensor."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The least power of two >= n (0 for 0, as ``triton.next_power_of_2``) on the host, without
+    Triton's constexpr-function call (see ``cdiv``)."""
+    return 1 << (n - 1).bit_length() if n > 1 else n
+
+
 def persistent_grid(tiles: int, max_programs: int) -> int:
     """Programs for a persistent loop over ``tiles`` interleaved tiles: as few as still take
     the same number of steps as ``max_programs`` would, so no step at the end runs only a few

@@ -7,7 +7,7 @@ from typing import Sequence
 import triton
 import triton.language as tl
 
-from .kernel_utils import launch, use_pdl, wait_for_prior_kernel
+from .kernel_utils import cdiv, launch, next_power_of_2, use_pdl, wait_for_prior_kernel
 
 _TILE_ELEMENTS = 2048    # parts x columns loaded per step by one program (4 warps)
 _TARGET_PROGRAMS = 512   # enough programs to spread the partials over every SM
@@ -39,9 +39,9 @@ def _sum_partials_kernel(PARTIAL, OUT_A, OUT_B, n_parts, COLS: tl.constexpr,
 def partial_blocks(n_parts: int, cols: int, matrices: int = 1) -> tuple[int, int]:
     """(parts, columns) per tile of the reduction: narrow column blocks when there are many
     parts, so that enough programs share the work; the summation order follows from these."""
-    block_c = triton.next_power_of_2(max(1, triton.cdiv(cols * matrices, _TARGET_PROGRAMS)))
+    block_c = next_power_of_2(max(1, cdiv(cols * matrices, _TARGET_PROGRAMS)))
     block_c = max(16, min(1024, block_c))
-    block_p = max(1, min(triton.next_power_of_2(n_parts), _TILE_ELEMENTS // block_c))
+    block_p = max(1, min(next_power_of_2(n_parts), _TILE_ELEMENTS // block_c))
     return block_p, block_c
 
 
@@ -60,7 +60,7 @@ def sum_partials(partial, outs: Sequence, n_parts: int, eviction_policy: str = "
         raise ValueError(f"sum_partials takes one or two outputs, got {len(outs)}")
     cols = outs[0].numel()
     block_p, block_c = partial_blocks(max_parts or n_parts, cols, len(outs))
-    grid = (triton.cdiv(cols, block_c), len(outs))
+    grid = (cdiv(cols, block_c), len(outs))
     pdl = use_pdl(partial)
     launch(_sum_partials_kernel, grid, partial, outs[0], outs[-1], n_parts, COLS=cols,
            BLOCK_P=block_p, BLOCK_C=block_c, NUM_STAGES=3, AFTER_PRIMARY=pdl,

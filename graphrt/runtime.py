@@ -149,7 +149,7 @@ class Runtime:
         A call on the current stream whose outputs are all allocated here, of a kind seen
         before (see ``_BoundCall``), skips the plan lookup and the checks."""
         key = None
-        if stream is None and self.device.type == "cuda":
+        if stream is None and plan_cls.records_launches and self.device.type == "cuda":
             keyed = _call_key(plan_cls, args, kwargs)
             if keyed is not None:
                 key, inputs = keyed

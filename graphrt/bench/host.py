@@ -1,6 +1,7 @@
 """Host time per call: every op's functional call and plan.execute beside torch.add, a bare
-Triton launch and Triton's own launch of the same kernels; graphrt's, Liger's and torch's RMSNorm
-modules forward and forward+backward under autograd.
+3-argument Triton launch and bare launches of the RMSNorm kernels (Triton's kernel[grid] and
+graphrt's launch); graphrt's, Liger's and torch's RMSNorm modules forward and forward+backward
+under autograd.
 
 Each call is enqueued behind a GPU sleep, so the host never waits on the GPU: the figures are
 enqueue time alone (best of several rounds of 200 calls, rounds interleaved across the cases).
@@ -13,7 +14,6 @@ time counts too.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import io
 import pstats
@@ -51,17 +51,20 @@ def host_us(fn, calls: int = 200, sleep: bool = True) -> float:
     return elapsed / calls * 1e6
 
 
-@contextlib.contextmanager
-def triton_own_launch():
-    """graphrt's kernels launched through ``kernel[grid]``, Triton's public launch, instead of
-    graphrt's pre-bound one: what "a bare launch of the same kernel" costs."""
-    from .. import kernel_utils
-    saved = kernel_utils._launcher.supported
-    kernel_utils._launcher.supported = False
-    try:
-        yield
-    finally:
-        kernel_utils._launcher.supported = saved
+def through_triton(fn):
+    """``fn`` with graphrt's kernels launched through ``kernel[grid]``, Triton's public launch,
+    instead of graphrt's pre-bound one (switched with one attribute, so that the switch costs
+    next to nothing in the figure)."""
+    from ..kernel_utils import _launcher, direct_launch_enabled
+    enabled = direct_launch_enabled()
+
+    def call():
+        _launcher.supported = False
+        try:
+            fn()
+        finally:
+            _launcher.supported = enabled
+    return call
 
 
 def op_cases(device) -> dict:
@@ -82,12 +85,37 @@ def op_cases(device) -> dict:
             plan.execute(*inputs, **keywords, workspace=workspace)
         cases[f"{entry.name}: functional"] = (lambda f=functional, i=inputs, c=config: f(*i, **c))
         cases[f"{entry.name}: plan.execute"] = execute
-        if entry.name.startswith("rmsnorm"):
-            def own(execute=execute):
-                with triton_own_launch():
-                    execute()
-            cases[f"{entry.name}: Triton's launch of the same kernels"] = own
+    cases.update(bare_rmsnorm_launches(device, rt))
     return cases
+
+
+def bare_rmsnorm_launches(device, rt) -> dict:
+    """The RMSNorm plans' kernels launched with no plan around them (the same arguments the
+    plans pass), through Triton's own ``kernel[grid]`` and through graphrt's pre-bound
+    ``launch``: what "a bare launch of the same kernel" costs. (Calling ``plan.execute`` with
+    Triton's launch would not measure it: the plan replays its recorded launches.)"""
+    from ..ops.registry import op
+    from ..ops.rmsnorm import kernels as rms_kernels
+    from ..validate import sm_count
+    (x, w), config, out = op("rmsnorm_forward").sample(device)
+    fwd = rt.plan(op("rmsnorm_forward").plan_class(), x, w, **config)
+    (g, x, w, rstd), _, grads = op("rmsnorm_backward").sample(device)
+    bwd = rt.plan(op("rmsnorm_backward").plan_class(), g, x, w, rstd)
+    partial = torch.empty(bwd.workspace_bytes() // 4, device=device)
+    rows, hidden = x.shape
+
+    def forward():
+        rms_kernels.launch_forward(fwd.config, sm_count(x.device), x, None, w, out["y"],
+                                   out["rstd"], None, rows, (hidden, 0, hidden, 0), 1e-6)
+
+    def backward():
+        rms_kernels.launch_backward(bwd.config, bwd.n_programs, g, x, w, rstd, None, grads["dx"],
+                                    grads["dw"], partial, rows, (hidden, hidden, 0, hidden))
+
+    return {"rmsnorm_forward: bare launch, Triton's kernel[grid]": through_triton(forward),
+            "rmsnorm_forward: bare launch, graphrt's launch": forward,
+            "rmsnorm_backward: bare launches (2), Triton's kernel[grid]": through_triton(backward),
+            "rmsnorm_backward: bare launches (2), graphrt's launch": backward}
 
 
 def module_cases(rows: int, hidden: int, device) -> dict:

@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from ..errors import ContractError, UnsupportedError
-from ..kernel_utils import launch
+from ..kernel_utils import cdiv, launch
 from ..rng import RngState
 from ..validate import dtype_name, require_tensor
 
@@ -38,7 +38,7 @@ def uniform_(out: torch.Tensor, rng: RngState) -> torch.Tensor:
     n = out.numel()
     if n:
         block = 1024
-        launch(_uniform_kernel, (triton.cdiv(n, block),), out, rng.state, n, BLOCK=block,
+        launch(_uniform_kernel, (cdiv(n, block),), out, rng.state, n, BLOCK=block,
                num_warps=4)
     rng.advance(n)
     return out

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from ...runtime import runtime_for
-from ...errors import ContractError
-from .plan import AdamWStep, _tensor_list
+from .plan import AdamWStep, parameter_list
 
 
 def adamw_step(params, grads, exp_avgs, exp_avg_sqs, steps, *, lr=1e-3, betas=(0.9, 0.999),
@@ -18,9 +17,7 @@ def adamw_step(params, grads, exp_avgs, exp_avg_sqs, steps, *, lr=1e-3, betas=(0
     >>> p = torch.randn(8); g = torch.randn(8); m = torch.zeros(8); v = torch.zeros(8)
     >>> graphrt.ops.adamw_step([p], [g], [m], [v], [torch.ones(())], lr=0.1)
     """
-    params = _tensor_list("params", params)
-    if not params:
-        raise ContractError("params: expected at least one tensor, got an empty list")
+    params = parameter_list(params)
     rt = runtime_for("params[0]", params[0], runtime)
     rt.run(AdamWStep, (params, grads, exp_avgs, exp_avg_sqs, steps),
            {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "maximize": maximize},

@@ -9,7 +9,7 @@ import math
 import triton
 import triton.language as tl
 
-from ...kernel_utils import launch
+from ...kernel_utils import cdiv, launch
 
 BLOCK = 4096
 WARPS = 8
@@ -55,6 +55,6 @@ def launch_adamw(params, grads, exp_avgs, exp_avg_sqs, steps, *, lr, beta1: floa
         n = p.numel()
         if n == 0:
             continue
-        launch(_adamw_kernel, (triton.cdiv(n, BLOCK),), p, g, m, v, step, lr if on_device else step,
+        launch(_adamw_kernel, (cdiv(n, BLOCK),), p, g, m, v, step, lr if on_device else step,
                n, lr_value, beta1, beta2, eps, weight_decay, log2_beta1, log2_beta2,
                LR_ON_DEVICE=on_device, MAXIMIZE=maximize, BLOCK=BLOCK, num_warps=WARPS)

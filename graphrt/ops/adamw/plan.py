@@ -24,6 +24,14 @@ def _tensor_list(name: str, value, length: int | None = None) -> list:
     return list(value)
 
 
+def parameter_list(params) -> list:
+    """``params`` as a non-empty list of tensors (a ContractError otherwise)."""
+    params = _tensor_list("params", params)
+    if not params:
+        raise ContractError("params: expected at least one tensor, got an empty list")
+    return params
+
+
 def _betas(betas) -> tuple[float, float]:
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise ContractError(f"betas: expected a pair (beta1, beta2), got {betas!r}")
@@ -63,9 +71,7 @@ class AdamWStep(Plan):
     def contract_for(cls, params, grads, exp_avgs, exp_avg_sqs, steps, *, lr=1e-3, betas=None,
                      eps=None, weight_decay=None, maximize: bool = False,
                      backend: str | None = None) -> Contract:
-        params = _tensor_list("params", params)
-        if not params:
-            raise ContractError("params: expected at least one tensor, got an empty list")
+        params = parameter_list(params)
         maximize = flag_value("maximize", maximize)
         _, backend, cap, device_type = tensor_facts(params[0], backend, "params[0]")
         return Contract(cls.op, backend, device_type, cap, (),

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from ... import device_checks
-from ...kernel_utils import launch, mma
+from ...kernel_utils import cdiv, launch, mma
 
 OFFSETS_DECREASING = tl.constexpr(device_checks.OFFSETS_DECREASING)
 OFFSETS_OUT_OF_RANGE = tl.constexpr(device_checks.OFFSETS_OUT_OF_RANGE)
@@ -122,7 +122,7 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     experts = offsets.numel()
     if experts == 0:
         return
-    tiles = triton.cdiv(hidden, cfg.block_m) * triton.cdiv(inter, cfg.block_n)
+    tiles = cdiv(hidden, cfg.block_m) * cdiv(inter, cfg.block_n)
     discrete = out_ptrs is not None
     launch(_wgrad_kernel, (tiles, experts),
         a, b, offsets, out if not discrete else a, out_ptrs if discrete else offsets, errors,

@@ -17,7 +17,7 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import (allow_dependent_launch, launch, persistent_grid, row_offsets,
+from ...kernel_utils import (allow_dependent_launch, cdiv, launch, persistent_grid, row_offsets,
                              sigmoid, use_pdl, wait_for_prior_kernel)
 from ...reduction import sum_partials
 
@@ -392,7 +392,7 @@ def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, 
     off_lo, off_hi = (0, 0) if from_tensors else _split64(offset)
     seed_ptr, off_ptr = (seed, offset) if from_tensors else (mean, mean)
     dropout = mask is not None
-    programs = persistent_grid(triton.cdiv(n_rows, cfg.block_rows),
+    programs = persistent_grid(cdiv(n_rows, cfg.block_rows),
                                sm_count * cfg.programs_per_sm)
     pdl = use_pdl(x)
     launch(_hstu_fwd_kernel, (programs,),

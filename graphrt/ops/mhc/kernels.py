@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ...kernel_utils import (allow_dependent_launch, launch, mma, use_pdl,
+from ...kernel_utils import (allow_dependent_launch, cdiv, launch, mma, use_pdl,
                              wait_for_prior_kernel)
 from ...reduction import sum_partials
 
@@ -46,7 +46,7 @@ def row_groups(k_blocks: int, row_tiles: int, slots: int) -> int:
     costs a whole one), each walking row_tiles / groups tiles plus PROGRAM_OVERHEAD_TILES.
     Depends on the row count, a run-time extent: the kernels compile once for every choice."""
     def cost(g: int) -> float:
-        return triton.cdiv(k_blocks * g, slots) * (row_tiles / g + PROGRAM_OVERHEAD_TILES)
+        return cdiv(k_blocks * g, slots) * (row_tiles / g + PROGRAM_OVERHEAD_TILES)
     return min(range(1, MAX_GROUPS + 1), key=cost)
 
 
@@ -131,9 +131,9 @@ def launch_backward(cfg: MhcConfig, slots: int, x, weight, grad_proj, grad_r, r,
         dweight.zero_()
         return
     n, k = weight.shape
-    k_blocks = triton.cdiv(k, cfg.block_k)
+    k_blocks = cdiv(k, cfg.block_k)
     if groups is None:
-        groups = row_groups(k_blocks, triton.cdiv(n_rows, cfg.block_t), slots)
+        groups = row_groups(k_blocks, cdiv(n_rows, cfg.block_t), slots)
     n_pad, nb = grad_proj.shape[1], n_block(n)
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_t, cfg.block_k])
     dx_desc = TensorDescriptor.from_tensor(dx, [cfg.block_t, cfg.block_k])

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ...kernel_utils import (allow_dependent_launch, launch, mma, use_pdl,
+from ...kernel_utils import (allow_dependent_launch, cdiv, launch, mma, use_pdl,
                             wait_for_prior_kernel)
 
 BLOCK = tl.constexpr(32)    # tokens and features per program: one block in each direction
@@ -284,7 +284,7 @@ def launch_head(cfg: HeadConfig, x, w, cos, sin, row, row_s, col, col_s, *, toke
         w_nope, w_rope = (TensorDescriptor.from_tensor(w, [n, bk]) for n in (nope, rope))
     else:
         w_nope, w_rope = (TensorDescriptor.from_tensor(w, [bk, n]) for n in (nope, rope))
-    grid = (triton.cdiv(tokens, bm) * heads,)
+    grid = (cdiv(tokens, bm) * heads,)
     launch(_proj_rope_head_kernel, grid,
         x_desc, w_nope, w_rope, cos, sin, row, row_s, col, col_s, tokens, K=k, HEADS=heads,
         NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, HW_CVT=not dot_fp32, DOT_FP32=dot_fp32,
@@ -296,7 +296,7 @@ def launch_block(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, k: int,
     """The block kernel (any legal head shape); arguments as launch_head's."""
     if tokens == 0:
         return
-    grid = (triton.cdiv(tokens, BLOCK.value), heads, (nope + rope) // BLOCK.value)
+    grid = (cdiv(tokens, BLOCK.value), heads, (nope + rope) // BLOCK.value)
     launch(_proj_rope_block_kernel, grid, x, w, cos, sin, row, row_s, col, col_s, tokens, K=k,
            HEADS=heads, NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, HW_CVT=not dot_fp32,
            DOT_FP32=dot_fp32, num_warps=4)
@@ -367,7 +367,7 @@ def launch_dequant(operands, *, dot_fp32: bool) -> None:
     if not operands:
         return
     (ca, sa, oa, along_a), (cb, sb, ob, along_b) = operands[0], operands[-1]
-    tiles = [triton.cdiv(c.shape[0], DEQUANT_ROWS) * triton.cdiv(c.shape[1], DEQUANT_COLS)
+    tiles = [cdiv(c.shape[0], DEQUANT_ROWS) * cdiv(c.shape[1], DEQUANT_COLS)
              for c, *_ in operands]
     pdl = use_pdl(ca)
     launch(_mxfp8_dequant_kernel, (sum(tiles),), ca, sa, oa, ca.shape[0], tiles[0], cb, sb, ob,

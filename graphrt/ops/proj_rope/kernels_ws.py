@@ -18,14 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ...kernel_utils import ON_TESTED_TRITON
+from ...kernel_utils import ON_TESTED_TRITON, cdiv
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 
@@ -323,7 +322,7 @@ def launch_ws(cfg: WsConfig, x, w, cos, sin, row, row_s, col, col_s, *, tokens: 
         wn_desc, wr_desc = desc(w, [nope, bk]), desc(w, [rope, bk])
     else:
         wn_desc, wr_desc = desc(w, [bk, nope]), desc(w, [bk, rope])
-    tiles = triton.cdiv(tokens, BLOCK_M.value) * heads
+    tiles = cdiv(tokens, BLOCK_M.value) * heads
     _proj_rope_ws_kernel[(min(tiles, sm_count(x.device)),)](
         x_desc, wn_desc, wr_desc, cos, sin, row, row_s, col, col_s, tokens, HEADS=heads,
         NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, STAGES=cfg.stages, MMA_REGS=cfg.mma_regs,

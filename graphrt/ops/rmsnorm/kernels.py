@@ -14,7 +14,7 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import (allow_dependent_launch, launch, persistent_grid, row_offsets,
+from ...kernel_utils import (allow_dependent_launch, cdiv, launch, persistent_grid, row_offsets,
                              use_pdl, wait_for_prior_kernel)
 from ...reduction import sum_partials
 
@@ -35,7 +35,7 @@ class RowConfig:
 def _row_config(hidden: int, block_rows: int, num_warps: int, programs_per_sm: int,
                 num_stages: int) -> RowConfig:
     if hidden > MAX_BLOCK_H:
-        return RowConfig(CHUNK_H, triton.cdiv(hidden, CHUNK_H), 1, 8, 0)
+        return RowConfig(CHUNK_H, cdiv(hidden, CHUNK_H), 1, 8, 0)
     return RowConfig(triton.next_power_of_2(hidden), 1, block_rows, num_warps, programs_per_sm,
                      num_stages)
 
@@ -236,7 +236,7 @@ def launch_forward(cfg: RowConfig, sm_count: int, x, residual, w, y, rstd, h_new
             x, res, w, y, rstd, hn, *strides, eps, HIDDEN=w.shape[0], BLOCK_H=cfg.block_h,
             NUM_CHUNKS=cfg.num_chunks, HAS_RESIDUAL=has_res, num_warps=cfg.num_warps)
         return
-    programs = persistent_grid(triton.cdiv(n_rows, cfg.block_rows),
+    programs = persistent_grid(cdiv(n_rows, cfg.block_rows),
                                sm_count * cfg.programs_per_sm)
     pdl = use_pdl(x)
     launch(_rmsnorm_fwd_rows_kernel, (programs,),
@@ -254,7 +254,7 @@ def launch_backward(cfg: RowConfig, n_programs: int, g, x, w, rstd, g_residual, 
     pdl = use_pdl(x)
     if cfg.num_chunks > 1:
         launch(_rmsnorm_bwd_chunked_kernel, (n_programs,),
-            *args, triton.cdiv(n_rows, n_programs), *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h,
+            *args, cdiv(n_rows, n_programs), *strides, HIDDEN=hidden, BLOCK_H=cfg.block_h,
             NUM_CHUNKS=cfg.num_chunks, HAS_G_RESIDUAL=has_gres, PDL=pdl, num_warps=cfg.num_warps)
     else:
         launch(_rmsnorm_bwd_rows_kernel, (n_programs,),
