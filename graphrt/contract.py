@@ -90,6 +90,11 @@ def compact_spec(name: str, t, dynamic_dims: tuple[int, ...] = ()) -> TensorSpec
     return _new_spec(TensorSpec, (name, t.dtype, shape, layout))
 
 
+def compact_rows_spec(name: str, t) -> TensorSpec:
+    """``compact_spec`` with a run-time row count (dim 0)."""
+    return compact_spec(name, t, (0,))
+
+
 def vector_spec(name: str, t) -> TensorSpec:
     """Spec of a fully static operand such as a weight: its whole shape is part of the key."""
     if not isinstance(t, Tensor):

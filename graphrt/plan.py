@@ -103,8 +103,9 @@ def tensor_facts(t: torch.Tensor, requested: str | None = None, name: str = "x")
 
 class Plan:
     """Base of every op's plan. Subclasses set ``op``, ``output_names`` and implement
-    ``contract_for``, ``check_support``, ``_compile``, ``workspace_bytes``, ``execute`` and
-    ``allocate_outputs``."""
+    ``check_support``, ``_compile``, ``workspace_bytes`` and ``execute``; the op's
+    :class:`~graphrt.opspec.OpSpec` (``spec``) gives ``contract_for``, the constructor's
+    arguments and ``allocate_outputs``."""
 
     op: ClassVar[str] = "plan"
     output_names: ClassVar[tuple[str, ...]] = ()
@@ -113,6 +114,7 @@ class Plan:
     # ``kernel_utils.launch``: its launches are then recorded per binding and replayed
     # (see graphrt.binding)
     records_launches: ClassVar[bool] = False
+    spec: ClassVar[Any] = None   # set by the op's OpSpec
 
     def __init_subclass__(cls, **kwargs):
         """Every subclass's ``execute`` first checks that the plan was compiled, and its
@@ -130,8 +132,12 @@ class Plan:
         if "workspace_bytes" in cls.__dict__:
             cls.workspace_bytes = _after_check(cls.__dict__["workspace_bytes"])
 
-    def __init__(self, contract: Contract):
-        """Subclasses take sample tensors and keywords and pass ``contract_for(...)`` here."""
+    def __init__(self, *args, **kwargs):
+        """A plan for a call with these arguments (the op's functional arguments, outputs
+        optional, and ``backend``); nothing is checked or compiled yet."""
+        self._start(type(self).contract_for(*args, **kwargs))
+
+    def _start(self, contract: Contract) -> None:
         self.contract = contract
         self.backend = contract.backend
         self._checked = False
@@ -149,7 +155,7 @@ class Plan:
     def from_contract(cls, contract: Contract) -> "Plan":
         """A plan rebuilt from its key alone: every plan derives all its state from the contract."""
         plan = cls.__new__(cls)
-        Plan.__init__(plan, contract)
+        plan._start(contract)
         return plan
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -189,8 +195,9 @@ class Plan:
     def execute(self, *args, workspace=None, stream=None) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def allocate_outputs(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # pragma: no cover
-        raise NotImplementedError
+    def allocate_outputs(self, *args, **kwargs) -> dict[str, torch.Tensor]:
+        """The outputs a call with these arguments leaves out, allocated (as the spec says)."""
+        return self.spec.allocate(self.spec.values(args, kwargs))
 
     def describe(self) -> dict[str, Any]:
         return {"op": self.op, "backend": self.backend, "contract": repr(self.contract),

@@ -1,5 +1,5 @@
 """AdamW optimizer step over lists of tensors, one fused pass per tensor."""
-from .functional import adamw_step
+from .spec import adamw_step
 from .plan import AdamWStep
 from .reference import adamw_step_reference, adamw_update_reference
 

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from ...contract import Contract
 from ...errors import ContractError
-from ...plan import Plan, tensor_facts
+from ...plan import Plan
 from ...streams import on_stream
-from ...validate import dtype_name, flag_value, real_value, require_disjoint, require_tensor
+from ...validate import dtype_name, real_value, require_disjoint, require_tensor
 from .reference import adamw_step_reference
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -60,25 +59,6 @@ class AdamWStep(Plan):
 
     op = "adamw_step"
     output_names = ()
-
-    def __init__(self, params, grads, exp_avgs, exp_avg_sqs, steps, *, lr=1e-3, betas=(0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2, maximize: bool = False,
-                 backend: str | None = None):
-        super().__init__(self.contract_for(params, grads, exp_avgs, exp_avg_sqs, steps, lr=lr,
-                                           maximize=maximize, backend=backend))
-
-    @classmethod
-    def contract_for(cls, params, grads, exp_avgs, exp_avg_sqs, steps, *, lr=1e-3, betas=None,
-                     eps=None, weight_decay=None, maximize: bool = False,
-                     backend: str | None = None) -> Contract:
-        params = parameter_list(params)
-        maximize = flag_value("maximize", maximize)
-        _, backend, cap, device_type = tensor_facts(params[0], backend, "params[0]")
-        return Contract(cls.op, backend, device_type, cap, (),
-                        (("lr_on_device", isinstance(lr, torch.Tensor)), ("maximize", maximize)))
-
-    def allocate_outputs(self, *args, **kwargs) -> dict:
-        return {}
 
     def execute(self, params, grads, exp_avgs, exp_avg_sqs, steps, *, lr=1e-3, betas=(0.9, 0.999),
                 eps: float = 1e-8, weight_decay: float = 1e-2, workspace=None, stream=None) -> None:

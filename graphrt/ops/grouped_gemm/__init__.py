@@ -1,5 +1,5 @@
 """Grouped GEMM weight gradients for MoE experts."""
-from .functional import grouped_gemm_wgrad
+from .spec import grouped_gemm_wgrad
 from .plan import GroupedGemmWgrad
 from .reference import grouped_gemm_wgrad_reference
 

@@ -5,12 +5,12 @@ import os
 
 import torch
 
-from ...contract import Contract, TensorSpec
+from ...contract import TensorSpec
 from ...device_checks import OFFSETS_DECREASING, OFFSETS_OUT_OF_RANGE, error_flags
 from ...errors import ContractError
-from ...plan import Plan, tensor_facts
+from ...plan import Plan
 from ...streams import is_capturing, on_stream
-from ...validate import (compact_operand, dtype_name, flag_value, require_aligned,
+from ...validate import (compact_operand, dtype_name, require_aligned,
                          require_disjoint, require_tensor, vector_operand)
 from .reference import expert_bounds, grouped_gemm_wgrad_reference, host_ends, offset_problems
 
@@ -31,10 +31,18 @@ def _major(t: torch.Tensor, inner_dim: int) -> str:
     return f"unsupported strides {tuple(t.stride())}"
 
 
-def _spec(name: str, t, tokens_dim: int) -> TensorSpec:
+def operand_spec(name: str, t, tokens_dim: int) -> TensorSpec:
+    """Spec of ``a`` (tokens in dim 1) or ``b`` (dim 0): the tokens are a run-time extent and
+    the layout class says which axis has unit stride."""
     require_tensor(name, t)
     shape = tuple(None if i == tokens_dim else d for i, d in enumerate(t.shape))
     return TensorSpec(name, t.dtype, shape, _major(t, tokens_dim))
+
+
+def offsets_spec(name: str, t) -> TensorSpec:
+    t = require_tensor(name, t)
+    return TensorSpec(name, t.dtype, tuple(t.shape),
+                      "contiguous" if t.is_contiguous() else "strided")
 
 
 def _validate_on_host() -> bool:
@@ -64,30 +72,6 @@ class GroupedGemmWgrad(Plan):
 
     op = "grouped_gemm_wgrad"
     output_names = ("wgrad",)
-
-    def __init__(self, a, b, offsets, *, output_mode: str = "dense", wgrad=None, wgrad_ptrs=None,
-                 wgrad_dtype=torch.bfloat16, accumulate_on_output: bool = False,
-                 input_order: str = "tensor2d", backend: str | None = None):
-        super().__init__(self.contract_for(a, b, offsets, output_mode=output_mode, wgrad=wgrad,
-                                           wgrad_dtype=wgrad_dtype,
-                                           accumulate_on_output=accumulate_on_output,
-                                           input_order=input_order, backend=backend))
-
-    @classmethod
-    def contract_for(cls, a, b, offsets, *, output_mode: str = "dense", wgrad=None,
-                     wgrad_ptrs=None, wgrad_dtype=torch.bfloat16,
-                     accumulate_on_output: bool = False, input_order: str = "tensor2d",
-                     backend: str | None = None) -> Contract:
-        device, backend, cap, device_type = tensor_facts(require_tensor("a", a), backend, "a")
-        out_dtype = wgrad.dtype if isinstance(wgrad, torch.Tensor) else wgrad_dtype
-        offsets = require_tensor("offsets", offsets)
-        specs = (_spec("a", a, 1), _spec("b", b, 0),
-                 TensorSpec("offsets", offsets.dtype, tuple(offsets.shape),
-                            "contiguous" if offsets.is_contiguous() else "strided"))
-        return Contract(cls.op, backend, device_type, cap, specs,
-                        (("output_mode", output_mode), ("wgrad_dtype", out_dtype),
-                         ("accumulate", flag_value("accumulate_on_output", accumulate_on_output)),
-                         ("input_order", input_order)))
 
     def _check_support(self) -> None:
         c = self.contract
@@ -120,22 +104,6 @@ class GroupedGemmWgrad(Plan):
             from .kernels import gemm_config
             self.interpreted = self.contract.device_type != "cuda"
             self.config = gemm_config(self.interpreted)
-
-    def allocate_outputs(self, a, b, offsets, *, output_mode="dense", wgrad=None, wgrad_ptrs=None,
-                         wgrad_dtype=torch.bfloat16, accumulate_on_output=False, **_):
-        if wgrad is not None or wgrad_ptrs is not None:
-            return {}
-        if accumulate_on_output:
-            raise ContractError("accumulate_on_output: needs an existing output; pass wgrad or "
-                                "wgrad_ptrs")
-        out = torch.empty(self.experts, self.hidden, self.inter, dtype=wgrad_dtype, device=a.device)
-        allocated = {"wgrad": out}
-        if output_mode == "discrete":  # the pointers are built on the device, on this stream
-            step = self.hidden * self.inter * out.element_size()
-            allocated["wgrad_ptrs"] = (torch.arange(self.experts, dtype=torch.int64, device=a.device)
-                                       * step + out.data_ptr())
-        return allocated
-
 
     def execute(self, a, b, offsets, *, wgrad=None, wgrad_ptrs=None, workspace=None, stream=None) -> None:
         c = self.contract

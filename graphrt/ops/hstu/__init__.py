@@ -1,5 +1,5 @@
 """HSTU LayerNorm-Multiply-SiLU-Dropout forward and backward."""
-from .functional import hstu_lmsd_backward, hstu_lmsd_forward
+from .spec import hstu_lmsd_backward, hstu_lmsd_forward
 from .plan import HstuLmsdBackward, HstuLmsdForward
 from .reference import hstu_lmsd_backward_reference, hstu_lmsd_forward_reference
 

@@ -5,11 +5,11 @@ import math
 
 import torch
 
-from ...contract import Contract, check_row_spec, row_spec, vector_spec
+from ...contract import Contract, check_row_spec
 from ...errors import ContractError
-from ...plan import Plan, tensor_facts
+from ...plan import Plan
 from ...streams import on_stream
-from ...validate import (compact_operand, dtype_name, eps_value, flag_value, require_disjoint,
+from ...validate import (compact_operand, dtype_name, require_disjoint,
                          require_tensor, rows_operand, sm_count, vector_operand, workspace_as,
                          workspace_operand)
 from .philox import keep_threshold
@@ -37,12 +37,6 @@ def _require_2d(name: str, t, d: int) -> None:
     if t.dim() != 2:
         raise ContractError(f"{name}: expected a 2-D [N, {d}] tensor (flatten the leading dims), "
                             f"got shape {tuple(t.shape)}")
-
-
-def _flags(apply_u_silu, concat_u, concat_x) -> tuple:
-    return (("apply_u_silu", flag_value("apply_u_silu", apply_u_silu)),
-            ("concat_u", flag_value("concat_u", concat_u)),
-            ("concat_x", flag_value("concat_x", concat_x)))
 
 
 def _segments(contract: Contract) -> int:
@@ -93,27 +87,6 @@ class HstuLmsdForward(Plan):
     records_launches = True
     output_names = ("y", "mean", "rstd", "mask")
 
-    def __init__(self, x, u, weight, bias, *, eps: float = 1e-6, dropout_ratio: float = 0.0,
-                 seed=0, offset=0, apply_u_silu: bool = True, concat_u: bool = True,
-                 concat_x: bool = True, y=None, mean=None, rstd=None, mask=None,
-                 backend: str | None = None):
-        super().__init__(self.contract_for(x, u, weight, bias, eps=eps, dropout_ratio=dropout_ratio,
-                                           seed=seed, offset=offset, apply_u_silu=apply_u_silu,
-                                           concat_u=concat_u, concat_x=concat_x, backend=backend))
-
-    @classmethod
-    def contract_for(cls, x, u, weight, bias, *, eps: float = 1e-6, dropout_ratio: float = 0.0,
-                     seed=0, offset=0, apply_u_silu: bool = True, concat_u: bool = True,
-                     concat_x: bool = True, y=None, mean=None, rstd=None, mask=None,
-                     backend: str | None = None) -> Contract:
-        _, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
-        specs = (row_spec("x", x), row_spec("u", u), vector_spec("weight", weight),
-                 vector_spec("bias", bias))
-        tensor_rng = isinstance(seed, torch.Tensor) or isinstance(offset, torch.Tensor)
-        return Contract(cls.op, backend, device_type, cap, specs,
-                        (("eps", eps_value(eps)), ("dropout_ratio", dropout_p32(dropout_ratio)),
-                         ("rng_tensors", tensor_rng)) + _flags(apply_u_silu, concat_u, concat_x))
-
     def _check_support(self) -> None:
         c = self.contract
         self.d = _check_common(c, ("x", "u"))
@@ -129,19 +102,6 @@ class HstuLmsdForward(Plan):
         if self.backend == "triton":
             from .kernels import forward_config
             self.config = forward_config(self.d)
-
-    def allocate_outputs(self, x, u, weight, bias, *, y=None, mean=None, rstd=None, mask=None,
-                         **_):
-        n, out = x.shape[0], {}
-        if y is None:
-            out["y"] = x.new_empty(n, self.segments * self.d, dtype=BF16)
-        if mean is None:
-            out["mean"] = x.new_empty(n, dtype=torch.float32)
-        if rstd is None:
-            out["rstd"] = x.new_empty(n, dtype=torch.float32)
-        if mask is None and self.p > 0:
-            out["mask"] = x.new_empty(n, self.d, dtype=torch.int8)
-        return out
 
     def execute(self, x, u, weight, bias, *, seed=0, offset=0, y=None, mean=None, rstd=None,
                 mask=None, workspace=None, stream=None) -> None:
@@ -193,34 +153,7 @@ class HstuLmsdBackward(Plan):
     op = "hstu_lmsd_backward"
     records_launches = True
 
-    def __init__(self, dy, x, u, weight, bias, mean, rstd, mask, *, dropout_ratio,
-                 apply_u_silu, concat_u, concat_x, compute_dweight: bool = True, dx=None,
-                 du=None, dweight=None, dbias=None, backend: str | None = None):
-        super().__init__(self.contract_for(
-            dy, x, u, weight, bias, mean, rstd, mask, dropout_ratio=dropout_ratio,
-            apply_u_silu=apply_u_silu, concat_u=concat_u, concat_x=concat_x,
-            compute_dweight=compute_dweight, backend=backend))
-
-    @classmethod
-    def contract_for(cls, dy, x, u, weight, bias, mean, rstd, mask, *, dropout_ratio,
-                     apply_u_silu, concat_u, concat_x, compute_dweight: bool = True, dx=None,
-                     du=None, dweight=None, dbias=None, backend: str | None = None) -> Contract:
-        device, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
-        specs = (row_spec("dy", dy), row_spec("x", x), row_spec("u", u),
-                 vector_spec("weight", weight), vector_spec("bias", bias))
-        d = x.shape[-1] if x.dim() else 0
-        programs = 0
-        if backend == "triton":
-            from .kernels import backward_programs
-            programs = backward_programs(max(d, 1), sm_count(device))
-        return Contract(cls.op, backend, device_type, cap, specs,
-                        (("dropout_ratio", dropout_p32(dropout_ratio)),
-                         ("compute_dweight", flag_value("compute_dweight", compute_dweight)), ("programs", programs))
-                        + _flags(apply_u_silu, concat_u, concat_x))
-
-    @property
-    def output_names(self):
-        return ("dx", "du", "dweight", "dbias")
+    output_names = ("dx", "du", "dweight", "dbias")
 
     def _check_support(self) -> None:
         c = self.contract
@@ -241,19 +174,6 @@ class HstuLmsdBackward(Plan):
 
     def workspace_bytes(self) -> int:
         return 2 * self.programs * self.d * 4 if self.backend == "triton" else 0
-
-    def allocate_outputs(self, dy, x, u, weight, bias, mean, rstd, mask, *, dx=None, du=None,
-                         dweight=None, dbias=None, **_):
-        out = {}
-        if dx is None:
-            out["dx"] = x.new_empty(x.shape, dtype=BF16)
-        if du is None:
-            out["du"] = x.new_empty(u.shape, dtype=BF16)
-        if dweight is None and self.contract.flag("compute_dweight"):
-            out["dweight"] = x.new_empty(self.d, dtype=BF16)
-        if dbias is None:
-            out["dbias"] = x.new_empty(self.d, dtype=BF16)
-        return out
 
     def execute(self, dy, x, u, weight, bias, mean, rstd, mask, *, dx=None, du=None,
                 dweight=None, dbias=None, workspace=None, stream=None) -> None:

@@ -1,5 +1,5 @@
 """mHC projection/RMS backward (DeepSeek manifold-constrained hyper-connections)."""
-from .functional import mhc_projection_backward
+from .spec import mhc_projection_backward
 from .plan import MhcProjectionBackward
 from .reference import mhc_projection_backward_reference, mhc_projection_forward_reference
 

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import torch
 
-from ...contract import Contract, compact_spec
 from ...errors import ContractError, UnsupportedError
-from ...plan import Plan, tensor_facts
+from ...plan import Plan
 from ...streams import on_stream
-from ...validate import (compact_operand, dtype_name, flag_value, require_disjoint,
-                         require_tensor, sm_count, workspace_as, workspace_operand)
+from ...validate import (compact_operand, dtype_name, require_disjoint, require_tensor,
+                         workspace_as, workspace_operand)
 from .reference import mhc_projection_backward_reference
 
 MAX_N = 64
@@ -32,27 +31,6 @@ class MhcProjectionBackward(Plan):
 
     op = "mhc_projection_backward"
     output_names = ("dx", "dweight")
-
-    def __init__(self, x, weight, grad_proj, grad_r, r, *, allow_tf32: bool = False, dx=None,
-                 dweight=None, backend: str | None = None):
-        super().__init__(self.contract_for(x, weight, grad_proj, grad_r, r,
-                                           allow_tf32=allow_tf32, backend=backend))
-
-    @classmethod
-    def contract_for(cls, x, weight, grad_proj, grad_r, r, *, allow_tf32: bool = False, dx=None,
-                     dweight=None, backend: str | None = None) -> Contract:
-        device, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
-        specs = (compact_spec("x", x, (0,)), compact_spec("weight", weight),
-                 compact_spec("grad_proj", grad_proj, (0,)), compact_spec("grad_r", grad_r, (0,)),
-                 compact_spec("r", r, (0,)))
-        slots = 0
-        if backend == "triton":
-            # the resident programs pick the row groups, which fix the order of the dweight
-            # reduction: part of the key
-            from .kernels import PROGRAMS_PER_SM
-            slots = PROGRAMS_PER_SM * sm_count(device)
-        return Contract(cls.op, backend, device_type, cap, specs,
-                        (("allow_tf32", flag_value("allow_tf32", allow_tf32)), ("slots", slots)))
 
     def _check_support(self) -> None:
         c = self.contract
@@ -96,14 +74,6 @@ class MhcProjectionBackward(Plan):
             return 0
         from .kernels import MAX_GROUPS
         return MAX_GROUPS * self.n * self.k * 4
-
-    def allocate_outputs(self, x, weight, grad_proj, grad_r, r, *, dx=None, dweight=None, **_):
-        out = {}
-        if dx is None:
-            out["dx"] = x.new_empty(x.shape, dtype=torch.bfloat16)
-        if dweight is None:
-            out["dweight"] = x.new_empty(weight.shape, dtype=torch.float32)
-        return out
 
     def execute(self, x, weight, grad_proj, grad_r, r, *, dx=None, dweight=None, workspace=None,
                 stream=None) -> None:

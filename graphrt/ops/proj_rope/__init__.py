@@ -1,5 +1,5 @@
 """Projection GEMM + YaRN RoPE + dual-direction MXFP8 quantize."""
-from .functional import gemm_proj_rope_mxfp8
+from .spec import gemm_proj_rope_mxfp8
 from .plan import GemmProjRopeMxfp8
 from .reference import gemm_proj_rope_mxfp8_reference, mxfp8_dequantize, mxfp8_quantize
 

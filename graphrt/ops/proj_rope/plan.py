@@ -7,12 +7,11 @@ from functools import partial
 import torch
 
 from ...arena import align_up
-from ...contract import Contract, compact_spec
 from ...errors import ContractError
 from ...notices import warn_once
-from ...plan import Plan, tensor_facts
+from ...plan import Plan
 from ...streams import on_stream
-from ...validate import (compact_operand, dtype_name, flag_value, int_value, require_disjoint,
+from ...validate import (compact_operand, dtype_name, require_disjoint,
                          require_tensor, workspace_as, workspace_operand)
 from .reference import FP8, gemm_proj_rope_mxfp8_reference
 
@@ -46,26 +45,6 @@ class GemmProjRopeMxfp8(Plan):
 
     op = "gemm_proj_rope_mxfp8"
     output_names = ("out_fp8_row", "out_scales_row", "out_fp8_col", "out_scales_col")
-
-    def __init__(self, x, w, cos, sin, *, x_scale=None, w_scale=None, w_out_in: bool = True,
-                 qk_nope_dim: int = 128, qk_rope_dim: int = 64, backend: str | None = None,
-                 **_outputs):
-        super().__init__(self.contract_for(x, w, cos, sin, x_scale=x_scale, w_scale=w_scale,
-                                           w_out_in=w_out_in, qk_nope_dim=qk_nope_dim,
-                                           qk_rope_dim=qk_rope_dim, backend=backend))
-
-    @classmethod
-    def contract_for(cls, x, w, cos, sin, *, x_scale=None, w_scale=None, w_out_in: bool = True,
-                     qk_nope_dim: int = 128, qk_rope_dim: int = 64, backend: str | None = None,
-                     **_outputs) -> Contract:
-        _, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
-        specs = (compact_spec("x", x, (0,)), compact_spec("w", w), compact_spec("cos", cos, (0,)),
-                 compact_spec("sin", sin, (0,)), compact_spec("x_scale", x_scale, (0,)),
-                 compact_spec("w_scale", w_scale))
-        return Contract(cls.op, backend, device_type, cap, specs,
-                        (("w_out_in", flag_value("w_out_in", w_out_in)),
-                         ("qk_nope_dim", int_value("qk_nope_dim", qk_nope_dim)),
-                         ("qk_rope_dim", int_value("qk_rope_dim", qk_rope_dim))))
 
     def _check_support(self) -> None:
         c = self.contract
@@ -154,20 +133,6 @@ class GemmProjRopeMxfp8(Plan):
     def describe(self) -> dict:
         return {**super().describe(), "kernel": getattr(self, "kernel", None),
                 "config": getattr(self, "config", None)}
-
-    def allocate_outputs(self, x, w, cos, sin, *, out_fp8_row=None, out_scales_row=None,
-                         out_fp8_col=None, out_scales_col=None, **_):
-        t, h, d = x.shape[0], self.heads, self.head_dim
-        out = {}
-        if out_fp8_row is None:
-            out["out_fp8_row"] = x.new_empty(t, h, d, dtype=FP8)
-        if out_scales_row is None:
-            out["out_scales_row"] = x.new_empty(t, h, d // 32, dtype=torch.uint8)
-        if out_fp8_col is None:
-            out["out_fp8_col"] = x.new_empty(t, h, d, dtype=FP8)
-        if out_scales_col is None:
-            out["out_scales_col"] = x.new_empty(t // 32, h, d, dtype=torch.uint8)
-        return out
 
     def execute(self, x, w, cos, sin, *, x_scale=None, w_scale=None, out_fp8_row=None,
                 out_scales_row=None, out_fp8_col=None, out_scales_col=None, workspace=None,

@@ -1,5 +1,5 @@
 """RMSNorm train forward/backward with a deterministic dw."""
-from .functional import rmsnorm_backward, rmsnorm_forward
+from .spec import rmsnorm_backward, rmsnorm_forward
 from .plan import RmsNormBackward, RmsNormForward
 from .reference import rmsnorm_backward_reference, rmsnorm_forward_reference
 

@@ -5,11 +5,11 @@ import math
 
 import torch
 
-from ...contract import Contract, check_row_spec, row_spec, vector_spec
+from ...contract import Contract, check_row_spec
 from ...errors import ContractError
-from ...plan import Plan, tensor_facts
+from ...plan import Plan
 from ...streams import on_stream
-from ...validate import (dtype_name, eps_value, require_disjoint, require_tensor, rows_operand,
+from ...validate import (dtype_name, require_disjoint, require_tensor, rows_operand,
                          sm_count, vector_operand, workspace_as, workspace_operand)
 from .reference import rmsnorm_backward_reference, rmsnorm_forward_reference
 
@@ -36,7 +36,7 @@ def _check_hidden_and_weight(contract: Contract) -> int:
 _programs_cache: dict = {}
 
 
-def _backward_programs(device: torch.device, hidden: int) -> int:
+def backward_programs_for(device: torch.device, hidden: int) -> int:
     """Programs of the backward grid on ``device`` (cached: it is read on every plan lookup)."""
     key = (device, hidden)
     programs = _programs_cache.get(key)
@@ -66,21 +66,9 @@ class RmsNormForward(Plan):
     op = "rmsnorm_forward"
     records_launches = True
 
-    def __init__(self, x, w, *, eps: float = 1e-6, residual=None, y=None, rstd=None, h_new=None,
-                 backend: str | None = None):
-        super().__init__(self.contract_for(x, w, eps=eps, residual=residual, backend=backend))
-
-    @classmethod
-    def contract_for(cls, x, w, *, eps: float = 1e-6, residual=None, y=None, rstd=None,
-                     h_new=None, backend: str | None = None) -> Contract:
-        _, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
-        specs = (row_spec("x", x), vector_spec("w", w), row_spec("residual", residual))
-        return Contract(cls.op, backend, device_type, cap, specs,
-                        (("eps", eps_value(eps)), ("residual", residual is not None)))
-
     @property
     def output_names(self):
-        return ("y", "rstd", "h_new") if self.contract.flag("residual") else ("y", "rstd")
+        return ("y", "rstd", "h_new") if self.contract.spec("residual").present else ("y", "rstd")
 
     def _check_support(self) -> None:
         hidden = _check_hidden_and_weight(self.contract)
@@ -96,22 +84,13 @@ class RmsNormForward(Plan):
             from .kernels import forward_config
             self.config = forward_config(self.hidden)
 
-    def allocate_outputs(self, x, w, *, residual=None, y=None, rstd=None, h_new=None, **_):
-        out = {}
-        if y is None:
-            out["y"] = x.new_empty(x.shape, dtype=x.dtype)
-        if rstd is None:
-            out["rstd"] = x.new_empty(x.shape[:-1], dtype=torch.float32)
-        if residual is not None and h_new is None:
-            out["h_new"] = x.new_empty(x.shape, dtype=x.dtype)
-        return out
-
     def execute(self, x, w, *, residual=None, y=None, rstd=None, h_new=None, workspace=None,
                 stream=None) -> None:
         c, hidden = self.contract, self.hidden
         device, rows, sx = _check_x_and_w(self, x, w)
-        if (residual is not None) != c.flag("residual"):
-            raise ContractError(f"residual: this plan was built {'with' if c.flag('residual') else 'without'} "
+        with_residual = c.spec("residual").present
+        if (residual is not None) != with_residual:
+            raise ContractError(f"residual: this plan was built {'with' if with_residual else 'without'} "
                                 f"a residual")
         sr = sh = 0
         if residual is not None:
@@ -153,25 +132,6 @@ class RmsNormBackward(Plan):
     records_launches = True
     output_names = ("dx", "dw")
 
-    def __init__(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None,
-                 backend: str | None = None):
-        super().__init__(self.contract_for(g, x, w, rstd, g_residual=g_residual, dw=dw,
-                                           backend=backend))
-
-    @classmethod
-    def contract_for(cls, g, x, w, rstd, *, g_residual=None, dx=None, dw=None,
-                     backend: str | None = None) -> Contract:
-        device, backend, cap, device_type = tensor_facts(require_tensor("x", x), backend)
-        dw_dtype = torch.float32 if dw is None else require_tensor("dw", dw).dtype
-        x_spec = row_spec("x", x)
-        specs = (row_spec("g", g), x_spec, vector_spec("w", w), row_spec("g_residual", g_residual))
-        # the dw partials are summed over a fixed number of programs: part of the plan
-        hidden = x_spec.shape[1]
-        programs = _backward_programs(device, hidden) if backend == "triton" and hidden else 0
-        return Contract(cls.op, backend, device_type, cap, specs,
-                        (("g_residual", g_residual is not None), ("dw_dtype", dw_dtype),
-                         ("programs", programs)))
-
     def _check_support(self) -> None:
         c = self.contract
         hidden = _check_hidden_and_weight(c)
@@ -191,23 +151,16 @@ class RmsNormBackward(Plan):
     def workspace_bytes(self) -> int:
         return self.n_programs * self.hidden * 4 if self.backend == "triton" else 0
 
-    def allocate_outputs(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None, **_):
-        out = {}
-        if dx is None:
-            out["dx"] = x.new_empty(x.shape, dtype=x.dtype)
-        if dw is None:
-            out["dw"] = x.new_empty(x.shape[-1], dtype=torch.float32)
-        return out
-
     def execute(self, g, x, w, rstd, *, g_residual=None, dx=None, dw=None, workspace=None,
                 stream=None) -> None:
         c, hidden = self.contract, self.hidden
         device, rows, sx = _check_x_and_w(self, x, w)
         sg = rows_operand("g", g, ACT_DTYPES, hidden, rows, device)
         vector_operand("rstd", rstd, (torch.float32,), rows, device)
-        if (g_residual is not None) != c.flag("g_residual"):
+        with_residual = c.spec("g_residual").present
+        if (g_residual is not None) != with_residual:
             raise ContractError(f"g_residual: this plan was built "
-                                f"{'with' if c.flag('g_residual') else 'without'} g_residual")
+                                f"{'with' if with_residual else 'without'} g_residual")
         sgr = 0
         if g_residual is not None:
             sgr = rows_operand("g_residual", g_residual, ACT_DTYPES, hidden, rows, device)

@@ -1,0 +1,82 @@
+"""Grouped GEMM weight gradients of MoE experts, declared: arguments, key, outputs, functional
+call."""
+from __future__ import annotations
+
+import torch
+
+from ...errors import ContractError
+from ...opspec import OpSpec, Option, Output, Tensor
+from ...streams import is_capturing
+from ...validate import flag_value, require_tensor, vector_operand
+from .plan import GroupedGemmWgrad, check_offsets_on_host, offsets_spec, operand_spec
+
+
+def _as_given(name, value):
+    return value
+
+
+def _output_dtype(facts, v) -> tuple:
+    """The output's dtype: the given wgrad's, else wgrad_dtype."""
+    wgrad = v["wgrad"]
+    return (("wgrad_dtype", wgrad.dtype if isinstance(wgrad, torch.Tensor) else v["wgrad_dtype"]),)
+
+
+def _shape(v) -> tuple:
+    return (v["offsets"].shape[0], v["a"].shape[0], v["b"].shape[1])
+
+
+def _stacked(v) -> torch.Tensor:
+    if v["accumulate_on_output"]:
+        raise ContractError("accumulate_on_output: needs an existing output; pass wgrad or "
+                            "wgrad_ptrs")
+    return v["a"].new_empty(_shape(v), dtype=v["wgrad_dtype"])
+
+
+def _pointers(v) -> torch.Tensor:
+    """Each expert's address in the stacked output, built on the device, on this stream."""
+    out = v["wgrad"]
+    step = out[0].numel() * out.element_size() if out.shape[0] else 0
+    return (torch.arange(out.shape[0], dtype=torch.int64, device=out.device) * step
+            + out.data_ptr())
+
+
+def _check_offsets(rt, args, config, own) -> None:
+    """Eager calls read the offsets on the host (one synchronization) and name the first bad
+    expert before anything is launched."""
+    check = own["check_offsets"]
+    if not isinstance(check, bool):
+        raise ContractError(f"check_offsets: expected True or False, got {check!r}")
+    a, b, offsets = args
+    plan = rt.plan(GroupedGemmWgrad, a, b, offsets, **config)   # contract errors come first
+    if check and not is_capturing(a.device):
+        vector_operand("offsets", require_tensor("offsets", offsets), (torch.int32,),
+                       plan.experts, a.device)
+        check_offsets_on_host(offsets, a.shape[1])
+
+
+WGRAD = OpSpec(
+    "grouped_gemm_wgrad", GroupedGemmWgrad,
+    (Tensor("a", lambda name, t: operand_spec(name, t, 1)),
+     Tensor("b", lambda name, t: operand_spec(name, t, 0)), Tensor("offsets", offsets_spec)),
+    (Option("output_mode", "dense", _as_given),
+     Option("wgrad_dtype", torch.bfloat16, schema="ScalarType?"),
+     Option("accumulate_on_output", False, flag_value, flag="accumulate"),
+     Option("input_order", "tensor2d", _as_given, "str"),
+     Option("check_offsets", True, to_plan=False)),
+    (Output("wgrad", when=lambda v: v["wgrad_ptrs"] is None, make=_stacked),
+     Output("wgrad_ptrs", when=lambda v: v["output_mode"] == "discrete" and v["wgrad"] is None,
+            make=_pointers, returned=False)),
+    extra_flags=_output_dtype, before_run=_check_offsets, returns="first",
+    doc="""Weight gradients of all MoE experts in one launch. Returns ``(wgrad,)``: the dense (E,
+    hidden, intermediate) output (in discrete mode the stacked buffer the call allocated, or the
+    ``wgrad`` given; None when only ``wgrad_ptrs`` were given).
+
+    Eager calls read ``offsets`` on the host (one synchronization) and raise ``ContractError``
+    naming the first bad expert before anything is launched; ``check_offsets=False`` skips that
+    read. While a CUDA graph is being captured the host cannot look: the kernel treats an expert
+    with invalid bounds as empty and flags it for ``graphrt.check_errors()``.
+
+    >>> (wg,) = graphrt.ops.grouped_gemm_wgrad(a, b, offsets)          # doctest: +SKIP
+    """)
+
+grouped_gemm_wgrad = WGRAD.functional
