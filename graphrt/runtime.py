@@ -35,18 +35,23 @@ class _BoundCall:
     replays. ``sources`` says where each address the binding takes comes from: an int is the
     call's own tensor argument of that index, a str the allocated output of that name, None
     the workspace. ``low_bits`` are the outputs' address bits the binding was recorded with (a
-    fresh output at other ones takes the full path)."""
+    fresh output at other ones takes the full path). ``outputs`` are the (name, shape, dtype,
+    device) of the outputs the call allocates: the key fixes them, so they are made without
+    the spec."""
 
-    __slots__ = ("plan", "binding", "sources", "low_bits", "version")
+    __slots__ = ("plan", "binding", "sources", "low_bits", "version", "outputs")
 
-    def __init__(self, plan, found, sources, low_bits, version):
+    def __init__(self, plan, found, sources, low_bits, version, allocated):
         self.plan, self.binding, self.sources = plan, found, sources
         self.low_bits, self.version = low_bits, version
+        self.outputs = tuple((name, tuple(t.shape), t.dtype, t.device)
+                             for name, t in allocated.items())
 
     def __call__(self, rt: "Runtime", args: tuple, kwargs: dict,
                  inputs: list) -> Result | None:
         plan = self.plan
-        allocated = plan.allocate_outputs(*args, **kwargs)
+        allocated = {name: torch.empty(shape, dtype=dtype, device=device)
+                     for name, shape, dtype, device in self.outputs}
         nbytes = plan.workspace_bytes()
         with rt.arena.scope() if nbytes else _no_scope:
             workspace = (rt.arena.take(nbytes, resolve_stream(None, rt.device)).data_ptr()
@@ -218,8 +223,10 @@ class Runtime:
         low_bits = tuple(a & 255 for a, s in zip(bound[2], sources) if type(s) is not int)
         if len(self._bound_calls) >= BOUND_CALLS:
             self._bound_calls.clear()
+        if not all(t.is_contiguous() for t in allocated.values()):
+            return   # made otherwise than torch.empty would make them
         self._bound_calls[call_key] = _BoundCall(plan, found, tuple(sources), low_bits,
-                                                 self.plans.version)
+                                                 self.plans.version, allocated)
 
     def stats(self) -> dict:
         return {"device": str(self.device), "plans": self.plans.stats(), "arena": self.arena.stats()}

@@ -237,6 +237,11 @@ def test_bound_functional_calls_follow_data_shapes_backend_and_store(seed, monke
         dx, dw = graphrt.ops.rmsnorm_backward(g, x, w, rstd, runtime=rt)
         ref_y, ref_rstd, _ = rmsnorm_forward_reference(x, w, 1e-6, None)
         ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, rstd, None)
+        # bound calls make their outputs from the recorded shapes, without the spec
+        assert [(tuple(t.shape), t.dtype, t.device.type, t.is_contiguous())
+                for t in (y, rstd, dx, dw)] == [
+            ((rows, 1024), torch.bfloat16, "cuda", True), ((rows,), torch.float32, "cuda", True),
+            ((rows, 1024), torch.bfloat16, "cuda", True), ((1024,), torch.float32, "cuda", True)]
         torch.testing.assert_close(y.float(), ref_y.float(), rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(dx.float(), ref_dx.float(), rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(dw, ref_dw.float(), rtol=1e-4, atol=1e-3)
