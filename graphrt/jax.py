@@ -13,7 +13,8 @@ own stream. It was chosen over an XLA FFI handler of our own because the kernels
 launched from Python, and it keeps one code path with the eager calls. Output shapes follow from
 the static input shapes, and trace-time checks raise ``ContractError``; checks that need values
 (the offsets) run when the call runs, where an error surfaces as a ``JaxRuntimeError`` that
-carries graphrt's message.
+carries graphrt's message (on a GPU JAX dispatches asynchronously: the error comes when the
+result is waited on or used).
 
 JAX arrays are C-contiguous, so each op accepts the layouts that spells: the grouped wgrad's A
 K-major ([hidden, tokens]) and B N-major ([tokens, intermediate]), the projection's W as
@@ -105,16 +106,45 @@ def _torch_dtype(name: str, dtype) -> torch.dtype:
         raise ContractError(f"{name}: expected bfloat16, float16 or float32, got {dtype!r}") from None
 
 
+def _pointer_array(wgrad_ptrs):
+    """wgrad_ptrs as given, once it is an int64 [E] array (x64 mode spells one)."""
+    if not isinstance(wgrad_ptrs, (jax.Array, jax.core.Tracer)):
+        raise ContractError(f"wgrad_ptrs: expected a jax.Array of int64 addresses, got "
+                            f"{type(wgrad_ptrs).__name__}")
+    if jnp.dtype(wgrad_ptrs.dtype) != jnp.int64:
+        raise ContractError(f"wgrad_ptrs: expected int64 addresses, got {wgrad_ptrs.dtype} (JAX "
+                            f"makes int64 arrays in x64 mode: jax.config.update("
+                            f"'jax_enable_x64', True))")
+    return wgrad_ptrs
+
+
+def _completion_token(done: torch.Tensor):
+    """A JAX scalar computed after the torch work on ``done``'s stream (its DLPack import orders
+    JAX after it): waiting on it waits for that work."""
+    return jax.dlpack.from_dlpack(done) + 0
+
+
 def grouped_gemm_wgrad(a, b, offsets, *, wgrad_dtype=jnp.bfloat16, input_order: str = "tensor2d",
-                       check_offsets: bool = True) -> tuple:
+                       check_offsets: bool = True, wgrad_ptrs=None) -> tuple:
     """Weight gradients of all MoE experts: ``(wgrad,)``, wgrad [E, hidden, intermediate].
 
     a: BF16 [hidden, tokens_sum] (K-major), b: BF16 [tokens_sum, intermediate] (N-major),
     offsets: int32 [E] cumulative ends (read on the host unless ``check_offsets=False``; the
-    kernel itself never reads outside a and b). Discrete output pointers and block-scaled FP8
-    inputs are torch-only for now: they raise.
+    kernel itself never reads outside a and b). Block-scaled FP8 inputs are torch-only for now:
+    they raise.
+
+    Discrete outputs: ``wgrad_ptrs``, an int64 [E] array (JAX's x64 mode) of the device addresses
+    of E C-contiguous [hidden, intermediate] buffers of ``wgrad_dtype`` that the caller owns and
+    keeps alive. The call overwrites them and returns ``(token,)``, an int32 scalar computed after
+    the kernel: wait on it (``token.block_until_ready()``, or make the readers depend on it under
+    ``jax.jit``) before reading the buffers.
+
+    >>> (token,) = graphrt.jax.grouped_gemm_wgrad(a, b, offsets, wgrad_ptrs=ptrs)  # doctest: +SKIP
     """
-    if _traced(a, b, offsets):
+    discrete = wgrad_ptrs is not None
+    if discrete:
+        _pointer_array(wgrad_ptrs)
+    if _traced(a, b, offsets, wgrad_ptrs):
         for name, x, rank in (("a", a, 2), ("b", b, 2), ("offsets", offsets, 1)):
             _require_rank(name, x, rank)
         if jnp.dtype(a.dtype) != jnp.bfloat16 or jnp.dtype(b.dtype) != jnp.bfloat16:
@@ -123,6 +153,16 @@ def grouped_gemm_wgrad(a, b, offsets, *, wgrad_dtype=jnp.bfloat16, input_order: 
             raise ContractError(f"b: expected tokens_sum={a.shape[1]} rows like a's columns, got "
                                 f"shape {tuple(b.shape)}")
         out_dtype = _torch_dtype("wgrad_dtype", wgrad_dtype)
+        if discrete:
+            _require_rank("wgrad_ptrs", wgrad_ptrs, 1)
+
+            def run_discrete(outs, ta, tb, toff, tptrs):
+                _wgrad(ta, tb, toff, wgrad_ptrs=tptrs, output_mode="discrete",
+                       wgrad_dtype=out_dtype, input_order=input_order,
+                       check_offsets=check_offsets)
+                outs[0].zero_()   # on XLA's stream, after the kernel: the completion token
+            return _in_jit([_shape_struct((), jnp.int32)], run_discrete, a, b, offsets,
+                           wgrad_ptrs)
         out = _shape_struct((offsets.shape[0], a.shape[0], b.shape[1]), wgrad_dtype)
         return _in_jit([out], lambda outs, ta, tb, toff: _wgrad(
             ta, tb, toff, wgrad=outs[0], wgrad_dtype=out_dtype, input_order=input_order,
@@ -131,9 +171,13 @@ def grouped_gemm_wgrad(a, b, offsets, *, wgrad_dtype=jnp.bfloat16, input_order: 
     if ta.dtype != torch.bfloat16 or tb.dtype != torch.bfloat16:
         raise ContractError(f"a, b: expected bfloat16 arrays from JAX (block-scaled FP8 inputs "
                             f"cannot be passed from JAX yet), got {ta.dtype} and {tb.dtype}")
-    return _arrays(_wgrad(ta, tb, _tensor("offsets", offsets),
-                          wgrad_dtype=_torch_dtype("wgrad_dtype", wgrad_dtype),
-                          input_order=input_order, check_offsets=check_offsets))
+    options = dict(wgrad_dtype=_torch_dtype("wgrad_dtype", wgrad_dtype), input_order=input_order,
+                   check_offsets=check_offsets)
+    if discrete:
+        _wgrad(ta, tb, _tensor("offsets", offsets), wgrad_ptrs=_tensor("wgrad_ptrs", wgrad_ptrs),
+               output_mode="discrete", **options)
+        return (_completion_token(torch.zeros((), dtype=torch.int32, device=ta.device)),)
+    return _arrays(_wgrad(ta, tb, _tensor("offsets", offsets), **options))
 
 
 def gemm_proj_rope_mxfp8(x, w, cos, sin, *, x_scale=None, w_scale=None, w_out_in: bool = True,

@@ -21,7 +21,9 @@ steps=${*:-tests sanitize bench demo}
 for step in $steps; do
   echo "=== $step"
   case $step in
-    tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;
+    tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      # the JAX tests run on the image's jax with CUDA here, marked gpu or not
+      python3 -m pytest -q -m "not gpu" tests/test_jax.py -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_jax_tests.log" | tail -5 ;;
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool $([ $tool = memcheck ] && echo --report-api-errors no) python3 scripts/sanitize.py > "$OUT/$tool.log" 2>&1

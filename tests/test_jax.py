@@ -13,7 +13,7 @@ import graphrt  # noqa: E402
 import graphrt.jax as gjax  # noqa: E402
 from graphrt import ContractError, UnsupportedError  # noqa: E402
 
-from .helpers import rel_l2  # noqa: E402
+from .helpers import env, rel_l2  # noqa: E402
 
 
 def _bf16(rng, *shape, scale=1.0):
@@ -40,6 +40,33 @@ def test_grouped_wgrad_from_jax_equals_torch_and_fp64():
     for e, n in enumerate(counts):
         ref = ta[:, begin:begin + n] @ tb[begin:begin + n]
         assert torch.allclose(torch.from_dlpack(w)[e].double(), ref, atol=1e-4)
+        begin += n
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_discrete_output_pointers_from_jax(jit):
+    """wgrad_ptrs (int64, x64 mode) into buffers the caller owns, eagerly and under jax.jit: the
+    call returns a completion token, and after it each expert's poisoned buffer holds its FP64
+    reference (zeros for the empty expert)."""
+    rng = np.random.default_rng(6)
+    counts = [5, 0, 9, 3]
+    offsets = jnp.asarray(list(itertools.accumulate(counts)), dtype=jnp.int32)
+    a, b = _bf16(rng, 16, sum(counts)), _bf16(rng, sum(counts), 24)
+    device = "cuda" if next(iter(a.devices())).platform == "gpu" else "cpu"
+    owned = torch.full((4, 16, 24), float("nan"), device=device)   # the caller's FP32 buffers
+
+    def call(a, b, offsets, ptrs):
+        return gjax.grouped_gemm_wgrad(a, b, offsets, wgrad_ptrs=ptrs, wgrad_dtype=jnp.float32)
+    with jax.enable_x64(True), env(GRAPHRT_BACKEND="triton"):   # the reference needs a stack
+        ptrs = jnp.asarray(np.array([owned[e].data_ptr() for e in range(4)], np.int64))
+        (token,) = (jax.jit(call) if jit else call)(a, b, offsets, ptrs)
+        token.block_until_ready()
+    assert isinstance(token, jax.Array) and token.shape == () and token.dtype == jnp.int32
+    ta, tb = torch.from_dlpack(a).double(), torch.from_dlpack(b).double()
+    begin = 0
+    for e, n in enumerate(counts):
+        ref = ta[:, begin:begin + n] @ tb[begin:begin + n]
+        assert torch.allclose(owned[e].double().cpu(), ref.cpu(), atol=1e-4), e
         begin += n
 
 
@@ -76,14 +103,19 @@ def test_jax_errors_are_named():
         gjax.grouped_gemm_wgrad(np.zeros((8, 6)), b, offsets)
     with pytest.raises(ContractError, match="wgrad_dtype"):
         gjax.grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=jnp.int8)
+    with pytest.raises(ContractError, match="wgrad_ptrs: expected int64 addresses.*x64"):
+        gjax.grouped_gemm_wgrad(a, b, offsets, wgrad_ptrs=jnp.asarray([64], dtype=jnp.int32))
+    with pytest.raises(ContractError, match="wgrad_ptrs: expected a jax.Array"):
+        gjax.grouped_gemm_wgrad(a, b, offsets, wgrad_ptrs=np.array([64], np.int64))
     x = _bf16(rng, 32, 64)
     with pytest.raises(UnsupportedError, match="w_out_in"):
         gjax.gemm_proj_rope_mxfp8(x, _bf16(rng, 64, 384), x, x, w_out_in=False)
     with pytest.raises(ContractError, match="a, b: expected bfloat16"):   # at trace time
         jax.jit(lambda a, b, o: gjax.grouped_gemm_wgrad(a, b, o))(a.astype(jnp.float32), b, offsets)
     with pytest.raises(Exception, match="offsets: the last end must equal tokens_sum=6"):
-        jax.jit(lambda a, b, o: gjax.grouped_gemm_wgrad(a, b, o))(
-            a, b, jnp.asarray([4], dtype=jnp.int32))       # a value check, when the call runs
+        jax.block_until_ready(jax.jit(lambda a, b, o: gjax.grouped_gemm_wgrad(a, b, o))(
+            a, b, jnp.asarray([4], dtype=jnp.int32)))   # a value check: when the call runs,
+        #                                                   seen once the result is waited on
 
 
 def test_jit_and_scan_equal_the_eager_calls_with_offsets_changing():
