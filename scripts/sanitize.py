@@ -25,11 +25,15 @@ for n, d in [(1, 8), (37, 136), (64, 256), (300, 512)] * 2:
     graphrt.ops.hstu_lmsd_backward(torch.randn_like(y), x, u, w, b, mean, rstd, mask,
                                    dropout_ratio=0.1, apply_u_silu=True, concat_u=True,
                                    concat_x=True)
-for counts in ([0, 17, 5, 0, 33], [64, 0]):
+# every layout; [0, 17, 5, 0, 34] sums to 56: K-major operands take the 8-token path
+for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0]):
     offsets = torch.tensor(counts, dtype=torch.int32, device="cuda").cumsum(0).to(torch.int32)
     tokens = sum(counts)
-    graphrt.ops.grouped_gemm_wgrad(torch.randn(tokens, 136, dtype=torch.bfloat16, device="cuda").t(),
-                                   torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda"), offsets)
+    for a_k_major, b_k_major in ((False, False), (True, False), (True, True), (False, True)):
+        a = torch.randn(tokens, 136, dtype=torch.bfloat16, device="cuda").t()
+        b = torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda")
+        graphrt.ops.grouped_gemm_wgrad(a.contiguous() if a_k_major else a,
+                                       b.t().contiguous().t() if b_k_major else b, offsets)
 # bad offsets through the plan (no host check): past tokens_sum, negative, decreasing, the
 # largest int32; the kernel must stay inside a and b and flag them
 a_bad = torch.randn(136, 40, dtype=torch.bfloat16, device="cuda")

@@ -21,38 +21,73 @@ def random_counts(experts: int, tokens: int, generator: torch.Generator) -> list
     return [256 * (b - a) for a, b in zip([0] + cuts, cuts + [units])]
 
 
+LAYOUTS = (("m", "n"), ("k", "n"), ("k", "k"), ("m", "k"))   # (A, B) majors; the first: MoE
+
+
+def odd_counts(counts: list[int], generator: torch.Generator) -> list[int]:
+    """``counts`` with tokens moved between neighbours so that most are not multiples of 8 (the
+    sum, a multiple of 8, stays)."""
+    out = list(counts)
+    for e in range(len(out) - 1):
+        shift = min(out[e], int(torch.randint(1, 8, (1,), generator=generator)))
+        out[e], out[e + 1] = out[e] - shift, out[e + 1] + shift
+    return out
+
+
+def _operands(tokens: int, hidden: int, inter: int, a_major: str, b_major: str):
+    """A [hidden, tokens] and B [tokens, intermediate] in the given majors (A "m": the
+    transpose of a [tokens, hidden] activation; B "k": the transpose of [intermediate, tokens])."""
+    a = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda").t()
+    b = torch.randn(tokens, inter, dtype=torch.bfloat16, device="cuda")
+    if a_major == "k":
+        a = a.contiguous()
+    if b_major == "k":
+        b = b.t().contiguous().t()
+    return a, b
+
+
 def run(progress=print) -> list[dict]:
     rows = []
     gen = torch.Generator().manual_seed(0)
     for experts, hidden, inter, tokens in CASES:
-        progress(f"wgrad E={experts} hidden={hidden} intermediate={inter} tokens={tokens} ...")
-        counts = random_counts(experts, tokens, gen)
-        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
-        bounds = expert_bounds(offsets, tokens)
-        sets = [(torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda").t(),
-                 torch.randn(tokens, inter, dtype=torch.bfloat16, device="cuda"))
-                for _ in range(2)]
-        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
-        plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets).compile()
-        impls = {"graphrt": lambda a, b: plan.execute(a, b, offsets, wgrad=out),
-                 "loop of torch.mm": lambda a, b: [torch.mm(a[:, s:e], b[s:e], out=out[i])
-                                                   for i, (s, e) in enumerate(bounds)]}
-        if hasattr(torch, "_grouped_mm"):
-            impls["torch._grouped_mm"] = lambda a, b: torch._grouped_mm(a, b, offs=offsets)
+        aligned = random_counts(experts, tokens, gen)
         flops = 2.0 * hidden * inter * tokens
-        times = {k: stream_time_us(rotating(f, sets)) for k, f in impls.items()}
-        flushed = {k: device_time_us(rotating(f, sets)) for k, f in impls.items()}
-        for name, us in times.items():
-            tflops = flops / (us * 1e-6) / 1e12
-            rows.append({"E": experts, "hidden": hidden, "intermediate": inter, "tokens": tokens,
-                         "impl": name, "us": us, "TFLOP/s": tflops,
-                         "of_ceiling": tflops / BF16_GEMM_CEILING_TFLOPS,
-                         "speedup_vs": us / times["graphrt"], "do_bench_us": flushed[name]})
+        for (a_major, b_major), (counts_name, counts) in itertools.product(
+                LAYOUTS, (("x256", aligned), ("odd", odd_counts(aligned, gen)))):
+            progress(f"wgrad E={experts} hidden={hidden} intermediate={inter} tokens={tokens} "
+                     f"A {a_major}-major, B {b_major}-major, counts {counts_name} ...")
+            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
+                                   device="cuda")
+            sets = [_operands(tokens, hidden, inter, a_major, b_major) for _ in range(2)]
+            out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+            plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets).compile()
+            impls = {"graphrt": lambda a, b: plan.execute(a, b, offsets, wgrad=out)}
+            first = (a_major, b_major) == LAYOUTS[0] and counts_name == "x256"
+            if first:   # the loop is layout-blind; once per case
+                bounds = expert_bounds(offsets, tokens)
+                impls["loop of torch.mm"] = lambda a, b: [
+                    torch.mm(a[:, s:e], b[s:e], out=out[i]) for i, (s, e) in enumerate(bounds)]
+            if hasattr(torch, "_grouped_mm"):
+                impls["torch._grouped_mm"] = lambda a, b: torch._grouped_mm(a, b, offs=offsets)
+            times = {k: stream_time_us(rotating(f, sets)) for k, f in impls.items()}
+            flushed = ({k: device_time_us(rotating(f, sets)) for k, f in impls.items()}
+                       if first else {})
+            for name, us in times.items():
+                tflops = flops / (us * 1e-6) / 1e12
+                rows.append({"E": experts, "hidden": hidden, "intermediate": inter,
+                             "tokens": tokens, "A": a_major, "B": b_major,
+                             "counts": counts_name, "impl": name, "us": us, "TFLOP/s": tflops,
+                             "of_ceiling": tflops / BF16_GEMM_CEILING_TFLOPS,
+                             "speedup_vs": us / times["graphrt"],
+                             "do_bench_us": flushed.get(name)})
     return rows
 
 
 def main(progress=print) -> list[dict]:
     return report.publish(
         "wgrad", run(progress), progress,
-        legend="A is M-major (the transpose of a [tokens, hidden] activation), B N-major; token "
-               "counts per expert are random multiples of 256")
+        legend="A: m = M-major (the transpose of a [tokens, hidden] activation), k = K-major "
+               "(contiguous [hidden, tokens]); B: n = N-major ([tokens, intermediate]), k = "
+               "K-major; counts: x256 = random multiples of 256 per expert, odd = the same moved "
+               "by 1-7 tokens between neighbours (not multiples of 8); speedup_vs: that impl's "
+               "time over graphrt's in the same row group; do_bench only for the first layout")

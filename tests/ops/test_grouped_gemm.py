@@ -238,13 +238,44 @@ def test_plan_key_excludes_tokens_sum():
     assert GroupedGemmWgrad.contract_for(a3, b, offsets) != GroupedGemmWgrad.contract_for(a, b, offsets)
 
 
+def _check_non_finite_neighbours(device):
+    """Inf and NaN in one expert's tokens leave every other expert's gradient finite and exact:
+    the K-major paths load whole 8-token groups, which reach into the neighbours, and must mask
+    them to the expert's own tokens."""
+    counts = [5, 19, 3, 37]   # tokens_sum 64; experts begin at 5, 24 and 27
+    for a_major, b_major in (("k", "n"), ("k", "k"), ("m", "k"), ("m", "n")):
+        a, b, offsets = _problem(counts, 24, 40, a_major, b_major, device)
+        a[:, 5], a[:, 23], b[6], b[22] = float("inf"), float("nan"), float("-inf"), float("nan")
+        w = torch.full((4, 24, 40), float("nan"), device=device)
+        grouped_gemm_wgrad(a, b, offsets, wgrad=w, wgrad_dtype=torch.float32)
+        begin = 0
+        for e, n in enumerate(counts):
+            if e != 1:
+                ref = a[:, begin:begin + n].double().cpu() @ b[begin:begin + n].double().cpu()
+                assert rel_l2(w[e].cpu(), ref.float()) < 1e-5, (a_major, b_major, e)
+            begin += n
+
+
+@needs_interpreter
+def test_non_finite_tokens_stay_in_their_expert_interpreted():
+    with env(GRAPHRT_BACKEND="triton"):
+        _check_non_finite_neighbours("cpu")
+
+
+@pytest.mark.gpu
+def test_gpu_non_finite_tokens_stay_in_their_expert(seed):
+    _check_non_finite_neighbours("cuda")
+
+
 # -- GPU --------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("a_major,b_major", [("k", "n"), ("m", "n"), ("k", "k"), ("m", "k")])
 @pytest.mark.parametrize("dtype", [BF16, torch.float32])
 @pytest.mark.parametrize("hidden", [1024, 1152])   # 8 row tiles: one full group; 9: a short last one
-def test_gpu_matches_reference(seed, a_major, b_major, dtype, hidden):
-    counts = [0, 300, 17, 0, 1024, 255]
+# tokens_sum 1596 (rows of K-major operands not 16-byte aligned) and 1600 (aligned: 8 tokens a
+# load, odd counts so that experts start and end between multiples of 8)
+@pytest.mark.parametrize("counts", [[0, 300, 17, 0, 1024, 255], [0, 301, 17, 0, 1023, 259]])
+def test_gpu_matches_reference(seed, a_major, b_major, dtype, hidden, counts):
     a, b, offsets = _problem(counts, hidden, 768, a_major, b_major, "cuda")
     w = torch.full((len(counts), hidden, 768), float("nan"), device="cuda").to(dtype)
     grouped_gemm_wgrad(a, b, offsets, wgrad=w, wgrad_dtype=dtype)

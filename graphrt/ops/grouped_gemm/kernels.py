@@ -44,7 +44,7 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
                   HIDDEN: tl.constexpr, INTER: tl.constexpr, A_K_MAJOR: tl.constexpr,
                   B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
-                  BLOCK_M: tl.constexpr,
+                  K_ALIGNED: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
                   GROUP_M: tl.constexpr):
     tile = tl.program_id(0)
@@ -91,14 +91,46 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
             b_base, b_sk, b_sn = B + begin * INTER, INTER, 1
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     k = tl.arange(0, BLOCK_K)
-    for k0 in tl.range(0, count, BLOCK_K, num_stages=NUM_STAGES):
-        kk = k0 + k
-        k_mask = kk < count
-        a = tl.load(a_base + m[:, None] * a_sm + kk[None, :] * a_sk,
-                    mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-        b = tl.load(b_base + kk[:, None] * b_sk + n[None, :] * b_sn,
-                    mask=k_mask[:, None] & n_mask[None, :], other=0.0)
-        acc += mma(a, b, DOT_FP32)
+    if K_ALIGNED:
+        # A K-major operand with tokens_sum % 8 == 0: rows start 16-byte aligned, so the tokens
+        # between the expert's first and last multiples of 8 load 8 at a time (masks constant
+        # over 8 tokens); the < 8 tokens at each end come in one gathered block with exact masks
+        stride = tl.multiple_of(tokens_sum.to(tl.int64), 8)
+        a_sm = stride if A_K_MAJOR else 1
+        a_sk = 1 if A_K_MAJOR else HIDDEN
+        b_sk = 1 if B_K_MAJOR else INTER
+        b_sn = stride if B_K_MAJOR else 1
+        stop = begin + count
+        first_full = tl.multiple_of((begin + 7) // 8 * 8, 8)
+        last_full = stop // 8 * 8
+        for k0 in tl.range(first_full, last_full, BLOCK_K, num_stages=NUM_STAGES):
+            kk = k0 + k
+            k_mask = kk < last_full
+            a = tl.load(A + m[:, None].to(tl.int64) * a_sm + kk[None, :] * a_sk,
+                        mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+            b = tl.load(B + kk[:, None] * b_sk + n[None, :].to(tl.int64) * b_sn,
+                        mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+            acc += mma(a, b, DOT_FP32)
+        if count > 0:
+            head_end = tl.minimum(first_full, stop)
+            tail_begin = tl.maximum(last_full, first_full)
+            kk = tl.where(k < 8, begin // 8 * 8 + k, last_full + k - 8)
+            k_mask = (((k < 8) & (kk >= begin) & (kk < head_end)) |
+                      ((k >= 8) & (k < 16) & (kk >= tail_begin) & (kk < stop)))
+            a = tl.load(A + m[:, None].to(tl.int64) * a_sm + kk[None, :] * a_sk,
+                        mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+            b = tl.load(B + kk[:, None] * b_sk + n[None, :].to(tl.int64) * b_sn,
+                        mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+            acc += mma(a, b, DOT_FP32)
+    else:
+        for k0 in tl.range(0, count, BLOCK_K, num_stages=NUM_STAGES):
+            kk = k0 + k
+            k_mask = kk < count
+            a = tl.load(a_base + m[:, None] * a_sm + kk[None, :] * a_sk,
+                        mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+            b = tl.load(b_base + kk[:, None] * b_sk + n[None, :] * b_sn,
+                        mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+            acc += mma(a, b, DOT_FP32)
     if DISCRETE:
         out = tl.load(OUT_PTRS + expert).to(tl.pointer_type(OUT_DTYPE))
     else:
@@ -124,11 +156,15 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         return
     tiles = cdiv(hidden, cfg.block_m) * cdiv(inter, cfg.block_n)
     discrete = out_ptrs is not None
+    tokens_sum = a.shape[1]
+    # the 8-token path needs 16-byte aligned rows of the K-major operands (and BLOCK_K >= 16)
+    k_aligned = ((a_k_major or b_k_major) and not ragged and tokens_sum % 8 == 0
+                 and cfg.block_k >= 16 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
     launch(_wgrad_kernel, (tiles, experts),
         a, b, offsets, out if not discrete else a, out_ptrs if discrete else offsets, errors,
-        a.shape[1],
+        tokens_sum,
         HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, RAGGED=ragged,
         DISCRETE=discrete, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
-        OUT_DTYPE=_TL_DTYPES[str(out_dtype)], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        OUT_DTYPE=_TL_DTYPES[str(out_dtype)], K_ALIGNED=k_aligned, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
         num_warps=cfg.num_warps)
