@@ -115,6 +115,19 @@ class OpSpec:
         outputs = [f"{o.name}=None" for o in self.outputs]
         return ", ".join([*self.input_names, "*", *options, *outputs, extra])
 
+    def _header(self, name: str, leading: str, trailing: str, then: str) -> list[str]:
+        """A generated function's first lines: its signature, ``prepare`` applied to the first
+        input, then ``then`` with {tensor} and {label}: the tensor that picks the device (a
+        list's first) and its name for messages."""
+        first = self.first
+        lines = [f"def {name}({leading}{self._signature(trailing)}):"]
+        tensor, label = first, repr(first)
+        if self.prepare is not None:
+            lines.append(f"    {first} = _prepare({first})")
+            tensor, label = f"{first}[0]", repr(f"{first}[0]")
+        lines.append("    " + then.format(tensor=tensor, label=label))
+        return lines
+
     def _make_contract_for(self):
         ns = {"_C": Contract, "_facts": tensor_facts, "_tensor": require_tensor, "_D": self.defaults,
               "_extra": self.extra_flags, "_prepare": self.prepare}
@@ -128,13 +141,8 @@ class OpSpec:
                 specs.append(call)
             else:
                 flags.append(f"({(arg.flag or arg.name)!r}, {call})")
-        first = self.first
-        lines = [f"def contract_for(cls, {self._signature('backend=None')}):"]
-        if self.prepare is not None:
-            lines.append(f"    {first} = _prepare({first})")
-            lines.append(f"    facts = _facts({first}[0], backend, '{first}[0]')")
-        else:
-            lines.append(f"    facts = _facts(_tensor({first!r}, {first}), backend, {first!r})")
+        lines = self._header("contract_for", "cls, ", "backend=None",
+                             "facts = _facts(_tensor({label}, {tensor}), backend, {label})")
         flag_tuple = "(" + "".join(f + ", " for f in flags) + ")"
         if self.extra_flags is not None:
             values = ", ".join(f"{n!r}: {n}" for n in (*self.input_names,
@@ -150,13 +158,8 @@ class OpSpec:
     def _make_functional(self):
         ns = {"_D": self.defaults, "_plan": self.plan, "_runtime_for": runtime_for,
               "_prepare": self.prepare, "_before": self.before_run}
-        first = self.first
-        lines = [f"def {self.name}({self._signature('stream=None, runtime=None')}):"]
-        if self.prepare is not None:
-            lines.append(f"    {first} = _prepare({first})")
-            lines.append(f"    rt = _runtime_for('{first}[0]', {first}[0], runtime)")
-        else:
-            lines.append(f"    rt = _runtime_for({first!r}, {first}, runtime)")
+        lines = self._header(self.name, "", "stream=None, runtime=None",
+                             "rt = _runtime_for({label}, {tensor}, runtime)")
         config = [f"{n!r}: {n}" for n in (*(o.name for o in self.options if o.to_plan),
                                           *(o.name for o in self.outputs))]
         lines.append(f"    config = {{{', '.join(config)}}}")
