@@ -39,6 +39,17 @@ def gemm_config(interpreted: bool) -> GemmConfig:
     return GemmConfig(128, 256, 64, 8, 3)  # the best of scripts/sweep_wgrad.py on the H200
 
 
+@triton.jit
+def _tile(a_base, b_base, m, n, kk, m_mask, n_mask, k_mask, a_sm, a_sk, b_sk, b_sn,
+          DOT_FP32: tl.constexpr):
+    """A[m, kk] @ B[kk, n] for one block of tokens kk, masked loads (zeros outside)."""
+    a = tl.load(a_base + m[:, None] * a_sm + kk[None, :] * a_sk,
+                mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+    b = tl.load(b_base + kk[:, None] * b_sk + n[None, :] * b_sn,
+                mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+    return mma(a, b, DOT_FP32)
+
+
 @triton.jit(do_not_specialize=["tokens_sum"])
 def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
                   HIDDEN: tl.constexpr, INTER: tl.constexpr, A_K_MAJOR: tl.constexpr,
@@ -81,56 +92,43 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
         a_base, a_sm, a_sk = A + HIDDEN * begin, count, 1
         b_base, b_sk, b_sn = B + INTER * begin, 1, count
     else:
+        stride = tokens_sum.to(tl.int64)
+        if K_ALIGNED:   # tokens_sum % 8 == 0: the rows of K-major operands start 16-byte aligned
+            stride = tl.multiple_of(stride, 8)
         if A_K_MAJOR:
-            a_base, a_sm, a_sk = A + begin, tokens_sum.to(tl.int64), 1
+            a_sm, a_sk = stride, 1
         else:
-            a_base, a_sm, a_sk = A + begin * HIDDEN, 1, HIDDEN
+            a_sm, a_sk = 1, HIDDEN
         if B_K_MAJOR:
-            b_base, b_sk, b_sn = B + begin, 1, tokens_sum.to(tl.int64)
+            b_sk, b_sn = 1, stride
         else:
-            b_base, b_sk, b_sn = B + begin * INTER, INTER, 1
+            b_sk, b_sn = INTER, 1
+        a_base, b_base = A + begin * a_sk, B + begin * b_sk
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     k = tl.arange(0, BLOCK_K)
     if K_ALIGNED:
-        # A K-major operand with tokens_sum % 8 == 0: rows start 16-byte aligned, so the tokens
-        # between the expert's first and last multiples of 8 load 8 at a time (masks constant
-        # over 8 tokens); the < 8 tokens at each end come in one gathered block with exact masks
-        stride = tl.multiple_of(tokens_sum.to(tl.int64), 8)
-        a_sm = stride if A_K_MAJOR else 1
-        a_sk = 1 if A_K_MAJOR else HIDDEN
-        b_sk = 1 if B_K_MAJOR else INTER
-        b_sn = stride if B_K_MAJOR else 1
+        # tokens are absolute indices here: those between the expert's first and last multiples
+        # of 8 load 8 at a time (masks constant over 8 tokens); the fewer than 8 at each end come
+        # in one gathered block with exact masks
         stop = begin + count
         first_full = tl.multiple_of((begin + 7) // 8 * 8, 8)
         last_full = stop // 8 * 8
         for k0 in tl.range(first_full, last_full, BLOCK_K, num_stages=NUM_STAGES):
             kk = k0 + k
-            k_mask = kk < last_full
-            a = tl.load(A + m[:, None].to(tl.int64) * a_sm + kk[None, :] * a_sk,
-                        mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-            b = tl.load(B + kk[:, None] * b_sk + n[None, :].to(tl.int64) * b_sn,
-                        mask=k_mask[:, None] & n_mask[None, :], other=0.0)
-            acc += mma(a, b, DOT_FP32)
+            acc += _tile(A, B, m, n, kk, m_mask, n_mask, kk < last_full, a_sm, a_sk, b_sk, b_sn,
+                         DOT_FP32)
         if count > 0:
             head_end = tl.minimum(first_full, stop)
             tail_begin = tl.maximum(last_full, first_full)
             kk = tl.where(k < 8, begin // 8 * 8 + k, last_full + k - 8)
             k_mask = (((k < 8) & (kk >= begin) & (kk < head_end)) |
                       ((k >= 8) & (k < 16) & (kk >= tail_begin) & (kk < stop)))
-            a = tl.load(A + m[:, None].to(tl.int64) * a_sm + kk[None, :] * a_sk,
-                        mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-            b = tl.load(B + kk[:, None] * b_sk + n[None, :].to(tl.int64) * b_sn,
-                        mask=k_mask[:, None] & n_mask[None, :], other=0.0)
-            acc += mma(a, b, DOT_FP32)
+            acc += _tile(A, B, m, n, kk, m_mask, n_mask, k_mask, a_sm, a_sk, b_sk, b_sn, DOT_FP32)
     else:
         for k0 in tl.range(0, count, BLOCK_K, num_stages=NUM_STAGES):
             kk = k0 + k
-            k_mask = kk < count
-            a = tl.load(a_base + m[:, None] * a_sm + kk[None, :] * a_sk,
-                        mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-            b = tl.load(b_base + kk[:, None] * b_sk + n[None, :] * b_sn,
-                        mask=k_mask[:, None] & n_mask[None, :], other=0.0)
-            acc += mma(a, b, DOT_FP32)
+            acc += _tile(a_base, b_base, m, n, kk, m_mask, n_mask, kk < count, a_sm, a_sk, b_sk,
+                         b_sn, DOT_FP32)
     if DISCRETE:
         out = tl.load(OUT_PTRS + expert).to(tl.pointer_type(OUT_DTYPE))
     else:
