@@ -189,6 +189,7 @@ class OpSpec:
         """The outputs the caller left out, made for ``values`` (all the op's outputs, absent
         ones as empty tensors, when ``fake``: what the operator returns)."""
         wanted = [o for o in self.outputs if (fake and o.returned) or values[o.name] is None]
+        # every ``when`` sees the caller's arguments, before any output is made
         active = {o.name: o.when is None or o.when(values) for o in wanted}
         first = values[self.first]
         out = {}

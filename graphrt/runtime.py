@@ -220,11 +220,11 @@ class Runtime:
                 if index is None:
                     return
                 sources.append(index)
+        if not all(t.is_contiguous() for t in allocated.values()):
+            return   # made otherwise than torch.empty would make them
         low_bits = tuple(a & 255 for a, s in zip(bound[2], sources) if type(s) is not int)
         if len(self._bound_calls) >= BOUND_CALLS:
             self._bound_calls.clear()
-        if not all(t.is_contiguous() for t in allocated.values()):
-            return   # made otherwise than torch.empty would make them
         self._bound_calls[call_key] = _BoundCall(plan, found, tuple(sources), low_bits,
                                                  self.plans.version, allocated)
 

@@ -47,7 +47,7 @@ FORWARD = OpSpec(
                             * _width(v)), BF16),
      Output("mean", lambda v: (_rows(v),), FP32), Output("rstd", lambda v: (_rows(v),), FP32),
      Output("mask", lambda v: (_rows(v), _width(v)), torch.int8,
-            when=lambda v: v["dropout_ratio"] > 2.0 ** -150)),   # nonzero in FP32
+            when=lambda v: dropout_p32(v["dropout_ratio"]) > 0)),
     extra_flags=_rng_flags,
     doc="""HSTU fused LayerNorm, affine, multiply by SiLU(u) and inverted dropout.
 
