@@ -106,8 +106,8 @@ def _torch_dtype(name: str, dtype) -> torch.dtype:
         raise ContractError(f"{name}: expected bfloat16, float16 or float32, got {dtype!r}") from None
 
 
-def _pointer_array(wgrad_ptrs):
-    """wgrad_ptrs as given, once it is an int64 [E] array (x64 mode spells one)."""
+def _require_pointer_array(wgrad_ptrs) -> None:
+    """wgrad_ptrs must be an int64 JAX array (x64 mode spells one)."""
     if not isinstance(wgrad_ptrs, (jax.Array, jax.core.Tracer)):
         raise ContractError(f"wgrad_ptrs: expected a jax.Array of int64 addresses, got "
                             f"{type(wgrad_ptrs).__name__}")
@@ -115,7 +115,6 @@ def _pointer_array(wgrad_ptrs):
         raise ContractError(f"wgrad_ptrs: expected int64 addresses, got {wgrad_ptrs.dtype} (JAX "
                             f"makes int64 arrays in x64 mode: jax.config.update("
                             f"'jax_enable_x64', True))")
-    return wgrad_ptrs
 
 
 def _completion_token(done: torch.Tensor):
@@ -143,7 +142,7 @@ def grouped_gemm_wgrad(a, b, offsets, *, wgrad_dtype=jnp.bfloat16, input_order: 
     """
     discrete = wgrad_ptrs is not None
     if discrete:
-        _pointer_array(wgrad_ptrs)
+        _require_pointer_array(wgrad_ptrs)
     if _traced(a, b, offsets, wgrad_ptrs):
         for name, x, rank in (("a", a, 2), ("b", b, 2), ("offsets", offsets, 1)):
             _require_rank(name, x, rank)
