@@ -157,18 +157,21 @@ def main():
             (False, False, False, False, False, False), (True, False, False, False, False, False),
             (True, False, False, False, False, True), (True, True, False, False, False, True),
             (False, True, False, True, True, True), (False, True, False, True, True, False),
-            (True, False, True, False, False, False)):
+            (True, False, True, False, False, False), (True, True, True, False, False, True)):
+        # ragged: k_aligned stands for RAGGED_ALIGNED (the aligned experts' 8-token loop)
         ok &= check(f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc} "
                     f"k_aligned={k_aligned}",
                     wgrad._wgrad_kernel, sig(
                         A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                         ERRORS="*i32",
                         tokens_sum="i32", HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c,
-                        DISCRETE=c, ACCUMULATE=c, DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c, BLOCK_M=c,
-                        BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c, GROUP_M=c),
+                        DISCRETE=c, ACCUMULATE=c, DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c,
+                        RAGGED_ALIGNED=c, BLOCK_M=c, BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c, GROUP_M=c),
                     dict(HIDDEN=wgrad_hidden, INTER=wgrad_inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
                          DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
-                         K_ALIGNED=k_aligned, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_STAGES=3, GROUP_M=8),
+                         K_ALIGNED=k_aligned and not ragged,
+                         RAGGED_ALIGNED=k_aligned and ragged, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
+                         NUM_STAGES=3, GROUP_M=8),
                     num_warps=8)
     for w_out_in in (True, False):
         ok &= check(f"proj block w_out_in={w_out_in}", proj._proj_rope_block_kernel, sig(

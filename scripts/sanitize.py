@@ -26,7 +26,7 @@ for n, d in [(1, 8), (37, 136), (64, 256), (300, 512)] * 2:
                                    dropout_ratio=0.1, apply_u_silu=True, concat_u=True,
                                    concat_x=True)
 # every layout; [0, 17, 5, 0, 34] sums to 56: K-major operands take the 8-token path
-for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0]):
+for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
     offsets = torch.tensor(counts, dtype=torch.int32, device="cuda").cumsum(0).to(torch.int32)
     tokens = sum(counts)
     for a_k_major, b_k_major in ((False, False), (True, False), (True, True), (False, True)):
@@ -34,6 +34,10 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0]):
         b = torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda")
         graphrt.ops.grouped_gemm_wgrad(a.contiguous() if a_k_major else a,
                                        b.t().contiguous().t() if b_k_major else b, offsets)
+    # ragged: aligned experts (16, 8) load 8 tokens at a time, the others one by one
+    graphrt.ops.grouped_gemm_wgrad(torch.randn(136, tokens, dtype=torch.bfloat16, device="cuda"),
+                                   torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda"),
+                                   offsets, input_order="tensor_ragged")
 # bad offsets through the plan (no host check): past tokens_sum, negative, decreasing, the
 # largest int32; the kernel must stay inside a and b and flag them
 a_bad = torch.randn(136, 40, dtype=torch.bfloat16, device="cuda")

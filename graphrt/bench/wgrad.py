@@ -15,28 +15,37 @@ CASES = op("grouped_gemm_wgrad").cases
 
 
 def random_counts(experts: int, tokens: int, generator: torch.Generator) -> list[int]:
-    """Token counts per expert: random multiples of 256 summing to ``tokens``."""
+    """Token counts per expert: random multiples of 256 summing to ``tokens``, the middle expert
+    empty (its tokens go to its predecessor)."""
     units = tokens // 256
     cuts = sorted(torch.randint(0, units + 1, (experts - 1,), generator=generator).tolist())
-    return [256 * (b - a) for a, b in zip([0] + cuts, cuts + [units])]
+    counts = [256 * (b - a) for a, b in zip([0] + cuts, cuts + [units])]
+    if experts > 1:
+        middle = experts // 2
+        counts[middle - 1], counts[middle] = counts[middle - 1] + counts[middle], 0
+    return counts
 
 
-LAYOUTS = (("m", "n"), ("k", "n"), ("k", "k"), ("m", "k"))   # (A, B) majors; the first: MoE
+# (A major, B major, input order); the first is MoE's (A the transpose of the activations)
+LAYOUTS = (("m", "n", "tensor2d"), ("k", "n", "tensor2d"), ("k", "k", "tensor2d"),
+           ("m", "k", "tensor2d"), ("k", "k", "tensor_ragged"))
 
 
 def odd_counts(counts: list[int], generator: torch.Generator) -> list[int]:
-    """``counts`` with tokens moved between neighbours so that most are not multiples of 8 (the
-    sum, a multiple of 8, stays)."""
+    """``counts`` with tokens moved between non-empty neighbours so that most are not multiples
+    of 8 (the sum, a multiple of 8, stays; empty experts stay empty)."""
     out = list(counts)
     for e in range(len(out) - 1):
-        shift = min(out[e], int(torch.randint(1, 8, (1,), generator=generator)))
-        out[e], out[e + 1] = out[e] - shift, out[e + 1] + shift
+        if counts[e] and counts[e + 1]:
+            shift = min(out[e], int(torch.randint(1, 8, (1,), generator=generator)))
+            out[e], out[e + 1] = out[e] - shift, out[e + 1] + shift
     return out
 
 
 def _operands(tokens: int, hidden: int, inter: int, a_major: str, b_major: str):
     """A [hidden, tokens] and B [tokens, intermediate] in the given majors (A "m": the
-    transpose of a [tokens, hidden] activation; B "k": the transpose of [intermediate, tokens])."""
+    transpose of a [tokens, hidden] activation; B "k": the transpose of [intermediate, tokens]).
+    For tensor_ragged the same K-major buffers hold the experts' blocks one after another."""
     a = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda").t()
     b = torch.randn(tokens, inter, dtype=torch.bfloat16, device="cuda")
     if a_major == "k":
@@ -52,21 +61,22 @@ def run(progress=print) -> list[dict]:
     for experts, hidden, inter, tokens in CASES:
         aligned = random_counts(experts, tokens, gen)
         flops = 2.0 * hidden * inter * tokens
-        for (a_major, b_major), (counts_name, counts) in itertools.product(
+        for (a_major, b_major, order), (counts_name, counts) in itertools.product(
                 LAYOUTS, (("x256", aligned), ("odd", odd_counts(aligned, gen)))):
             progress(f"wgrad E={experts} hidden={hidden} intermediate={inter} tokens={tokens} "
-                     f"A {a_major}-major, B {b_major}-major, counts {counts_name} ...")
+                     f"A {a_major}-major, B {b_major}-major, {order}, counts {counts_name} ...")
             offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
                                    device="cuda")
             sets = [_operands(tokens, hidden, inter, a_major, b_major) for _ in range(2)]
             out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
-            plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets).compile()
+            plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets, input_order=order).compile()
             impls = {"graphrt": lambda a, b: plan.execute(a, b, offsets, wgrad=out)}
-            first = (a_major, b_major) == LAYOUTS[0] and counts_name == "x256"
+            first = (a_major, b_major, order) == LAYOUTS[0] and counts_name == "x256"
             if first:   # the loop is layout-blind; once per case
                 bounds = expert_bounds(offsets, tokens)
                 impls["loop of torch.mm"] = lambda a, b: [
                     torch.mm(a[:, s:e], b[s:e], out=out[i]) for i, (s, e) in enumerate(bounds)]
+            # (on ragged buffers the peers compute the K-major tensor2d product: the same work)
             # torch._grouped_mm asserts on the device (it takes the process down) when a group's
             # byte size along a contiguous dim is not a multiple of 16: odd counts are ours alone
             if hasattr(torch, "_grouped_mm") and counts_name == "x256":
@@ -77,7 +87,7 @@ def run(progress=print) -> list[dict]:
             for name, us in times.items():
                 tflops = flops / (us * 1e-6) / 1e12
                 rows.append({"E": experts, "hidden": hidden, "intermediate": inter,
-                             "tokens": tokens, "A": a_major, "B": b_major,
+                             "tokens": tokens, "A": a_major, "B": b_major, "order": order,
                              "counts": counts_name, "impl": name, "us": us, "TFLOP/s": tflops,
                              "of_ceiling": tflops / BF16_GEMM_CEILING_TFLOPS,
                              "speedup_vs": us / times["graphrt"],
@@ -90,6 +100,9 @@ def main(progress=print) -> list[dict]:
         "wgrad", run(progress), progress,
         legend="A: m = M-major (the transpose of a [tokens, hidden] activation), k = K-major "
                "(contiguous [hidden, tokens]); B: n = N-major ([tokens, intermediate]), k = "
-               "K-major; counts: x256 = random multiples of 256 per expert, odd = the same moved "
-               "by 1-7 tokens between neighbours (not multiples of 8); speedup_vs: that impl's "
-               "time over graphrt's in the same row group; do_bench only for the first layout")
+               "K-major; order: tensor2d, or tensor_ragged (per-expert blocks, tokens "
+               "unit-stride; the peers time the K-major tensor2d product on the same buffers); "
+               "counts: x256 = random multiples of 256 per expert with the middle expert empty, "
+               "odd = the same moved by 1-7 tokens between non-empty neighbours (not multiples "
+               "of 8); speedup_vs: that impl's time over graphrt's in the same row group; "
+               "do_bench only for the first layout")

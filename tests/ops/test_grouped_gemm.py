@@ -80,6 +80,36 @@ def test_triton_kernel_interpreted(a_major, b_major, order, mode, dtype, accumul
     _close(w, _expected(a, b, offsets, order, dtype, init if accumulate else None, counts), dtype)
 
 
+def _ragged_problem(counts, hidden, inter, device):
+    """A and B as tensor_ragged buffers (per-expert blocks, tokens unit-stride) and the same
+    numbers as tensor2d operands, for the reference."""
+    blocks_a = [torch.randn(hidden, n, dtype=BF16, device=device) for n in counts]
+    blocks_b = [torch.randn(inter, n, dtype=BF16, device=device) for n in counts]
+    t = sum(counts)
+    ragged_a = torch.cat([blk.reshape(-1) for blk in blocks_a]).view(hidden, t)
+    ragged_b = torch.cat([blk.reshape(-1) for blk in blocks_b]).view(t, inter)
+    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device=device)
+    return ragged_a, ragged_b, torch.cat(blocks_a, 1), torch.cat(blocks_b, 1).t(), offsets
+
+
+def _check_ragged_aligned_and_odd(counts, hidden, inter, device):
+    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, device)
+    w = torch.full((len(counts), hidden, inter), float("nan"), device=device)
+    grouped_gemm_wgrad(a, b, offsets, wgrad=w, wgrad_dtype=torch.float32,
+                       input_order="tensor_ragged")
+    _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("hidden", [40, 36])   # 36: odd experts' blocks start off 16 bytes
+def test_ragged_aligned_and_odd_experts_interpreted(hidden):
+    """Ragged experts whose rows start 16-byte aligned (counts multiples of 8) load 8 tokens at
+    a time; the others element by element; both against the tensor2d reference."""
+    torch.manual_seed(1)
+    with env(GRAPHRT_BACKEND="triton"):
+        _check_ragged_aligned_and_odd([16, 0, 8, 5, 24, 3], hidden, 24, "cpu")
+
+
 @needs_interpreter
 def test_one_plan_across_token_counts_and_last_expert_empty():
     with env(GRAPHRT_BACKEND="triton"):
@@ -280,6 +310,14 @@ def test_gpu_matches_reference(seed, a_major, b_major, dtype, hidden, counts):
     w = torch.full((len(counts), hidden, 768), float("nan"), device="cuda").to(dtype)
     grouped_gemm_wgrad(a, b, offsets, wgrad=w, wgrad_dtype=dtype)
     _close(w, _expected(a, b, offsets, "tensor2d", dtype), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hidden", [1024, 1156])
+@pytest.mark.parametrize("counts", [[0, 304, 16, 0, 1024, 256], [0, 301, 17, 0, 1023, 259],
+                                    [0, 304, 17, 0, 1023, 256]])
+def test_gpu_ragged_matches_reference(seed, hidden, counts):
+    _check_ragged_aligned_and_odd(counts, hidden, 768, "cuda")
 
 
 @pytest.mark.gpu

@@ -50,12 +50,24 @@ def _tile(a_base, b_base, m, n, kk, m_mask, n_mask, k_mask, a_sm, a_sk, b_sk, b_
     return mma(a, b, DOT_FP32)
 
 
+@triton.jit
+def _k_loop(acc, a_base, b_base, lo, hi, m, n, m_mask, n_mask, a_sm, a_sk, b_sk, b_sn,
+            DOT_FP32: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """acc + A[m, lo:hi] @ B[lo:hi, n], BLOCK_K tokens per pipelined step."""
+    k = tl.arange(0, BLOCK_K)
+    for k0 in tl.range(lo, hi, BLOCK_K, num_stages=NUM_STAGES):
+        kk = k0 + k
+        acc += _tile(a_base, b_base, m, n, kk, m_mask, n_mask, kk < hi, a_sm, a_sk, b_sk, b_sn,
+                     DOT_FP32)
+    return acc
+
+
 @triton.jit(do_not_specialize=["tokens_sum"])
 def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
                   HIDDEN: tl.constexpr, INTER: tl.constexpr, A_K_MAJOR: tl.constexpr,
                   B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
-                  K_ALIGNED: tl.constexpr, BLOCK_M: tl.constexpr,
+                  K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
                   GROUP_M: tl.constexpr):
     tile = tl.program_id(0)
@@ -87,11 +99,20 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
     if ACCUMULATE:
         if count == 0:
             return
-    # element strides of this expert's A (hidden x tokens) and B (tokens x intermediate)
-    if RAGGED:
-        a_base, a_sm, a_sk = A + HIDDEN * begin, count, 1
-        b_base, b_sk, b_sn = B + INTER * begin, 1, count
-    else:
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if RAGGED:   # the expert's blocks: A_e (hidden, count), B_e (intermediate, count)
+        a_off, b_off = HIDDEN * begin, INTER * begin
+        if RAGGED_ALIGNED and count % 8 == 0 and a_off % 8 == 0 and b_off % 8 == 0:
+            # every row of both blocks starts 16-byte aligned: 8 tokens per load. The values are
+            # rebuilt as multiples of 8 for the compiler to see it (tl.multiple_of would mark
+            # the original values, which the other branch uses too)
+            rows = count // 8 * 8
+            acc = _k_loop(acc, A + a_off // 8 * 8, B + b_off // 8 * 8, 0, rows, m, n, m_mask,
+                          n_mask, rows, 1, 1, rows, DOT_FP32, BLOCK_K, NUM_STAGES)
+        else:
+            acc = _k_loop(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask, count, 1,
+                          1, count, DOT_FP32, BLOCK_K, NUM_STAGES)
+    else:   # element strides of A (hidden x tokens) and B (tokens x intermediate)
         stride = tokens_sum.to(tl.int64)
         if K_ALIGNED:   # tokens_sum % 8 == 0: the rows of K-major operands start 16-byte aligned
             stride = tl.multiple_of(stride, 8)
@@ -103,32 +124,27 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
             b_sk, b_sn = 1, stride
         else:
             b_sk, b_sn = INTER, 1
-        a_base, b_base = A + begin * a_sk, B + begin * b_sk
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    k = tl.arange(0, BLOCK_K)
-    if K_ALIGNED:
-        # tokens are absolute indices here: those between the expert's first and last multiples
-        # of 8 load 8 at a time (masks constant over 8 tokens); the fewer than 8 at each end come
-        # in one gathered block with exact masks
-        stop = begin + count
-        first_full = tl.multiple_of((begin + 7) // 8 * 8, 8)
-        last_full = stop // 8 * 8
-        for k0 in tl.range(first_full, last_full, BLOCK_K, num_stages=NUM_STAGES):
-            kk = k0 + k
-            acc += _tile(A, B, m, n, kk, m_mask, n_mask, kk < last_full, a_sm, a_sk, b_sk, b_sn,
-                         DOT_FP32)
-        if count > 0:
+        if K_ALIGNED:
+            # tokens are absolute indices here: those between the expert's first and last
+            # multiples of 8 load 8 at a time (masks constant over 8 tokens); the fewer than 8 at
+            # each end come in one gathered 16-token block with exact masks, when there are any
+            stop = begin + count
+            first_full = tl.multiple_of((begin + 7) // 8 * 8, 8)
+            last_full = stop // 8 * 8
+            acc = _k_loop(acc, A, B, first_full, last_full, m, n, m_mask, n_mask, a_sm, a_sk,
+                          b_sk, b_sn, DOT_FP32, BLOCK_K, NUM_STAGES)
             head_end = tl.minimum(first_full, stop)
             tail_begin = tl.maximum(last_full, first_full)
-            kk = tl.where(k < 8, begin // 8 * 8 + k, last_full + k - 8)
-            k_mask = (((k < 8) & (kk >= begin) & (kk < head_end)) |
-                      ((k >= 8) & (k < 16) & (kk >= tail_begin) & (kk < stop)))
-            acc += _tile(A, B, m, n, kk, m_mask, n_mask, k_mask, a_sm, a_sk, b_sk, b_sn, DOT_FP32)
-    else:
-        for k0 in tl.range(0, count, BLOCK_K, num_stages=NUM_STAGES):
-            kk = k0 + k
-            acc += _tile(a_base, b_base, m, n, kk, m_mask, n_mask, kk < count, a_sm, a_sk, b_sk,
-                         b_sn, DOT_FP32)
+            if (head_end > begin) | (stop > tail_begin):
+                k = tl.arange(0, 16)
+                kk = tl.where(k < 8, begin // 8 * 8 + k, last_full + k - 8)
+                k_mask = (((k < 8) & (kk >= begin) & (kk < head_end)) |
+                          ((k >= 8) & (kk >= tail_begin) & (kk < stop)))
+                acc += _tile(A, B, m, n, kk, m_mask, n_mask, k_mask, a_sm, a_sk, b_sk, b_sn,
+                             DOT_FP32)
+        else:
+            acc = _k_loop(acc, A + begin * a_sk, B + begin * b_sk, 0, count, m, n, m_mask,
+                          n_mask, a_sm, a_sk, b_sk, b_sn, DOT_FP32, BLOCK_K, NUM_STAGES)
     if DISCRETE:
         out = tl.load(OUT_PTRS + expert).to(tl.pointer_type(OUT_DTYPE))
     else:
@@ -156,13 +172,15 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     discrete = out_ptrs is not None
     tokens_sum = a.shape[1]
     # the 8-token path needs 16-byte aligned rows of the K-major operands (and BLOCK_K >= 16)
-    k_aligned = ((a_k_major or b_k_major) and not ragged and tokens_sum % 8 == 0
-                 and cfg.block_k >= 16 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
+    # (ragged: the experts whose blocks turn out aligned on the device take it)
+    aligned_bases = cfg.block_k >= 16 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
+    k_aligned = (a_k_major or b_k_major) and not ragged and tokens_sum % 8 == 0 and aligned_bases
     launch(_wgrad_kernel, (tiles, experts),
         a, b, offsets, out if not discrete else a, out_ptrs if discrete else offsets, errors,
         tokens_sum,
         HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, RAGGED=ragged,
         DISCRETE=discrete, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
-        OUT_DTYPE=_TL_DTYPES[str(out_dtype)], K_ALIGNED=k_aligned, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        OUT_DTYPE=_TL_DTYPES[str(out_dtype)], K_ALIGNED=k_aligned,
+        RAGGED_ALIGNED=ragged and aligned_bases, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
         num_warps=cfg.num_warps)
