@@ -235,6 +235,14 @@ def row_offsets(rows, stride):
 
 
 @triton.jit
+def pow2(e):
+    """2^e as FP32 for integer e in [-127, 127] (2^-127 is the one subnormal); NaN for 128, the
+    E8M0 NaN scale decoded."""
+    bits = tl.where(e <= -127, 0x400000, (e + 127) << 23)
+    return tl.where(e >= 128, 0x7FC00000, bits).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def mma(a, b, DOT_FP32: tl.constexpr):
     """a @ b with FP32 accumulation; ``DOT_FP32`` for the Triton interpreter, which has no BF16
     matrix product (operands are then converted to FP32 first)."""

@@ -38,6 +38,17 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
     graphrt.ops.grouped_gemm_wgrad(torch.randn(136, tokens, dtype=torch.bfloat16, device="cuda"),
                                    torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda"),
                                    offsets, input_order="tensor_ragged")
+# FP8 inputs, both recipes: experts sharing scale blocks, one inside a single block, an empty
+# one; tokens_sum 368 (rows 16-byte aligned) and 367
+for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):
+    offsets = torch.tensor(counts, dtype=torch.int32, device="cuda").cumsum(0).to(torch.int32)
+    tokens = sum(counts)
+    for scale_dtype, block in ((torch.uint8, 32), (torch.float32, 128)):
+        blocks = -(-tokens // block)
+        a = torch.randn(136, tokens, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(72, tokens, device="cuda").to(torch.float8_e4m3fn).t()
+        sa, sb = (torch.ones(rows, blocks, device="cuda").to(scale_dtype) for rows in (136, 72))
+        graphrt.ops.grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb.t())
 # bad offsets through the plan (no host check): past tokens_sum, negative, decreasing, the
 # largest int32; the kernel must stay inside a and b and flag them
 a_bad = torch.randn(136, 40, dtype=torch.bfloat16, device="cuda")

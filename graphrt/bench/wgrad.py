@@ -55,8 +55,55 @@ def _operands(tokens: int, hidden: int, inter: int, a_major: str, b_major: str):
     return a, b
 
 
+FP8_RECIPES = (("fp8 e8m0/32", torch.uint8, 32), ("fp8 fp32/128", torch.float32, 128))
+
+
+def _fp8_operands(tokens: int, hidden: int, inter: int, scale_dtype, block: int):
+    """FP8 codes a (hidden, T) and b (T, intermediate), both K-major, with their scales."""
+    blocks = -(-tokens // block)
+    a = torch.randn(hidden, tokens, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(inter, tokens, device="cuda").to(torch.float8_e4m3fn).t()
+    if scale_dtype == torch.uint8:
+        a_scale = torch.randint(120, 134, (hidden, blocks), dtype=torch.uint8, device="cuda")
+        b_scale = torch.randint(120, 134, (inter, blocks), dtype=torch.uint8, device="cuda").t()
+    else:
+        a_scale = torch.rand(hidden, blocks, device="cuda") + 0.5
+        b_scale = (torch.rand(inter, blocks, device="cuda") + 0.5).t()
+    return a, b, a_scale, b_scale
+
+
+def _fp8_impls(tokens, hidden, inter, offsets, out) -> dict:
+    """graphrt on FP8 inputs, each recipe with its own rotating input sets."""
+    impls = {}
+    for name, scale_dtype, block in FP8_RECIPES:
+        sets = [_fp8_operands(tokens, hidden, inter, scale_dtype, block) for _ in range(2)]
+        a, b, sa, sb = sets[0]
+        plan = GroupedGemmWgrad(a, b, offsets, a_scale=sa, b_scale=sb).compile()
+        impls[f"graphrt {name}"] = rotating(
+            lambda a, b, sa, sb, plan=plan: plan.execute(a, b, offsets, a_scale=sa, b_scale=sb,
+                                                         wgrad=out), sets)
+    return impls
+
+
+def fp8_gemm_ceiling_tflops() -> float | None:
+    """TFLOP/s of torch._scaled_mm on 8192^3 FP8 codes (one scale per tensor): the FP8 GEMM
+    ceiling measured on this device (None where torch has no FP8 GEMM here)."""
+    n = 8192
+    try:
+        a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device="cuda")
+        us = stream_time_us(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
+                                                     out_dtype=torch.bfloat16))
+    except (AttributeError, RuntimeError):
+        return None
+    return 2.0 * n ** 3 / (us * 1e-6) / 1e12
+
+
 def run(progress=print) -> list[dict]:
     rows = []
+    fp8_ceiling = fp8_gemm_ceiling_tflops()
+    progress(f"FP8 GEMM ceiling (torch._scaled_mm 8192^3): {fp8_ceiling} TFLOP/s")
     gen = torch.Generator().manual_seed(0)
     for experts, hidden, inter, tokens in CASES:
         aligned = random_counts(experts, tokens, gen)
@@ -82,6 +129,9 @@ def run(progress=print) -> list[dict]:
             if hasattr(torch, "_grouped_mm") and counts_name == "x256":
                 impls["torch._grouped_mm"] = lambda a, b: torch._grouped_mm(a, b, offs=offsets)
             times = {k: stream_time_us(rotating(f, sets)) for k, f in impls.items()}
+            if (a_major, b_major, order) == ("k", "k", "tensor2d"):   # FP8's layout
+                for name, f in _fp8_impls(tokens, hidden, inter, offsets, out).items():
+                    times[name] = stream_time_us(f)
             flushed = ({k: device_time_us(rotating(f, sets)) for k, f in impls.items()}
                        if first else {})
             for name, us in times.items():
@@ -89,7 +139,9 @@ def run(progress=print) -> list[dict]:
                 rows.append({"E": experts, "hidden": hidden, "intermediate": inter,
                              "tokens": tokens, "A": a_major, "B": b_major, "order": order,
                              "counts": counts_name, "impl": name, "us": us, "TFLOP/s": tflops,
-                             "of_ceiling": tflops / BF16_GEMM_CEILING_TFLOPS,
+                             "of_ceiling": tflops / (fp8_ceiling or float("nan")
+                                                     if "fp8" in name else
+                                                     BF16_GEMM_CEILING_TFLOPS),
                              "speedup_vs": us / times["graphrt"],
                              "do_bench_us": flushed.get(name)})
     return rows
@@ -104,5 +156,8 @@ def main(progress=print) -> list[dict]:
                "unit-stride; the peers time the K-major tensor2d product on the same buffers); "
                "counts: x256 = random multiples of 256 per expert with the middle expert empty, "
                "odd = the same moved by 1-7 tokens between non-empty neighbours (not multiples "
-               "of 8); speedup_vs: that impl's time over graphrt's in the same row group; "
+               "of 8); graphrt fp8: float8_e4m3fn codes with E8M0 scales per 32 tokens or FP32 "
+               "scales per 128 tokens (both K-major), of_ceiling against the FP8 GEMM ceiling "
+               "measured first; speedup_vs: that impl's time over graphrt "
+               "BF16's in the same row group; "
                "do_bench only for the first layout")

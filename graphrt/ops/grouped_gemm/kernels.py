@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import triton
 import triton.language as tl
 
 from ... import device_checks
-from ...kernel_utils import cdiv, launch, mma
+from ...kernel_utils import cdiv, launch, mma, pow2
 
 OFFSETS_DECREASING = tl.constexpr(device_checks.OFFSETS_DECREASING)
 OFFSETS_OUT_OF_RANGE = tl.constexpr(device_checks.OFFSETS_OUT_OF_RANGE)
@@ -31,6 +32,14 @@ class GemmConfig:
     num_warps: int
     num_stages: int
     group_m: int = 8   # row tiles walked together, so neighbouring programs share B columns
+
+
+def fp8_config(interpreted: bool, scale_block: int) -> GemmConfig:
+    """block_k is the scale block: 32 (MXFP8) or 128 (FP32 scales per 128 tokens)."""
+    if interpreted:
+        return GemmConfig(16, 16, scale_block, 1, 1, 2)
+    # two FP32 accumulators live (the running sum and the block's product): 128 x 128 tiles
+    return GemmConfig(128, 128, scale_block, 8, 4 if scale_block >= 128 else 6)
 
 
 def gemm_config(interpreted: bool) -> GemmConfig:
@@ -62,16 +71,11 @@ def _k_loop(acc, a_base, b_base, lo, hi, m, n, m_mask, n_mask, a_sm, a_sk, b_sk,
     return acc
 
 
-@triton.jit(do_not_specialize=["tokens_sum"])
-def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
-                  HIDDEN: tl.constexpr, INTER: tl.constexpr, A_K_MAJOR: tl.constexpr,
-                  B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
-                  ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
-                  K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
-                  GROUP_M: tl.constexpr):
-    tile = tl.program_id(0)
-    expert = tl.program_id(1)
+@triton.jit
+def _tile_rows_cols(tile, HIDDEN: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """The output rows and columns of program ``tile``: GROUP_M row tiles walked together, so
+    that neighbouring programs share B's columns."""
     tiles_m: tl.constexpr = (HIDDEN + BLOCK_M - 1) // BLOCK_M
     tiles_n: tl.constexpr = (INTER + BLOCK_N - 1) // BLOCK_N
     group = tile // (GROUP_M * tiles_n)
@@ -79,9 +83,13 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
     rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
     tile_m = first_m + (tile % (GROUP_M * tiles_n)) % rows_in_group
     tile_n = (tile % (GROUP_M * tiles_n)) // rows_in_group
-    m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_mask, n_mask = m < HIDDEN, n < INTER
+    return tile_m * BLOCK_M + tl.arange(0, BLOCK_M), tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+
+
+@triton.jit
+def _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum):
+    """(begin, count) of ``expert``'s tokens, int64; an expert with invalid bounds is empty and
+    flagged by its first tile."""
     end = tl.load(OFFSETS + expert).to(tl.int64)
     begin = tl.load(OFFSETS + expert - 1, mask=expert > 0, other=0).to(tl.int64)
     total = tokens_sum.to(tl.int64)
@@ -95,7 +103,37 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
             tl.atomic_min(ERRORS + 1, expert)
     valid = (problem & (OFFSETS_DECREASING | OFFSETS_OUT_OF_RANGE)) == 0
     begin = tl.where(valid, begin, 0)
-    count = tl.where(valid, end - begin, 0)
+    return begin, tl.where(valid, end - begin, 0)
+
+
+@triton.jit
+def _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN: tl.constexpr, INTER: tl.constexpr,
+                DISCRETE: tl.constexpr, ACCUMULATE: tl.constexpr, OUT_DTYPE: tl.constexpr):
+    """acc (plus the output's values when accumulating) into Wgrad[expert][m, n]."""
+    if DISCRETE:
+        out = tl.load(OUT_PTRS + expert).to(tl.pointer_type(OUT_DTYPE))
+    else:
+        out = OUT + expert.to(tl.int64) * (HIDDEN * INTER)
+    ptrs = out + m[:, None].to(tl.int64) * INTER + n[None, :]
+    mask = (m < HIDDEN)[:, None] & (n < INTER)[None, :]
+    if ACCUMULATE:
+        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptrs, acc.to(OUT_DTYPE), mask=mask)
+
+
+@triton.jit(do_not_specialize=["tokens_sum"])
+def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
+                  HIDDEN: tl.constexpr, INTER: tl.constexpr, A_K_MAJOR: tl.constexpr,
+                  B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
+                  ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
+                  K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
+                  GROUP_M: tl.constexpr):
+    tile = tl.program_id(0)
+    expert = tl.program_id(1)
+    m, n = _tile_rows_cols(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
+    m_mask, n_mask = m < HIDDEN, n < INTER
+    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum)
     if ACCUMULATE:
         if count == 0:
             return
@@ -147,15 +185,79 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
         else:
             acc = _k_loop(acc, A + begin * a_sk, B + begin * b_sk, 0, count, m, n, m_mask,
                           n_mask, a_sm, a_sk, b_sk, b_sn, DOT_FP32, BLOCK_K, NUM_STAGES)
-    if DISCRETE:
-        out = tl.load(OUT_PTRS + expert).to(tl.pointer_type(OUT_DTYPE))
-    else:
-        out = OUT + expert.to(tl.int64) * (HIDDEN * INTER)
-    ptrs = out + m[:, None].to(tl.int64) * INTER + n[None, :]
-    mask = m_mask[:, None] & n_mask[None, :]
+    _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
+
+
+@triton.jit
+def _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, load_k, keep_k, block,
+                  stride, sa_m, sa_k, sb_k, sb_n, E8M0: tl.constexpr, EDGE: tl.constexpr,
+                  DOT_FP32: tl.constexpr):
+    """acc + (A[m, kk] @ B[kk, n]) * a_scale[m, block] * b_scale[block, n] for one block of
+    tokens kk sharing one scale per row of A and per column of B (K-major codes, rows
+    ``stride`` apart). Tokens outside ``load_k`` are not read; an ``EDGE`` block (one the expert
+    shares with a neighbour) also zeroes those outside ``keep_k`` after loading, which keeps its
+    loads 16 codes wide."""
+    a = tl.load(A + m[:, None] * stride + kk[None, :], mask=m_mask[:, None] & load_k[None, :],
+                other=0.0)
+    b = tl.load(B + kk[:, None] + n[None, :] * stride, mask=load_k[:, None] & n_mask[None, :],
+                other=0.0)
+    if EDGE:
+        a = tl.where(keep_k[None, :], a, tl.zeros_like(a))
+        b = tl.where(keep_k[:, None], b, tl.zeros_like(b))
+    sa = tl.load(A_SCALE + m * sa_m + block * sa_k, mask=m_mask, other=0)
+    sb = tl.load(B_SCALE + block * sb_k + n * sb_n, mask=n_mask, other=0)
+    if E8M0:
+        sa = pow2(sa.to(tl.int32) - 127)
+        sb = pow2(sb.to(tl.int32) - 127)
+    return acc + mma(a, b, DOT_FP32) * (sa[:, None] * sb[None, :])
+
+
+@triton.jit(do_not_specialize=["tokens_sum", "sa_m", "sa_k", "sb_k", "sb_n"])
+def _wgrad_fp8_kernel(A, B, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
+                      sa_m, sa_k, sb_k, sb_n, HIDDEN: tl.constexpr, INTER: tl.constexpr,
+                      SCALE_BLOCK: tl.constexpr, E8M0: tl.constexpr, ROWS_ALIGNED: tl.constexpr,
+                      DISCRETE: tl.constexpr, ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr,
+                      OUT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
+    """Block-scaled FP8 codes, both operands K-major: scales per SCALE_BLOCK tokens counted
+    from token 0 of the whole tensor, so an expert's first and last blocks may be shared with
+    its neighbours. The blocks inside the expert run pipelined, 16 codes per load when the rows
+    are 16-byte aligned; the partial blocks at its two ends run once each, masked."""
+    tile = tl.program_id(0)
+    expert = tl.program_id(1)
+    m, n = _tile_rows_cols(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
+    m_mask, n_mask = m < HIDDEN, n < INTER
+    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum)
     if ACCUMULATE:
-        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(ptrs, acc.to(OUT_DTYPE), mask=mask)
+        if count == 0:
+            return
+    total = tokens_sum.to(tl.int64)
+    stride = total
+    if ROWS_ALIGNED:
+        stride = tl.multiple_of(stride, 16)
+    stop = begin + count
+    first_full = (begin + SCALE_BLOCK - 1) // SCALE_BLOCK * SCALE_BLOCK
+    last_full = stop // SCALE_BLOCK * SCALE_BLOCK
+    k = tl.arange(0, SCALE_BLOCK)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in tl.range(first_full, last_full, SCALE_BLOCK, num_stages=NUM_STAGES):
+        kk = k0 + k
+        acc = _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk,
+                            kk < last_full, kk, k0 // SCALE_BLOCK, stride, sa_m, sa_k, sb_k,
+                            sb_n, E8M0, False, DOT_FP32)
+    head_end = tl.minimum(first_full, stop)
+    if head_end > begin:   # the expert's tokens in the block holding its first token
+        kk = begin // SCALE_BLOCK * SCALE_BLOCK + k
+        acc = _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, kk < total,
+                            (kk >= begin) & (kk < head_end), begin // SCALE_BLOCK, stride,
+                            sa_m, sa_k, sb_k, sb_n, E8M0, True, DOT_FP32)
+    tail_begin = tl.maximum(last_full, first_full)
+    if stop > tail_begin:  # and in the block holding its last token, when that is another one
+        kk = last_full + k
+        acc = _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, kk < total,
+                            (kk >= tail_begin) & (kk < stop), last_full // SCALE_BLOCK, stride,
+                            sa_m, sa_k, sb_k, sb_n, E8M0, True, DOT_FP32)
+    _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
 
 
 _TL_DTYPES = {"torch.bfloat16": tl.bfloat16, "torch.float16": tl.float16,
@@ -186,3 +288,26 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         RAGGED_ALIGNED=ragged and aligned_bases, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
         num_warps=cfg.num_warps)
+
+
+def launch_wgrad_fp8(cfg: GemmConfig, a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype,
+                     errors, *, hidden: int, inter: int, accumulate: bool, dot_fp32: bool) -> None:
+    """FP8 codes ``a`` (hidden, T) and ``b`` (T, intermediate), both K-major, with scales per
+    ``cfg.block_k`` tokens: a_scale (hidden, blocks), b_scale (blocks, intermediate), uint8 E8M0
+    or FP32, any strides."""
+    experts = offsets.numel()
+    if experts == 0:
+        return
+    tiles = cdiv(hidden, cfg.block_m) * cdiv(inter, cfg.block_n)
+    discrete = out_ptrs is not None
+    tokens_sum = a.shape[1]
+    rows_aligned = tokens_sum % 16 == 0 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
+    launch(_wgrad_fp8_kernel, (tiles, experts),
+        a, b, a_scale, b_scale, offsets, out if not discrete else a,
+        out_ptrs if discrete else offsets, errors, tokens_sum,
+        a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
+        HIDDEN=hidden, INTER=inter, SCALE_BLOCK=cfg.block_k,
+        E8M0=a_scale.dtype == torch.uint8, ROWS_ALIGNED=rows_aligned, DISCRETE=discrete,
+        ACCUMULATE=accumulate, DOT_FP32=dot_fp32, OUT_DTYPE=_TL_DTYPES[str(out_dtype)],
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages,
+        GROUP_M=cfg.group_m, num_warps=cfg.num_warps)

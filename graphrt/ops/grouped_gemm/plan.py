@@ -12,11 +12,13 @@ from ...plan import Plan
 from ...streams import is_capturing, on_stream
 from ...validate import (compact_operand, dtype_name, require_aligned,
                          require_disjoint, require_tensor, vector_operand)
-from .reference import expert_bounds, grouped_gemm_wgrad_reference, host_ends, offset_problems
+from .reference import (FP8, SCALE_BLOCKS, expert_bounds, grouped_gemm_wgrad_reference,
+                        host_ends, offset_problems)
 
 OUTPUT_MODES = ("dense", "discrete")
 INPUT_ORDERS = ("tensor2d", "tensor_ragged")
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+INPUT_DTYPES = (torch.bfloat16, FP8)
 
 
 def _major(t: torch.Tensor, inner_dim: int) -> str:
@@ -39,6 +41,21 @@ def operand_spec(name: str, t, tokens_dim: int) -> TensorSpec:
     return TensorSpec(name, t.dtype, shape, _major(t, tokens_dim))
 
 
+def scale_spec(tokens_dim: int):
+    """Spec of ``a_scale`` (blocks of tokens in dim 1) or ``b_scale`` (dim 0): absent when None;
+    the block count is a run-time extent and any strides are read."""
+    def spec(name: str, t) -> TensorSpec:
+        if t is None:
+            return TensorSpec.absent(name)
+        require_tensor(name, t)
+        if t.dim() != 2:
+            return TensorSpec(name, t.dtype, tuple(t.shape), f"unsupported: {t.dim()}-D")
+        return TensorSpec(name, t.dtype,
+                          tuple(None if i == tokens_dim else d for i, d in enumerate(t.shape)),
+                          "strided")
+    return spec
+
+
 def offsets_spec(name: str, t) -> TensorSpec:
     t = require_tensor(name, t)
     return TensorSpec(name, t.dtype, tuple(t.shape),
@@ -53,10 +70,14 @@ class GroupedGemmWgrad(Plan):
     """Wgrad[e] = A[:, begin:end] @ B[begin:end, :] for every expert in one launch.
 
     a: BF16 (hidden, tokens_sum), K-major or M-major; b: BF16 (tokens_sum, intermediate), K-major
-    or N-major. With ``input_order="tensor_ragged"`` each buffer holds, in memory order, one
-    compact block per expert with the tokens as the unit-stride axis (A_e [hidden, n_e], B_e
-    [intermediate, n_e]); the tensors' own strides then only have to be dense, either way;
-    offsets: int32 [E] cumulative ends, read on the device. Output dense (E, hidden,
+    or N-major. FP8 inputs: float8_e4m3fn codes, both K-major (tokens the unit-stride axis, as
+    Hopper's FP8 tensor-core instructions read them), tensor2d, with ``a_scale`` (hidden, blocks)
+    and ``b_scale`` (blocks, intermediate), any strides: uint8 E8M0 scales per 32 tokens (MXFP8)
+    or FP32 scales per 128 tokens (DeepSeek-V3's 1x128 blocks), blocks counted from token 0 of
+    the tensors, so neighbouring experts may share one. With ``input_order="tensor_ragged"``
+    each buffer holds, in memory order, one compact block per expert with the tokens as the
+    unit-stride axis (A_e [hidden, n_e], B_e [intermediate, n_e]); the tensors' own strides then
+    only have to be dense, either way; offsets: int32 [E] cumulative ends, read on the device. Output dense (E, hidden,
     intermediate) or discrete (``wgrad_ptrs``: int64 [E] addresses), BF16/FP16/FP32, overwritten
     or accumulated into.
 
@@ -84,12 +105,18 @@ class GroupedGemmWgrad(Plan):
                                 f"{dtype_name(c.flag('wgrad_dtype'))}")
         for name in ("a", "b"):
             spec = c.spec(name)
-            if spec.dtype != torch.bfloat16:
-                raise ContractError(f"{name}: expected dtype bfloat16, got {dtype_name(spec.dtype)}")
+            if spec.dtype not in INPUT_DTYPES:
+                raise ContractError(f"{name}: expected dtype bfloat16 or float8_e4m3fn, got "
+                                    f"{dtype_name(spec.dtype)}")
             if spec.layout.startswith("unsupported"):
                 raise ContractError(f"{name}: layout not supported: expected tokens-major or "
                                     f"{'M' if name == 'a' else 'N'}-major, got "
                                     f"{spec.layout.replace('unsupported', '').strip(': ')}")
+        if c.spec("b").dtype != c.spec("a").dtype:
+            raise ContractError(f"b: expected dtype {dtype_name(c.spec('a').dtype)} (like a), got "
+                                f"{dtype_name(c.spec('b').dtype)}")
+        self.fp8 = c.spec("a").dtype == FP8
+        self._check_scales()
         off = c.spec("offsets")
         if off.dtype != torch.int32 or len(off.shape) != 1 or off.layout != "contiguous":
             raise ContractError(f"offsets: expected a contiguous int32 [E] tensor, got "
@@ -97,15 +124,44 @@ class GroupedGemmWgrad(Plan):
         self.hidden, self.inter = c.spec("a").shape[0], c.spec("b").shape[1]
         self.experts = off.shape[0]
 
+    def _check_scales(self) -> None:
+        c = self.contract
+        scales = (c.spec("a_scale"), c.spec("b_scale"))
+        if not self.fp8:
+            for spec in scales:
+                if spec.present:
+                    raise ContractError(f"{spec.name}: scales belong to FP8 inputs; a and b are "
+                                        f"bfloat16")
+            return
+        for spec in scales:
+            if not spec.present:
+                raise ContractError(f"{spec.name}: FP8 inputs need scales: uint8 E8M0 per 32 "
+                                    f"tokens or float32 per 128")
+            if spec.dtype not in SCALE_BLOCKS or spec.layout.startswith("unsupported"):
+                raise ContractError(f"{spec.name}: expected a 2-D uint8 (E8M0) or float32 tensor, "
+                                    f"got {dtype_name(spec.dtype)} {spec.shape}")
+        if scales[1].dtype != scales[0].dtype:
+            raise ContractError(f"b_scale: expected dtype {dtype_name(scales[0].dtype)} (like "
+                                f"a_scale), got {dtype_name(scales[1].dtype)}")
+        for name in ("a", "b"):
+            if c.spec(name).layout != "k":
+                raise ContractError(f"{name}: FP8 codes must be tokens-major (K-major, the tokens "
+                                    f"the unit-stride axis), got {c.spec(name).layout}-major")
+        if c.flag("input_order") != "tensor2d":
+            raise ContractError("input_order: FP8 inputs take tensor2d only")
+        self.scale_block = SCALE_BLOCKS[scales[0].dtype]
+
     def _compile(self) -> None:
         if self.contract.device_type == "cuda":  # made here, never inside a capture
             error_flags(torch.device("cuda", torch.cuda.current_device()))
         if self.backend == "triton":
-            from .kernels import gemm_config
+            from .kernels import fp8_config, gemm_config
             self.interpreted = self.contract.device_type != "cuda"
-            self.config = gemm_config(self.interpreted)
+            self.config = (fp8_config(self.interpreted, self.scale_block) if self.fp8 else
+                           gemm_config(self.interpreted))
 
-    def execute(self, a, b, offsets, *, wgrad=None, wgrad_ptrs=None, workspace=None, stream=None) -> None:
+    def execute(self, a, b, offsets, *, a_scale=None, b_scale=None, wgrad=None, wgrad_ptrs=None,
+                workspace=None, stream=None) -> None:
         c = self.contract
         device = require_tensor("a", a).device
         b, offsets = require_tensor("b", b), require_tensor("offsets", offsets)
@@ -113,9 +169,10 @@ class GroupedGemmWgrad(Plan):
             if t.device != device:
                 raise ContractError(f"{name}: expected device {device}, got {t.device}")
         for name, t, want in (("a", a, c.spec("a")), ("b", b, c.spec("b"))):
-            if t.dtype != torch.bfloat16 or _major(t, 1 if name == "a" else 0) != want.layout:
-                raise ContractError(f"{name}: expected bfloat16 with the plan's layout "
-                                    f"({want.layout}-major), got {dtype_name(t.dtype)} strides {t.stride()}")
+            if t.dtype != want.dtype or _major(t, 1 if name == "a" else 0) != want.layout:
+                raise ContractError(f"{name}: expected {dtype_name(want.dtype)} with the plan's "
+                                    f"layout ({want.layout}-major), got {dtype_name(t.dtype)} "
+                                    f"strides {t.stride()}")
         if a.shape[0] != self.hidden or b.shape[1] != self.inter or a.shape[1] != b.shape[0]:
             raise ContractError(f"a, b: expected ({self.hidden}, T) and (T, {self.inter}), got "
                                 f"{tuple(a.shape)} and {tuple(b.shape)}")
@@ -123,6 +180,7 @@ class GroupedGemmWgrad(Plan):
         require_aligned("b", b)
         vector_operand("offsets", offsets, (torch.int32,), self.experts, device)
         tokens_sum = a.shape[1]
+        self._check_scale_operands(a_scale, b_scale, tokens_sum, device)
         out_dtype = c.flag("wgrad_dtype")
         discrete = c.flag("output_mode") == "discrete"
         if discrete:
@@ -139,29 +197,59 @@ class GroupedGemmWgrad(Plan):
                         raise ContractError(f"wgrad_ptrs: expert {e}'s address {ptr:#x} is null "
                                             f"or not 16-byte aligned")
         require_disjoint({"wgrad": wgrad, "wgrad_ptrs": wgrad_ptrs},
-                         {"a": a, "b": b, "offsets": offsets})
+                         {"a": a, "b": b, "offsets": offsets, "a_scale": a_scale,
+                          "b_scale": b_scale})
         accumulate = c.flag("accumulate")
         errors = error_flags(device)
         if self.backend == "reference":
             self._execute_reference(a, b, offsets, wgrad, wgrad_ptrs, accumulate, out_dtype,
-                                    errors)
+                                    errors, a_scale, b_scale)
             return
-        from .kernels import launch_wgrad
+        from .kernels import launch_wgrad, launch_wgrad_fp8
         with on_stream(stream):
+            if self.fp8:
+                launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
+                                 wgrad_ptrs if discrete else None, out_dtype, errors,
+                                 hidden=self.hidden, inter=self.inter, accumulate=accumulate,
+                                 dot_fp32=self.interpreted)
+                return
             launch_wgrad(self.config, a, b, offsets, wgrad, wgrad_ptrs if discrete else None,
                          out_dtype, errors, hidden=self.hidden, inter=self.inter,
                          a_k_major=c.spec("a").layout == "k", b_k_major=c.spec("b").layout == "k",
                          ragged=c.flag("input_order") == "tensor_ragged", accumulate=accumulate,
                          dot_fp32=self.interpreted)
 
-    def _execute_reference(self, a, b, offsets, wgrad, wgrad_ptrs, accumulate, out_dtype, errors):
+    def _check_scale_operands(self, a_scale, b_scale, tokens_sum: int, device) -> None:
+        """FP8 plans: one scale per block of tokens (a_scale (hidden, blocks), b_scale (blocks,
+        intermediate)) of the plan's dtype on a's device; BF16 plans take none."""
+        if not self.fp8:
+            for name, t in (("a_scale", a_scale), ("b_scale", b_scale)):
+                if t is not None:
+                    raise ContractError(f"{name}: scales belong to FP8 inputs; this plan is for "
+                                        f"bfloat16")
+            return
+        blocks = -(-tokens_sum // self.scale_block)
+        for name, t, shape in (("a_scale", a_scale, (self.hidden, blocks)),
+                               ("b_scale", b_scale, (blocks, self.inter))):
+            t = require_tensor(name, t)
+            want = self.contract.spec(name).dtype
+            if t.device != device:
+                raise ContractError(f"{name}: expected device {device}, got {t.device}")
+            if t.dtype != want or tuple(t.shape) != shape:
+                raise ContractError(f"{name}: expected {dtype_name(want)} {shape} (one scale per "
+                                    f"{self.scale_block} tokens), got {dtype_name(t.dtype)} "
+                                    f"{tuple(t.shape)}")
+
+    def _execute_reference(self, a, b, offsets, wgrad, wgrad_ptrs, accumulate, out_dtype, errors,
+                           a_scale, b_scale):
         if wgrad is None:
             raise ContractError("wgrad_ptrs: the reference backend writes through a stacked "
                                 "wgrad tensor; pass wgrad too")
         ref = grouped_gemm_wgrad_reference(a, b, offsets,
                                            input_order=self.contract.flag("input_order"),
                                            out_dtype=out_dtype,
-                                           accumulate_into=wgrad if accumulate else None)
+                                           accumulate_into=wgrad if accumulate else None,
+                                           a_scale=a_scale, b_scale=b_scale)
         if accumulate:  # an empty expert stays untouched
             for e, (begin, end) in enumerate(expert_bounds(offsets, a.shape[1])):
                 if end > begin:

@@ -5,6 +5,26 @@ import torch
 
 from ...device_checks import OFFSETS_DECREASING, OFFSETS_LAST_NOT_TOTAL, OFFSETS_OUT_OF_RANGE
 
+FP8 = torch.float8_e4m3fn
+# tokens per scale of FP8 inputs, by the scales' dtype: E8M0 bytes per 32 (MXFP8), FP32 per 128
+# (DeepSeek-V3's 1x128 blocks)
+SCALE_BLOCKS = {torch.uint8: 32, torch.float32: 128}
+
+
+def scale_values(scales: torch.Tensor) -> torch.Tensor:
+    """FP32 values of scales: E8M0 bytes s as 2^(s - 127) (255: NaN), FP32 ones as given."""
+    if scales.dtype == torch.uint8:
+        return torch.where(scales == 255, float("nan"), torch.exp2(scales.float() - 127))
+    return scales.float()
+
+
+def dequantize_tokens(codes: torch.Tensor, scales: torch.Tensor, tokens_dim: int) -> torch.Tensor:
+    """FP32 values of FP8 ``codes``: each times the scale of its block of
+    ``SCALE_BLOCKS[scales.dtype]`` tokens along ``tokens_dim``, blocks counted from token 0."""
+    tokens = codes.shape[tokens_dim]
+    per_token = scale_values(scales).repeat_interleave(SCALE_BLOCKS[scales.dtype], tokens_dim)
+    return codes.float() * per_token.narrow(tokens_dim, 0, tokens)
+
 
 def host_ends(offsets: torch.Tensor) -> list[int]:
     """The cumulative ends, read on the host (a synchronization)."""
@@ -59,10 +79,14 @@ def expert_slices(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, input
 
 
 def grouped_gemm_wgrad_reference(a, b, offsets, *, input_order="tensor2d",
-                                 out_dtype=torch.bfloat16, accumulate_into=None):
+                                 out_dtype=torch.bfloat16, accumulate_into=None, a_scale=None,
+                                 b_scale=None):
     """Stacked (E, hidden, intermediate): Wgrad[e] = A[:, begin:end] @ B[begin:end, :] in FP32
     (plus ``accumulate_into`` when given), cast to ``out_dtype``. Experts with invalid bounds
-    count as empty (see ``expert_bounds``)."""
+    count as empty (see ``expert_bounds``). FP8 ``a`` and ``b`` are dequantized with their
+    scales first (``dequantize_tokens``)."""
+    if a_scale is not None:
+        a, b = dequantize_tokens(a, a_scale, 1), dequantize_tokens(b, b_scale, 0)
     if offsets.numel() == 0:
         return torch.empty(0, a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
     results = []

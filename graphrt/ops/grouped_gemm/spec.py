@@ -8,7 +8,7 @@ from ...errors import ContractError
 from ...opspec import OpSpec, Option, Output, Tensor
 from ...streams import is_capturing
 from ...validate import flag_value, require_tensor, vector_operand
-from .plan import GroupedGemmWgrad, check_offsets_on_host, offsets_spec, operand_spec
+from .plan import GroupedGemmWgrad, check_offsets_on_host, offsets_spec, operand_spec, scale_spec
 
 
 def _as_given(name, value):
@@ -58,7 +58,9 @@ WGRAD = OpSpec(
     "grouped_gemm_wgrad", GroupedGemmWgrad,
     (Tensor("a", lambda name, t: operand_spec(name, t, 1)),
      Tensor("b", lambda name, t: operand_spec(name, t, 0)), Tensor("offsets", offsets_spec)),
-    (Option("output_mode", "dense", _as_given),
+    (Option("a_scale", None, scale_spec(1), "Tensor?"),
+     Option("b_scale", None, scale_spec(0), "Tensor?"),
+     Option("output_mode", "dense", _as_given),
      Option("wgrad_dtype", torch.bfloat16, schema="ScalarType?"),
      Option("accumulate_on_output", False, flag_value, flag="accumulate"),
      Option("input_order", "tensor2d", _as_given, "str"),
@@ -71,12 +73,18 @@ WGRAD = OpSpec(
     hidden, intermediate) output (in discrete mode the stacked buffer the call allocated, or the
     ``wgrad`` given; None when only ``wgrad_ptrs`` were given).
 
+    FP8 inputs: float8_e4m3fn codes ``a`` (hidden, T) and ``b`` (T, intermediate), both
+    tokens-major, with ``a_scale`` (hidden, blocks) and ``b_scale`` (blocks, intermediate): uint8
+    E8M0 scales per 32 tokens (MXFP8) or float32 scales per 128 tokens (1x128 blocks), counted
+    from token 0. Products are summed in FP32 per scale block, then scaled.
+
     Eager calls read ``offsets`` on the host (one synchronization) and raise ``ContractError``
     naming the first bad expert before anything is launched; ``check_offsets=False`` skips that
     read. While a CUDA graph is being captured the host cannot look: the kernel treats an expert
     with invalid bounds as empty and flags it for ``graphrt.check_errors()``.
 
     >>> (wg,) = graphrt.ops.grouped_gemm_wgrad(a, b, offsets)          # doctest: +SKIP
+    >>> (wg,) = graphrt.ops.grouped_gemm_wgrad(a8, b8, offsets, a_scale=sa, b_scale=sb)  # doctest: +SKIP
     """)
 
 grouped_gemm_wgrad = WGRAD.functional

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ...kernel_utils import (allow_dependent_launch, cdiv, launch, mma, use_pdl,
+from ...kernel_utils import (allow_dependent_launch, cdiv, launch, mma, pow2, use_pdl,
                             wait_for_prior_kernel)
 
 BLOCK = tl.constexpr(32)    # tokens and features per program: one block in each direction
@@ -81,14 +81,6 @@ def _quant_factor(e):
     every code of that block is E4M3's NaN."""
     bits = tl.where(e >= 127, 0x400000, (127 - e) << 23)
     return tl.where(e == 128, 0x7FC00000, bits).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _pow2(e):
-    """2^e as FP32 for integer e in [-127, 127] (2^-127 is the one subnormal); NaN for 128, the
-    E8M0 NaN scale decoded."""
-    bits = tl.where(e <= -127, 0x400000, (e + 127) << 23)
-    return tl.where(e >= 128, 0x7FC00000, bits).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -323,7 +315,7 @@ def _mxfp8_dequant_tile(CODES, SCALES, OUT, rows, tile, COLS: tl.constexpr,
         c = blocks[:, None] * 32 + j[None, :]
         offs = r[:, None, None] * COLS + c[None, :, :]
         mask = (r < rows)[:, None, None] & (c < COLS)[None, :, :]
-        factor = _pow2(e.to(tl.int32) - 127)[:, :, None]
+        factor = pow2(e.to(tl.int32) - 127)[:, :, None]
     else:                   # scales (rows / 32, COLS); axes (block of rows, row in block, column)
         groups = r0 // 32 + tl.arange(0, BLOCK_R // 32)
         c = c0 + tl.arange(0, BLOCK_C)
@@ -332,7 +324,7 @@ def _mxfp8_dequant_tile(CODES, SCALES, OUT, rows, tile, COLS: tl.constexpr,
         r = groups[:, None] * 32 + j[None, :]
         offs = r[:, :, None] * COLS + c[None, None, :]
         mask = (r < rows)[:, :, None] & (c < COLS)[None, None, :]
-        factor = _pow2(e.to(tl.int32) - 127)[:, None, :]
+        factor = pow2(e.to(tl.int32) - 127)[:, None, :]
     codes = tl.load(CODES + offs, mask=mask, other=0)
     if HW_CVT:
         v = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)

@@ -1,0 +1,198 @@
+"""Grouped GEMM weight gradients from FP8 inputs: MXFP8 (E8M0 scales per 32 tokens) and FP32
+scales per 128 tokens (DeepSeek-V3's 1x128 blocks), against FP64 on the dequantized values."""
+import itertools
+
+import pytest
+import torch
+
+import graphrt
+from graphrt import ContractError
+from graphrt.ops import GroupedGemmWgrad, grouped_gemm_wgrad
+
+from ..helpers import assert_unchanged, env, needs_interpreter, rel_l2, snapshot
+
+FP8 = torch.float8_e4m3fn
+BLOCK = {"mxfp8": 32, "fp32x128": 128}
+
+
+def _scales(rows, blocks, recipe, device):
+    if recipe == "mxfp8":   # E8M0 bytes around 2^0, so products stay far from FP32's limits
+        return torch.randint(119, 136, (rows, blocks), dtype=torch.uint8, device=device)
+    return torch.rand(rows, blocks, device=device) * 3 + 0.25
+
+
+def _problem(counts, hidden, inter, recipe, device="cpu"):
+    """FP8 codes a (hidden, T) and b (T, intermediate), both tokens-major; a_scale (hidden,
+    blocks) row-major and b_scale (blocks, intermediate) as the transpose of a row-major
+    (intermediate, blocks) tensor, as a rowwise quantizer of B^T writes it."""
+    tokens = sum(counts)
+    blocks = -(-tokens // BLOCK[recipe])
+    a = (torch.randn(hidden, tokens, device=device) * 4).to(FP8)
+    b = (torch.randn(inter, tokens, device=device) * 4).to(FP8).t()
+    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device=device)
+    return (a, b, _scales(hidden, blocks, recipe, device), _scales(inter, blocks, recipe, device).t(),
+            offsets)
+
+
+def _fp64(a, b, a_scale, b_scale, counts):
+    """Per expert, in FP64: codes times 2^(s - 127) (E8M0) or s (FP32), one scale per block of
+    tokens counted from token 0."""
+    tokens = a.shape[1]
+
+    def values(codes, scales, dim):
+        s = scales.double().cpu()
+        if scales.dtype == torch.uint8:
+            s = torch.pow(2.0, s - 127)
+        block = 32 if scales.dtype == torch.uint8 else 128
+        return codes.double().cpu() * s.repeat_interleave(block, dim).narrow(dim, 0, tokens)
+
+    av, bv = values(a, a_scale, 1), values(b, b_scale, 0)
+    out, begin = [], 0
+    for n in counts:
+        out.append(av[:, begin:begin + n] @ bv[begin:begin + n])
+        begin += n
+    return torch.stack(out)
+
+
+def _check(counts, hidden, inter, recipe, device, out_dtype=torch.float32, mode="dense",
+           accumulate=False):
+    a, b, sa, sb, offsets = _problem(counts, hidden, inter, recipe, device)
+    init = torch.randn(len(counts), hidden, inter, device=device).to(out_dtype)
+    w = init.clone() if accumulate else torch.full_like(init, float("nan"))
+    kwargs = dict(a_scale=sa, b_scale=sb, wgrad=w, wgrad_dtype=out_dtype, output_mode=mode,
+                  accumulate_on_output=accumulate)
+    if mode == "discrete":
+        kwargs["wgrad_ptrs"] = torch.tensor([w[e].data_ptr() for e in range(len(counts))],
+                                            device=device)
+    grouped_gemm_wgrad(a, b, offsets, **kwargs)
+    want = _fp64(a, b, sa, sb, counts)
+    if accumulate:   # an empty expert stays untouched
+        want = torch.stack([want[e] + init[e].double().cpu() if n else init[e].double().cpu()
+                            for e, n in enumerate(counts)])
+    if out_dtype == torch.float32:
+        assert rel_l2(w.cpu(), want) < 1e-5
+    else:
+        assert rel_l2(w.cpu(), want) < 1e-2
+
+
+# experts starting and ending inside scale blocks, one inside a single block, empty ones
+COUNTS = [0, 37, 5, 0, 300, 18]
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+def test_reference_backend_matches_fp64(recipe):
+    torch.manual_seed(0)
+    _check(COUNTS, 24, 40, recipe, "cpu")
+
+
+@needs_interpreter
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+@pytest.mark.parametrize("out_dtype,mode,accumulate", [(torch.float32, "dense", False),
+                                                       (torch.bfloat16, "discrete", True)])
+def test_triton_kernel_interpreted(recipe, out_dtype, mode, accumulate):
+    torch.manual_seed(1)
+    with env(GRAPHRT_BACKEND="triton"):
+        _check(COUNTS, 24, 40, recipe, "cpu", out_dtype, mode, accumulate)
+
+
+def _nan_codes_stay_in_their_expert(recipe, device):
+    """E4M3 NaN codes (0x7F) in one expert's tokens, inside blocks it shares with neighbours,
+    leave every other expert exact."""
+    counts = [37, 5, 100, 18]
+    a, b, sa, sb, offsets = _problem(counts, 24, 40, recipe, device)
+    a.view(torch.uint8)[:, 38] = 0x7F
+    b.view(torch.uint8)[41, :] = 0xFF
+    w = torch.full((4, 24, 40), float("nan"), device=device)
+    grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb, wgrad=w, wgrad_dtype=torch.float32)
+    want = _fp64(a, b, sa, sb, counts)
+    for e in (0, 2, 3):
+        assert rel_l2(w[e].cpu(), want[e]) < 1e-5, e
+
+
+@needs_interpreter
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+def test_nan_codes_stay_in_their_expert_interpreted(recipe):
+    with env(GRAPHRT_BACKEND="triton"):
+        _nan_codes_stay_in_their_expert(recipe, "cpu")
+
+
+def _errors(device):
+    a, b, sa, sb, offsets = _problem([40, 24], 8, 8, "fp32x128", device)
+    w = torch.full((2, 8, 8), float("nan"), dtype=torch.bfloat16, device=device)
+    bf16 = torch.randn(8, 64, dtype=torch.bfloat16, device=device)
+    cases = [
+        (dict(a_scale=None), "a_scale: FP8 inputs need scales"),
+        (dict(b_scale=sb.to(torch.uint8)), "b_scale: expected dtype float32 \\(like a_scale\\)"),
+        (dict(a_scale=sa.double()), "a_scale: expected a 2-D uint8"),
+        (dict(a_scale=sa[:, :0]), "a_scale: expected float32 \\(8, 1\\)"),
+        (dict(b_scale=torch.ones(2, 8, device=device)), "b_scale: expected float32 \\(1, 8\\)"),
+        (dict(a=a.t().contiguous().t()), "a: FP8 codes must be tokens-major"),
+        (dict(b=b.contiguous()), "b: FP8 codes must be tokens-major"),
+        (dict(b=b.to(torch.bfloat16)), "b: expected dtype float8_e4m3fn \\(like a\\)"),
+        (dict(input_order="tensor_ragged"), "input_order: FP8 inputs take tensor2d only"),
+        (dict(a=bf16, b=bf16.t()), "a_scale: scales belong to FP8 inputs"),
+        (dict(a_scale=sa.to("meta")), "a_scale: expected device"),
+    ]
+    for over, pattern in cases:
+        args = dict(a=a, b=b, offsets=offsets, a_scale=sa, b_scale=sb, wgrad=w)
+        args.update(over)
+        before = snapshot(w)
+        with pytest.raises(ContractError, match=pattern):
+            grouped_gemm_wgrad(args.pop("a"), args.pop("b"), args.pop("offsets"), **args)
+        assert_unchanged(before, (w,))
+
+
+def test_error_paths_write_nothing_cpu():
+    _errors("cpu")
+
+
+def test_plan_key_holds_the_recipe_not_tokens_sum():
+    rt = graphrt.Runtime("cpu")
+    for counts in ([40, 24, 0], [100, 4, 3]):
+        for recipe in ("mxfp8", "fp32x128"):
+            a, b, sa, sb, offsets = _problem(counts, 8, 8, recipe)
+            grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb, runtime=rt)
+    assert rt.plans.stats()["compiles"] == 2
+
+
+# -- GPU --------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+@pytest.mark.parametrize("hidden", [1024, 1160])
+# tokens_sum 1600 (rows 16-byte aligned: 16 codes a load) and 1597; counts crossing blocks
+@pytest.mark.parametrize("counts", [[0, 300, 17, 0, 1024, 259], [0, 301, 17, 0, 1023, 256]])
+def test_gpu_matches_fp64(seed, recipe, hidden, counts):
+    _check(counts, hidden, 768, recipe, "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+def test_gpu_output_modes_and_accumulate(seed, recipe):
+    _check([128, 0, 200, 312], 256, 384, recipe, "cuda", torch.bfloat16, "discrete", True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+def test_gpu_nan_codes_stay_in_their_expert(seed, recipe):
+    _nan_codes_stay_in_their_expert(recipe, "cuda")
+
+
+@pytest.mark.gpu
+def test_gpu_error_paths_write_nothing():
+    _errors("cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
+    from graphrt.capture import capture
+    a, b, sa, sb, offsets = _problem([100, 200, 0, 212], 512, 256, recipe, "cuda")
+    frag = capture(lambda a, b, o: grouped_gemm_wgrad(a, b, o, a_scale=sa, b_scale=sb)[0],
+                   a, b, offsets)
+    for routing in ([512, 0, 0, 0], [1, 2, 3, 506], [128, 128, 128, 128]):
+        new = torch.tensor(list(itertools.accumulate(routing)), dtype=torch.int32, device="cuda")
+        replayed = frag(a, b, new).clone()
+        (eager,) = grouped_gemm_wgrad(a, b, new, a_scale=sa, b_scale=sb)
+        assert torch.equal(replayed, eager)
+        plan = GroupedGemmWgrad(a, b, new, a_scale=sa, b_scale=sb)
+        assert plan.contract == GroupedGemmWgrad(a, b, offsets, a_scale=sa, b_scale=sb).contract
