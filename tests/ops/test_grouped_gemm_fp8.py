@@ -8,6 +8,7 @@ import torch
 import graphrt
 from graphrt import ContractError
 from graphrt.ops import GroupedGemmWgrad, grouped_gemm_wgrad
+from graphrt.ops.grouped_gemm.plan import FP8_OPT_IN
 
 from ..helpers import assert_unchanged, env, needs_interpreter, rel_l2, snapshot
 
@@ -156,7 +157,21 @@ def test_plan_key_holds_the_recipe_not_tokens_sum():
 
 
 # -- GPU --------------------------------------------------------------------------------------------
+@pytest.fixture
+def fp8_opt_in(monkeypatch):
+    monkeypatch.setenv(FP8_OPT_IN, "1")
+
+
 @pytest.mark.gpu
+def test_gpu_kernel_needs_the_opt_in_until_validated(monkeypatch):
+    monkeypatch.delenv(FP8_OPT_IN, raising=False)
+    a, b, sa, sb, offsets = _problem([40, 24], 8, 8, "fp32x128", "cuda")
+    with pytest.raises(graphrt.UnsupportedError, match=FP8_OPT_IN):
+        grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("fp8_opt_in")
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
 @pytest.mark.parametrize("hidden", [1024, 1160])
 # tokens_sum 1600 (rows 16-byte aligned: 16 codes a load) and 1597; counts crossing blocks
@@ -166,23 +181,27 @@ def test_gpu_matches_fp64(seed, recipe, hidden, counts):
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("fp8_opt_in")
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
 def test_gpu_output_modes_and_accumulate(seed, recipe):
     _check([128, 0, 200, 312], 256, 384, recipe, "cuda", torch.bfloat16, "discrete", True)
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("fp8_opt_in")
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
 def test_gpu_nan_codes_stay_in_their_expert(seed, recipe):
     _nan_codes_stay_in_their_expert(recipe, "cuda")
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("fp8_opt_in")
 def test_gpu_error_paths_write_nothing():
     _errors("cuda")
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("fp8_opt_in")
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
 def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
     from graphrt.capture import capture
