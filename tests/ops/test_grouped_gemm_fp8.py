@@ -76,8 +76,10 @@ def _check(counts, hidden, inter, recipe, device, out_dtype=torch.float32, mode=
         assert rel_l2(w.cpu(), want) < 1e-2
 
 
-# experts starting and ending inside scale blocks, one inside a single block, empty ones
+# experts starting and ending inside scale blocks, one inside a single block, empty ones;
+# tokens_sum 360 (rows not 16-byte aligned) and 352 (aligned: 16 codes a load on the GPU)
 COUNTS = [0, 37, 5, 0, 300, 18]
+COUNTS_ALIGNED = [0, 37, 5, 0, 300, 10]
 
 
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
@@ -90,10 +92,11 @@ def test_reference_backend_matches_fp64(recipe):
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
 @pytest.mark.parametrize("out_dtype,mode,accumulate", [(torch.float32, "dense", False),
                                                        (torch.bfloat16, "discrete", True)])
-def test_triton_kernel_interpreted(recipe, out_dtype, mode, accumulate):
+@pytest.mark.parametrize("counts", [COUNTS, COUNTS_ALIGNED])
+def test_triton_kernel_interpreted(recipe, out_dtype, mode, accumulate, counts):
     torch.manual_seed(1)
     with env(GRAPHRT_BACKEND="triton"):
-        _check(COUNTS, 24, 40, recipe, "cpu", out_dtype, mode, accumulate)
+        _check(counts, 24, 40, recipe, "cpu", out_dtype, mode, accumulate)
 
 
 def _nan_codes_stay_in_their_expert(recipe, device):
