@@ -173,20 +173,22 @@ def main():
                          RAGGED_ALIGNED=k_aligned and ragged, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
                          NUM_STAGES=3, GROUP_M=8),
                     num_warps=8)
-    for scale_block, rows_aligned, discrete in ((128, True, False), (32, True, False),
-                                                (128, False, True)):
+    for scale_block, mn_major, rows_aligned, discrete in (
+            (128, True, True, False), (128, False, True, False), (32, True, True, False),
+            (32, False, True, False), (128, False, False, True)):
         cfg = wgrad.fp8_config(False, scale_block)
-        ok &= check(f"wgrad fp8 scale_block={scale_block} rows_aligned={rows_aligned} "
-                    f"discrete={discrete}",
+        ok &= check(f"wgrad fp8 scale_block={scale_block} scales_mn_major={mn_major} "
+                    f"rows_aligned={rows_aligned} discrete={discrete}",
                     wgrad._wgrad_fp8_kernel, sig(
                         A="*fp8e4nv", B="*fp8e4nv", A_SCALE="*u8" if scale_block == 32 else "*fp32",
                         B_SCALE="*u8" if scale_block == 32 else "*fp32", OFFSETS="*i32",
                         OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", sa_m="i64",
                         sa_k="i64", sb_k="i64", sb_n="i64", HIDDEN=c, INTER=c, SCALE_BLOCK=c,
-                        E8M0=c, ROWS_ALIGNED=c, DISCRETE=c, ACCUMULATE=c, DOT_FP32=c, OUT_DTYPE=c,
+                        E8M0=c, SCALES_MN_MAJOR=c, ROWS_ALIGNED=c, DISCRETE=c, ACCUMULATE=c, DOT_FP32=c, OUT_DTYPE=c,
                         BLOCK_M=c, BLOCK_N=c, NUM_STAGES=c, GROUP_M=c),
                     dict(HIDDEN=wgrad_hidden, INTER=wgrad_inter, SCALE_BLOCK=scale_block,
-                         E8M0=scale_block == 32, ROWS_ALIGNED=rows_aligned, DISCRETE=discrete,
+                         E8M0=scale_block == 32, SCALES_MN_MAJOR=mn_major,
+                         ROWS_ALIGNED=rows_aligned, DISCRETE=discrete,
                          ACCUMULATE=discrete, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                          BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages,
                          GROUP_M=cfg.group_m),

@@ -61,16 +61,17 @@ FP8_RECIPES = (("fp8 e8m0/32", torch.uint8, 32), ("fp8 fp32/128", torch.float32,
 
 
 def _fp8_operands(tokens: int, hidden: int, inter: int, scale_dtype, block: int):
-    """FP8 codes a (hidden, T) and b (T, intermediate), both K-major, with their scales."""
+    """FP8 codes a (hidden, T) and b (T, intermediate), both K-major, with their scales, each
+    block's contiguous along hidden and intermediate (the layout the kernel reads fastest)."""
     blocks = -(-tokens // block)
     a = torch.randn(hidden, tokens, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(inter, tokens, device="cuda").to(torch.float8_e4m3fn).t()
     if scale_dtype == torch.uint8:
-        a_scale = torch.randint(120, 134, (hidden, blocks), dtype=torch.uint8, device="cuda")
-        b_scale = torch.randint(120, 134, (inter, blocks), dtype=torch.uint8, device="cuda").t()
+        a_scale = torch.randint(120, 134, (blocks, hidden), dtype=torch.uint8, device="cuda").t()
+        b_scale = torch.randint(120, 134, (blocks, inter), dtype=torch.uint8, device="cuda")
     else:
-        a_scale = torch.rand(hidden, blocks, device="cuda") + 0.5
-        b_scale = (torch.rand(inter, blocks, device="cuda") + 0.5).t()
+        a_scale = (torch.rand(blocks, hidden, device="cuda") + 0.5).t()
+        b_scale = torch.rand(blocks, inter, device="cuda") + 0.5
     return a, b, a_scale, b_scale
 
 
@@ -161,7 +162,7 @@ def main(progress=print) -> list[dict]:
                "counts: x256 = random multiples of 256 per expert with the middle expert empty, "
                "odd = the same moved by 1-7 tokens between non-empty neighbours (not multiples "
                "of 8); graphrt fp8: float8_e4m3fn codes with E8M0 scales per 32 tokens or FP32 "
-               "scales per 128 tokens (both K-major), of_ceiling against the FP8 GEMM ceiling "
-               "measured first; speedup_vs: that impl's time over graphrt "
-               "BF16's in the same row group; "
-               "do_bench only for the first layout")
+               "scales per 128 tokens (both K-major; scales contiguous along hidden and "
+               "intermediate), of_ceiling against the FP8 GEMM ceiling "
+               "measured first; speedup_vs: that impl's time over graphrt BF16's in the same "
+               "row group; do_bench only for the first layout")

@@ -22,17 +22,24 @@ def _scales(rows, blocks, recipe, device):
     return torch.rand(rows, blocks, device=device) * 3 + 0.25
 
 
-def _problem(counts, hidden, inter, recipe, device="cpu"):
-    """FP8 codes a (hidden, T) and b (T, intermediate), both tokens-major; a_scale (hidden,
-    blocks) row-major and b_scale (blocks, intermediate) as the transpose of a row-major
-    (intermediate, blocks) tensor, as a rowwise quantizer of B^T writes it."""
+def _problem(counts, hidden, inter, recipe, device="cpu", scales_mn_major=False):
+    """FP8 codes a (hidden, T) and b (T, intermediate), both tokens-major. Scales a_scale
+    (hidden, blocks) and b_scale (blocks, intermediate): by default as rowwise quantizers of A
+    and B^T write them (a_scale row-major, b_scale the transpose of a row-major (intermediate,
+    blocks) tensor); ``scales_mn_major``: each block's scales contiguous along hidden and
+    intermediate instead."""
     tokens = sum(counts)
     blocks = -(-tokens // BLOCK[recipe])
     a = (torch.randn(hidden, tokens, device=device) * 4).to(FP8)
     b = (torch.randn(inter, tokens, device=device) * 4).to(FP8).t()
     offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device=device)
-    return (a, b, _scales(hidden, blocks, recipe, device), _scales(inter, blocks, recipe, device).t(),
-            offsets)
+    if scales_mn_major:
+        sa = _scales(blocks, hidden, recipe, device).t()
+        sb = _scales(blocks, inter, recipe, device)
+    else:
+        sa = _scales(hidden, blocks, recipe, device)
+        sb = _scales(inter, blocks, recipe, device).t()
+    return a, b, sa, sb, offsets
 
 
 def _fp64(a, b, a_scale, b_scale, counts):
@@ -56,8 +63,8 @@ def _fp64(a, b, a_scale, b_scale, counts):
 
 
 def _check(counts, hidden, inter, recipe, device, out_dtype=torch.float32, mode="dense",
-           accumulate=False):
-    a, b, sa, sb, offsets = _problem(counts, hidden, inter, recipe, device)
+           accumulate=False, scales_mn_major=False):
+    a, b, sa, sb, offsets = _problem(counts, hidden, inter, recipe, device, scales_mn_major)
     init = torch.randn(len(counts), hidden, inter, device=device).to(out_dtype)
     w = init.clone() if accumulate else torch.full_like(init, float("nan"))
     kwargs = dict(a_scale=sa, b_scale=sb, wgrad=w, wgrad_dtype=out_dtype, output_mode=mode,
@@ -93,10 +100,11 @@ def test_reference_backend_matches_fp64(recipe):
 @pytest.mark.parametrize("out_dtype,mode,accumulate", [(torch.float32, "dense", False),
                                                        (torch.bfloat16, "discrete", True)])
 @pytest.mark.parametrize("counts", [COUNTS, COUNTS_ALIGNED])
-def test_triton_kernel_interpreted(recipe, out_dtype, mode, accumulate, counts):
+@pytest.mark.parametrize("scales_mn_major", [False, True])
+def test_triton_kernel_interpreted(recipe, out_dtype, mode, accumulate, counts, scales_mn_major):
     torch.manual_seed(1)
     with env(GRAPHRT_BACKEND="triton"):
-        _check(counts, 24, 40, recipe, "cpu", out_dtype, mode, accumulate)
+        _check(counts, 24, 40, recipe, "cpu", out_dtype, mode, accumulate, scales_mn_major)
 
 
 def _nan_codes_stay_in_their_expert(recipe, device):
@@ -179,8 +187,9 @@ def test_gpu_kernel_needs_the_opt_in_until_validated(monkeypatch):
 @pytest.mark.parametrize("hidden", [1024, 1160])
 # tokens_sum 1600 (rows 16-byte aligned: 16 codes a load) and 1597; counts crossing blocks
 @pytest.mark.parametrize("counts", [[0, 300, 17, 0, 1024, 259], [0, 301, 17, 0, 1023, 256]])
-def test_gpu_matches_fp64(seed, recipe, hidden, counts):
-    _check(counts, hidden, 768, recipe, "cuda")
+@pytest.mark.parametrize("scales_mn_major", [False, True])
+def test_gpu_matches_fp64(seed, recipe, hidden, counts, scales_mn_major):
+    _check(counts, hidden, 768, recipe, "cuda", scales_mn_major=scales_mn_major)
 
 
 @pytest.mark.gpu

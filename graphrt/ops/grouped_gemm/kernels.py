@@ -1,4 +1,5 @@
-"""Triton kernel for grouped GEMM weight gradients: one launch for all experts.
+"""Triton kernels for grouped GEMM weight gradients, BF16 or block-scaled FP8 inputs: one
+launch for all experts.
 
 Program (tile, expert) computes one [BLOCK_M, BLOCK_N] tile of Wgrad[expert] by walking the
 expert's tokens (begin, end read from the offsets on the device, so routing may change between
@@ -190,13 +191,14 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
 
 @triton.jit
 def _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, load_k, keep_k, block,
-                  stride, sa_m, sa_k, sb_k, sb_n, E8M0: tl.constexpr, EDGE: tl.constexpr,
-                  DOT_FP32: tl.constexpr):
+                  stride, sa_m, sa_k, sb_k, sb_n, E8M0: tl.constexpr, SCALES_MN_MAJOR: tl.constexpr,
+                  EDGE: tl.constexpr, DOT_FP32: tl.constexpr):
     """acc + (A[m, kk] @ B[kk, n]) * a_scale[m, block] * b_scale[block, n] for one block of
     tokens kk sharing one scale per row of A and per column of B (K-major codes, rows
     ``stride`` apart). Tokens outside ``load_k`` are not read; an ``EDGE`` block (one the expert
     shares with a neighbour) also zeroes those outside ``keep_k`` after loading, which keeps its
-    loads 16 codes wide."""
+    loads 16 codes wide. ``SCALES_MN_MAJOR``: a block's scales are contiguous along m and n
+    (sa_m == sb_n == 1), which spares the per-element 64-bit address arithmetic."""
     a = tl.load(A + m[:, None] * stride + kk[None, :], mask=m_mask[:, None] & load_k[None, :],
                 other=0.0)
     b = tl.load(B + kk[:, None] + n[None, :] * stride, mask=load_k[:, None] & n_mask[None, :],
@@ -204,8 +206,12 @@ def _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, load_k,
     if EDGE:
         a = tl.where(keep_k[None, :], a, tl.zeros_like(a))
         b = tl.where(keep_k[:, None], b, tl.zeros_like(b))
-    sa = tl.load(A_SCALE + m * sa_m + block * sa_k, mask=m_mask, other=0)
-    sb = tl.load(B_SCALE + block * sb_k + n * sb_n, mask=n_mask, other=0)
+    if SCALES_MN_MAJOR:
+        sa = tl.load(A_SCALE + block * sa_k + m, mask=m_mask, other=0)
+        sb = tl.load(B_SCALE + block * sb_k + n, mask=n_mask, other=0)
+    else:
+        sa = tl.load(A_SCALE + m.to(tl.int64) * sa_m + block * sa_k, mask=m_mask, other=0)
+        sb = tl.load(B_SCALE + block * sb_k + n.to(tl.int64) * sb_n, mask=n_mask, other=0)
     if E8M0:
         sa = pow2(sa.to(tl.int32) - 127)
         sb = pow2(sb.to(tl.int32) - 127)
@@ -215,7 +221,8 @@ def _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, load_k,
 @triton.jit(do_not_specialize=["tokens_sum", "sa_m", "sa_k", "sb_k", "sb_n"])
 def _wgrad_fp8_kernel(A, B, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
                       sa_m, sa_k, sb_k, sb_n, HIDDEN: tl.constexpr, INTER: tl.constexpr,
-                      SCALE_BLOCK: tl.constexpr, E8M0: tl.constexpr, ROWS_ALIGNED: tl.constexpr,
+                      SCALE_BLOCK: tl.constexpr, E8M0: tl.constexpr,
+                      SCALES_MN_MAJOR: tl.constexpr, ROWS_ALIGNED: tl.constexpr,
                       DISCRETE: tl.constexpr, ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr,
                       OUT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
@@ -244,19 +251,21 @@ def _wgrad_fp8_kernel(A, B, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS, to
         kk = k0 + k
         acc = _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk,
                             kk < last_full, kk, k0 // SCALE_BLOCK, stride, sa_m, sa_k, sb_k,
-                            sb_n, E8M0, False, DOT_FP32)
+                            sb_n, E8M0, SCALES_MN_MAJOR, False, DOT_FP32)
     head_end = tl.minimum(first_full, stop)
     if head_end > begin:   # the expert's tokens in the block holding its first token
         kk = begin // SCALE_BLOCK * SCALE_BLOCK + k
         acc = _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, kk < total,
                             (kk >= begin) & (kk < head_end), begin // SCALE_BLOCK, stride,
-                            sa_m, sa_k, sb_k, sb_n, E8M0, True, DOT_FP32)
+                            sa_m, sa_k, sb_k, sb_n, E8M0, SCALES_MN_MAJOR, True,
+                            DOT_FP32)
     tail_begin = tl.maximum(last_full, first_full)
     if stop > tail_begin:  # and in the block holding its last token, when that is another one
         kk = last_full + k
         acc = _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, kk < total,
                             (kk >= tail_begin) & (kk < stop), last_full // SCALE_BLOCK, stride,
-                            sa_m, sa_k, sb_k, sb_n, E8M0, True, DOT_FP32)
+                            sa_m, sa_k, sb_k, sb_n, E8M0, SCALES_MN_MAJOR, True,
+                            DOT_FP32)
     _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
 
 
@@ -294,7 +303,8 @@ def launch_wgrad_fp8(cfg: GemmConfig, a, b, a_scale, b_scale, offsets, out, out_
                      errors, *, hidden: int, inter: int, accumulate: bool, dot_fp32: bool) -> None:
     """FP8 codes ``a`` (hidden, T) and ``b`` (T, intermediate), both K-major, with scales per
     ``cfg.block_k`` tokens: a_scale (hidden, blocks), b_scale (blocks, intermediate), uint8 E8M0
-    or FP32, any strides."""
+    or FP32, any strides (those with unit stride along hidden and intermediate take a
+    variant with cheaper scale loads)."""
     experts = offsets.numel()
     if experts == 0:
         return
@@ -307,7 +317,9 @@ def launch_wgrad_fp8(cfg: GemmConfig, a, b, a_scale, b_scale, offsets, out, out_
         out_ptrs if discrete else offsets, errors, tokens_sum,
         a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
         HIDDEN=hidden, INTER=inter, SCALE_BLOCK=cfg.block_k,
-        E8M0=a_scale.dtype == torch.uint8, ROWS_ALIGNED=rows_aligned, DISCRETE=discrete,
+        E8M0=a_scale.dtype == torch.uint8,
+        SCALES_MN_MAJOR=a_scale.stride(0) == 1 and b_scale.stride(1) == 1,
+        ROWS_ALIGNED=rows_aligned, DISCRETE=discrete,
         ACCUMULATE=accumulate, DOT_FP32=dot_fp32, OUT_DTYPE=_TL_DTYPES[str(out_dtype)],
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages,
         GROUP_M=cfg.group_m, num_warps=cfg.num_warps)

@@ -82,9 +82,9 @@ class GroupedGemmWgrad(Plan):
     the tensors, so neighbouring experts may share one. With ``input_order="tensor_ragged"``
     each buffer holds, in memory order, one compact block per expert with the tokens as the
     unit-stride axis (A_e [hidden, n_e], B_e [intermediate, n_e]); the tensors' own strides then
-    only have to be dense, either way; offsets: int32 [E] cumulative ends, read on the device. Output dense (E, hidden,
-    intermediate) or discrete (``wgrad_ptrs``: int64 [E] addresses), BF16/FP16/FP32, overwritten
-    or accumulated into.
+    only have to be dense, either way. offsets: int32 [E] cumulative ends, read on the device.
+    Output dense (E, hidden, intermediate) or discrete (``wgrad_ptrs``: int64 [E] addresses),
+    BF16/FP16/FP32, overwritten or accumulated into.
 
     ``execute`` does not read the offsets on the host (it must not synchronize): an expert whose
     bounds are not 0 <= begin <= end <= tokens_sum is computed as empty (zeros; untouched when
