@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import inspect
 import os
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
@@ -197,6 +199,27 @@ def launch(kernel, grid: tuple, *args, **kwargs):
 def direct_launch_enabled() -> bool:
     """Whether this Triton takes the pre-bound launch (``graphrt info`` reports it)."""
     return _launcher.supported if _launcher.supported is not None else _launcher._enable()
+
+
+CONSTEXPR = "constexpr"
+
+
+@dataclass(frozen=True)
+class CompileCase:
+    """A kernel variant that ``scripts/compile_check.py`` compiles for sm_90a without a GPU:
+    the argument types as Triton's ASTSource takes them ('*bf16', 'i32', CONSTEXPR,
+    'tensordesc<...>'), the constexpr values, and the launch options. Each kernels module lists
+    its own in ``compile_cases()``, beside the kernels; the op registry says which modules."""
+
+    name: str
+    kernel: Any
+    signature: dict
+    constexprs: dict
+    num_warps: int = 4
+    maxnreg: int | None = None
+    gluon: bool = False
+    divisible: tuple = ()     # integer arguments specialized as multiples of 16, as at launch
+    skip: str | None = None   # why this variant cannot compile with the Triton installed here
 
 
 def cdiv(a: int, b: int) -> int:

@@ -7,7 +7,8 @@ from typing import Sequence
 import triton
 import triton.language as tl
 
-from .kernel_utils import cdiv, launch, next_power_of_2, use_pdl, wait_for_prior_kernel
+from .kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch, next_power_of_2, use_pdl,
+                           wait_for_prior_kernel)
 
 _TILE_ELEMENTS = 2048    # parts x columns loaded per step by one program (4 warps)
 _TARGET_PROGRAMS = 512   # enough programs to spread the partials over every SM
@@ -65,3 +66,13 @@ def sum_partials(partial, outs: Sequence, n_parts: int, eviction_policy: str = "
     launch(_sum_partials_kernel, grid, partial, outs[0], outs[-1], n_parts, COLS=cols,
            BLOCK_P=block_p, BLOCK_C=block_c, NUM_STAGES=3, AFTER_PRIMARY=pdl,
            EVICTION=eviction_policy, launch_pdl=pdl, num_warps=4)
+
+
+def compile_cases() -> list[CompileCase]:
+    """The variant scripts/compile_check.py compiles."""
+    c = CONSTEXPR
+    return [CompileCase("reduction", _sum_partials_kernel, dict(
+        PARTIAL="*fp32", OUT_A="*bf16", OUT_B="*bf16", n_parts="i32", COLS=c, BLOCK_P=c,
+        BLOCK_C=c, NUM_STAGES=c, AFTER_PRIMARY=c, EVICTION=c),
+        dict(COLS=512, BLOCK_P=64, BLOCK_C=16, NUM_STAGES=3, AFTER_PRIMARY=True,
+             EVICTION="evict_last"))]

@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from ..errors import ContractError, UnsupportedError
-from ..kernel_utils import cdiv, launch
+from ..kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch)
 from ..rng import RngState
 from ..validate import dtype_name, require_tensor
 
@@ -42,3 +42,10 @@ def uniform_(out: torch.Tensor, rng: RngState) -> torch.Tensor:
                num_warps=4)
     rng.advance(n)
     return out
+
+
+def compile_cases() -> list[CompileCase]:
+    """The variant scripts/compile_check.py compiles."""
+    return [CompileCase("uniform", _uniform_kernel,
+                        dict(OUT="*fp32", STATE="*i64", n="i32", BLOCK=CONSTEXPR),
+                        dict(BLOCK=1024))]

@@ -18,15 +18,17 @@ BF16 = torch.bfloat16
 class OpEntry:
     """One op: ``name`` (as in ``graphrt.ops`` and ``torch.ops.graphrt``), the plan class,
     the ``graphrt bench`` module that measures it against its peers, its benchmark ``cases``
-    (shape tuples, read by the bench module and the scripts), and ``sample(device, case)``:
+    (shape tuples, read by the bench module and the scripts), ``sample(device, case)``:
     (inputs, configuration keywords, output buffers) of a valid call at ``case`` (the first
-    case when None)."""
+    case when None), and the modules of its Triton kernels (each lists the variants that
+    scripts/compile_check.py compiles in its ``compile_cases()``)."""
 
     name: str
     plan: str
     bench: str
     cases: tuple
     build: Callable[[torch.device, tuple], tuple[tuple, dict, dict]]
+    kernels: tuple[str, ...] = ()
 
     def sample(self, device, case: tuple | None = None) -> tuple[tuple, dict, dict]:
         return self.build(torch.device(device), case or self.cases[0])
@@ -132,25 +134,29 @@ HSTU_CASES = ((65536, 256), (65536, 512), (262144, 128))
 OPS: tuple[OpEntry, ...] = (
     # the first case of each op is its sample: what graphrt bench host and the profiles run
     OpEntry("rmsnorm_forward", "RmsNormForward", "graphrt.bench.rmsnorm",
-            RMSNORM_CASES[-1:] + RMSNORM_CASES[:-1], _rmsnorm_forward),
+            RMSNORM_CASES[-1:] + RMSNORM_CASES[:-1], _rmsnorm_forward,
+            ("graphrt.ops.rmsnorm.kernels",)),
     OpEntry("rmsnorm_backward", "RmsNormBackward", "graphrt.bench.rmsnorm",
-            RMSNORM_CASES[-1:] + RMSNORM_CASES[:-1], _rmsnorm_backward),
+            RMSNORM_CASES[-1:] + RMSNORM_CASES[:-1], _rmsnorm_backward,
+            ("graphrt.ops.rmsnorm.kernels", "graphrt.reduction")),
     OpEntry("mhc_projection_backward", "MhcProjectionBackward", "graphrt.bench.mhc",
-            ((4096, 20480), (16384, 28672)), _mhc_projection_backward),
+            ((4096, 20480), (16384, 28672)), _mhc_projection_backward,
+            ("graphrt.ops.mhc.kernels", "graphrt.reduction")),
     OpEntry("hstu_lmsd_forward", "HstuLmsdForward", "graphrt.bench.lmsd", HSTU_CASES,
-            _hstu_lmsd_forward),
+            _hstu_lmsd_forward, ("graphrt.ops.hstu.kernels",)),
     OpEntry("hstu_lmsd_backward", "HstuLmsdBackward", "graphrt.bench.lmsd", HSTU_CASES,
-            _hstu_lmsd_backward),
+            _hstu_lmsd_backward, ("graphrt.ops.hstu.kernels", "graphrt.reduction")),
     # E, hidden, intermediate, tokens
     OpEntry("grouped_gemm_wgrad", "GroupedGemmWgrad", "graphrt.bench.wgrad",
             ((8, 7168, 2048, 32768), (32, 4096, 1536, 65536), (8, 2048, 1024, 8192)),
-            _grouped_gemm_wgrad),
+            _grouped_gemm_wgrad, ("graphrt.ops.grouped_gemm.kernels",)),
     # tokens, K, heads, qk_nope_dim, qk_rope_dim
     OpEntry("gemm_proj_rope_mxfp8", "GemmProjRopeMxfp8", "graphrt.bench.proj",
-            ((4096, 1536, 128, 128, 64),), _gemm_proj_rope_mxfp8),
+            ((4096, 1536, 128, 128, 64),), _gemm_proj_rope_mxfp8,
+            ("graphrt.ops.proj_rope.kernels", "graphrt.ops.proj_rope.kernels_ws")),
     # the tensor sizes of one step's parameters
     OpEntry("adamw_step", "AdamWStep", "graphrt.bench.adamw",
-            ((4096 * 1024, 1024, 11008 * 512),), _adamw_step),
+            ((4096 * 1024, 1024, 11008 * 512),), _adamw_step, ("graphrt.ops.adamw.kernels",)),
 )
 
 # what `graphrt bench <name>` runs: each op's benchmark, and the ones that are not an op's
@@ -161,6 +167,15 @@ BENCHMARKS: dict[str, str] = {
     "capture": "graphrt.bench.capture", "ddp": "graphrt.bench.data_parallel",
     "hf": "graphrt.bench.hf", "jax": "graphrt.bench.jax_ops",
 }
+
+
+# Triton kernels that belong to no op: the capture layer's random fill
+OTHER_KERNELS: tuple[str, ...] = ("graphrt.capture.random",)
+
+
+def kernel_modules() -> tuple[str, ...]:
+    """Every module with Triton kernels, each once: the ops' and OTHER_KERNELS."""
+    return tuple(dict.fromkeys(m for entry in OPS for m in entry.kernels)) + OTHER_KERNELS
 
 
 def op(name: str) -> OpEntry:

@@ -9,7 +9,7 @@ import math
 import triton
 import triton.language as tl
 
-from ...kernel_utils import cdiv, launch
+from ...kernel_utils import CONSTEXPR, CompileCase, cdiv, launch
 
 BLOCK = 4096
 WARPS = 8
@@ -58,3 +58,15 @@ def launch_adamw(params, grads, exp_avgs, exp_avg_sqs, steps, *, lr, beta1: floa
         launch(_adamw_kernel, (cdiv(n, BLOCK),), p, g, m, v, step, lr if on_device else step,
                n, lr_value, beta1, beta2, eps, weight_decay, log2_beta1, log2_beta2,
                LR_ON_DEVICE=on_device, MAXIMIZE=maximize, BLOCK=BLOCK, num_warps=WARPS)
+
+
+def compile_cases() -> list[CompileCase]:
+    """The variants scripts/compile_check.py compiles: BF16 parameters and gradients with FP32
+    moments, the learning rate as a float and on the device."""
+    c = CONSTEXPR
+    return [CompileCase(f"adamw lr_on_device={on_device}", _adamw_kernel, dict(
+        P="*bf16", G="*bf16", M="*fp32", V="*fp32", STEP="*fp32", LR="*fp32", n="i32",
+        lr="fp32", beta1="fp32", beta2="fp32", eps="fp32", weight_decay="fp32",
+        log2_beta1="fp32", log2_beta2="fp32", LR_ON_DEVICE=c, MAXIMIZE=c, BLOCK=c),
+        dict(LR_ON_DEVICE=on_device, MAXIMIZE=False, BLOCK=BLOCK), num_warps=WARPS,
+        divisible=("n",)) for on_device in (False, True)]

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from ... import device_checks
-from ...kernel_utils import cdiv, launch, mma, pow2
+from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch, mma, pow2)
 
 OFFSETS_DECREASING = tl.constexpr(device_checks.OFFSETS_DECREASING)
 OFFSETS_OUT_OF_RANGE = tl.constexpr(device_checks.OFFSETS_OUT_OF_RANGE)
@@ -323,3 +323,47 @@ def launch_wgrad_fp8(cfg: GemmConfig, a, b, a_scale, b_scale, offsets, out, out_
         ACCUMULATE=accumulate, DOT_FP32=dot_fp32, OUT_DTYPE=_TL_DTYPES[str(out_dtype)],
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages,
         GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
+
+
+def compile_cases() -> list[CompileCase]:
+    """The variants scripts/compile_check.py compiles at the first benchmark case's hidden and
+    intermediate sizes: BF16 layouts with and without the 8-token loads (ragged: its aligned
+    experts' loop), output modes; FP8 with both scale blocks and scale layouts."""
+    from ..registry import op
+    _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
+    c = CONSTEXPR
+    bf16 = dict(A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
+                ERRORS="*i32", tokens_sum="i32", HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c,
+                RAGGED=c, DISCRETE=c, ACCUMULATE=c, DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c,
+                RAGGED_ALIGNED=c, BLOCK_M=c, BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c, GROUP_M=c)
+    cases = [CompileCase(
+        f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc} "
+        f"aligned={aligned}", _wgrad_kernel, bf16,
+        dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
+             DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
+             K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged, BLOCK_M=128,
+             BLOCK_N=128, BLOCK_K=64, NUM_STAGES=3, GROUP_M=8), num_warps=8)
+        for a_k, b_k, ragged, discrete, acc, aligned in (
+            (False, False, False, False, False, False), (True, False, False, False, False, False),
+            (True, False, False, False, False, True), (True, True, False, False, False, True),
+            (False, True, False, True, True, True), (False, True, False, True, True, False),
+            (True, False, True, False, False, False), (True, True, True, False, False, True))]
+    for scale_block, mn_major, rows_aligned, discrete in (
+            (128, True, True, False), (128, False, True, False), (32, True, True, False),
+            (32, False, True, False), (128, False, False, True)):
+        cfg = fp8_config(False, scale_block)
+        scales = "*u8" if scale_block == 32 else "*fp32"
+        cases.append(CompileCase(
+            f"wgrad fp8 scale_block={scale_block} scales_mn_major={mn_major} "
+            f"rows_aligned={rows_aligned} discrete={discrete}", _wgrad_fp8_kernel, dict(
+                A="*fp8e4nv", B="*fp8e4nv", A_SCALE=scales, B_SCALE=scales, OFFSETS="*i32",
+                OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", sa_m="i64",
+                sa_k="i64", sb_k="i64", sb_n="i64", HIDDEN=c, INTER=c, SCALE_BLOCK=c, E8M0=c,
+                SCALES_MN_MAJOR=c, ROWS_ALIGNED=c, DISCRETE=c, ACCUMULATE=c, DOT_FP32=c,
+                OUT_DTYPE=c, BLOCK_M=c, BLOCK_N=c, NUM_STAGES=c, GROUP_M=c),
+            dict(HIDDEN=hidden, INTER=inter, SCALE_BLOCK=scale_block, E8M0=scale_block == 32,
+                 SCALES_MN_MAJOR=mn_major, ROWS_ALIGNED=rows_aligned, DISCRETE=discrete,
+                 ACCUMULATE=discrete, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
+                 BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages,
+                 GROUP_M=cfg.group_m), num_warps=cfg.num_warps))
+    return cases

@@ -17,8 +17,8 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import (allow_dependent_launch, cdiv, launch, persistent_grid, row_offsets,
-                             sigmoid, use_pdl, wait_for_prior_kernel)
+from ...kernel_utils import (allow_dependent_launch, cdiv, CompileCase, CONSTEXPR, launch,
+                             persistent_grid, row_offsets, sigmoid, use_pdl, wait_for_prior_kernel)
 from ...reduction import sum_partials
 
 
@@ -422,3 +422,32 @@ def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean
         sum_partials(partial, [dweight, dbias], programs)
     else:
         sum_partials(partial[programs * d:], [dbias], programs)
+
+
+def compile_cases() -> list[CompileCase]:
+    """The variants scripts/compile_check.py compiles, at the benchmark's D = 512: the forward
+    with dropout (seed given as ints or read from tensors) and without, the backward."""
+    from ..registry import op
+    _, d = op("hstu_lmsd_forward").cases[1]
+    c = CONSTEXPR
+    cases = [CompileCase(f"hstu fwd dropout={dropout} tensor_seed={from_tensors}",
+                         _hstu_fwd_kernel, dict(
+        X="*bf16", U="*bf16", W="*bf16", B="*bf16", Y="*bf16", MEAN="*fp32", RSTD="*fp32",
+        MASK="*i8", SEED="*i64", OFFSET="*i64", n_rows="i32", stride_x="i32", stride_u="i32",
+        stride_y="i32", seed_lo="i32", seed_hi="i32", off_lo="i32", off_hi="i32", eps="fp32",
+        D=c, BLOCK_D=c, BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, THRESHOLD=c,
+        SCALE=c, SEED_FROM_TENSORS=c, NUM_STAGES=c, PDL=c, HARDWARE=c),
+        dict(D=d, BLOCK_D=d, BLOCK_ROWS=4, SILU=concat, CONCAT_U=concat, CONCAT_X=concat,
+             DROPOUT=dropout, THRESHOLD=6553, SCALE=1 / 0.9, SEED_FROM_TENSORS=from_tensors,
+             NUM_STAGES=3, PDL=True, HARDWARE=True), num_warps=8)
+        for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
+                                              (False, False, False))]
+    cases.append(CompileCase("hstu bwd", _hstu_bwd_kernel, dict(
+        DY="*bf16", X="*bf16", U="*bf16", W="*bf16", B="*bf16", MEAN="*fp32", RSTD="*fp32",
+        MASK="*i8", DX="*bf16", DU="*bf16", PARTIAL="*fp32", n_rows="i32", stride_dy="i32",
+        stride_x="i32", stride_u="i32", stride_dx="i32", stride_du="i32", D=c, BLOCK_D=c,
+        BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c,
+        NUM_STAGES=c, PDL=c),
+        dict(D=d, BLOCK_D=d, BLOCK_ROWS=4, SILU=True, CONCAT_U=True, CONCAT_X=True,
+             DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True, NUM_STAGES=3, PDL=True)))
+    return cases

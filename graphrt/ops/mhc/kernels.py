@@ -19,8 +19,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ...kernel_utils import (allow_dependent_launch, cdiv, launch, mma, use_pdl,
-                             wait_for_prior_kernel)
+from ...kernel_utils import (allow_dependent_launch, cdiv, CompileCase, CONSTEXPR, launch, mma,
+                             use_pdl, wait_for_prior_kernel)
 from ...reduction import sum_partials
 
 MAX_GROUPS = 8  # row groups at most: the workspace holds that many dweight partials
@@ -148,3 +148,20 @@ def launch_backward(cfg: MhcConfig, slots: int, x, weight, grad_proj, grad_r, r,
            maxnreg=cfg.max_registers)
     # the reduction's tile shape follows MAX_GROUPS, not groups: one compile for every choice
     sum_partials(partial, [dweight], groups, PARTIAL_EVICTION, max_parts=max(groups, MAX_GROUPS))
+
+
+def compile_cases() -> list[CompileCase]:
+    """The variants scripts/compile_check.py compiles: the benchmark's K, with the padded
+    width of the partials through TMA (24) and not (25)."""
+    from ..registry import op
+    _, k = op("mhc_projection_backward").cases[0]
+    c, bt, bk = CONSTEXPR, TILE.block_t, TILE.block_k
+    return [CompileCase(f"mhc bwd n_pad={n_pad}", _mhc_bwd_kernel, dict(
+        X_DESC=f"tensordesc<bf16[{bt},{bk}]>", DX_DESC=f"tensordesc<bf16[{bt},{bk}]>",
+        P_DESC=f"tensordesc<fp32[{bt},32]>", GP="*fp32", W="*fp32", GR="*fp32", R="*fp32",
+        PARTIAL="*fp32", n_rows="i32", K=c, N=c, N_PAD=c, N_BLOCK=c, BLOCK_T=c, BLOCK_K=c,
+        NUM_STAGES=c, P_TMA=c, DOT_FP32=c, PDL=c, EVICTION=c),
+        dict(K=k, N=24, N_PAD=n_pad, N_BLOCK=32, BLOCK_T=bt, BLOCK_K=bk,
+             NUM_STAGES=TILE.num_stages, P_TMA=p_through_tma(n_pad), DOT_FP32=False, PDL=True,
+             EVICTION=PARTIAL_EVICTION),
+        num_warps=TILE.num_warps, maxnreg=TILE.max_registers) for n_pad in (24, 25)]

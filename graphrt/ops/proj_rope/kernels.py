@@ -25,8 +25,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ...kernel_utils import (allow_dependent_launch, cdiv, launch, mma, pow2, use_pdl,
-                            wait_for_prior_kernel)
+from ...kernel_utils import (allow_dependent_launch, cdiv, CompileCase, CONSTEXPR, launch, mma,
+                             pow2, use_pdl, wait_for_prior_kernel)
 
 BLOCK = tl.constexpr(32)    # tokens and features per program: one block in each direction
 BLOCK_K = tl.constexpr(32)
@@ -366,3 +366,39 @@ def launch_dequant(operands, *, dot_fp32: bool) -> None:
            cb.shape[0], COLS_A=ca.shape[1], COLS_B=cb.shape[1], ALONG_COLS_A=along_a,
            ALONG_COLS_B=along_b, HW_CVT=not dot_fp32, BLOCK_R=DEQUANT_ROWS,
            BLOCK_C=DEQUANT_COLS, PDL=pdl, launch_pdl=pdl, num_warps=DEQUANT_WARPS)
+
+
+def compile_cases() -> list[CompileCase]:
+    """The variants scripts/compile_check.py compiles at the benchmark's shape: the block and
+    head kernels for W [out, in] and [in, out], and the MXFP8 dequantize kernel for W's blocks
+    along either axis."""
+    from ..registry import op
+    _, k, heads, nope, rope = op("gemm_proj_rope_mxfp8").cases[0]
+    c = CONSTEXPR
+    cases = []
+    for w_out_in in (True, False):
+        cases.append(CompileCase(f"proj block w_out_in={w_out_in}", _proj_rope_block_kernel, dict(
+            X="*bf16", W="*bf16", COS="*bf16", SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8",
+            COL_S="*u8", tokens="i32", K=c, HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, HW_CVT=c,
+            DOT_FP32=c),
+            dict(K=k, HEADS=heads, NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, HW_CVT=True,
+                 DOT_FP32=False)))
+        w_nope, w_rope = (("tensordesc<bf16[128,64]>", "tensordesc<bf16[64,64]>") if w_out_in
+                          else ("tensordesc<bf16[64,128]>", "tensordesc<bf16[64,64]>"))
+        cases.append(CompileCase(f"proj head w_out_in={w_out_in}", _proj_rope_head_kernel, dict(
+            X_DESC="tensordesc<bf16[64,64]>", W_NOPE=w_nope, W_ROPE=w_rope, COS="*bf16",
+            SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8", COL_S="*u8", tokens="i32", K=c,
+            HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, HW_CVT=c, DOT_FP32=c, BLOCK_M=c, BLOCK_K=c,
+            NUM_STAGES=c),
+            dict(K=k, HEADS=heads, NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, HW_CVT=True,
+                 DOT_FP32=False, BLOCK_M=64, BLOCK_K=64, NUM_STAGES=3)))
+    for along_cols in (True, False):   # W's blocks along its columns or rows; x's along columns
+        cases.append(CompileCase(
+            f"mxfp8 dequant W blocks_along_cols={along_cols}", _mxfp8_dequant_kernel, dict(
+                CODES_A="*u8", SCALES_A="*u8", OUT_A="*bf16", rows_a="i32", tiles_a="i32",
+                CODES_B="*u8", SCALES_B="*u8", OUT_B="*bf16", rows_b="i32", COLS_A=c, COLS_B=c,
+                ALONG_COLS_A=c, ALONG_COLS_B=c, HW_CVT=c, BLOCK_R=c, BLOCK_C=c, PDL=c),
+            dict(COLS_A=k if along_cols else heads * (nope + rope), COLS_B=k,
+                 ALONG_COLS_A=along_cols, ALONG_COLS_B=True, HW_CVT=True, BLOCK_R=DEQUANT_ROWS,
+                 BLOCK_C=DEQUANT_COLS, PDL=True), num_warps=DEQUANT_WARPS))
+    return cases

@@ -24,7 +24,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, war
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ...kernel_utils import ON_TESTED_TRITON, cdiv
+from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, ON_TESTED_TRITON)
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 
@@ -327,3 +327,35 @@ def launch_ws(cfg: WsConfig, x, w, cos, sin, row, row_s, col, col_s, *, tokens: 
         x_desc, wn_desc, wr_desc, cos, sin, row, row_s, col, col_s, tokens, HEADS=heads,
         NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, STAGES=cfg.stages, MMA_REGS=cfg.mma_regs,
         EPILOGUE_REGS=cfg.epilogue_regs, num_warps=4, maxnreg=LAUNCH_REGS)
+
+
+def compile_cases() -> list[CompileCase]:
+    """The variants scripts/compile_check.py compiles: the warp-specialized kernel for W
+    [out, in] and [in, out] at the benchmark's shape."""
+    import triton
+
+    from ..registry import op
+    _, _, heads, nope, rope = op("gemm_proj_rope_mxfp8").cases[0]
+    c, cfg = CONSTEXPR, WS_CONFIG
+
+    def desc(block):
+        layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+        return f"tensordesc<bf16[{block[0]},{block[1]}],{layout!r}>"
+
+    cases = []
+    for w_out_in in (True, False):
+        name = f"proj warp-specialized w_out_in={w_out_in}"
+        if not GLUON_API_OK:
+            cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
+                                                             f"{triton.__version__}"))
+            continue
+        w_blocks = ([128, 64], [64, 64]) if w_out_in else ([64, 128], [64, 64])
+        cases.append(CompileCase(name, _proj_rope_ws_kernel, dict(
+            x_desc=desc([128, 64]), wn_desc=desc(w_blocks[0]), wr_desc=desc(w_blocks[1]),
+            COS="*bf16", SIN="*bf16", ROW="*u8", ROW_S="*u8", COL="*u8", COL_S="*u8",
+            tokens="i32", HEADS=c, NOPE=c, ROPE=c, W_OUT_IN=c, STAGES=c, MMA_REGS=c,
+            EPILOGUE_REGS=c, num_warps=c),
+            dict(HEADS=heads, NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, STAGES=cfg.stages,
+                 MMA_REGS=cfg.mma_regs, EPILOGUE_REGS=cfg.epilogue_regs, num_warps=4),
+            num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
+    return cases

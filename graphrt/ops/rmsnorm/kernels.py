@@ -14,8 +14,8 @@ from functools import lru_cache
 import triton
 import triton.language as tl
 
-from ...kernel_utils import (allow_dependent_launch, cdiv, launch, persistent_grid, row_offsets,
-                             use_pdl, wait_for_prior_kernel)
+from ...kernel_utils import (allow_dependent_launch, cdiv, CompileCase, CONSTEXPR, launch,
+                             persistent_grid, row_offsets, use_pdl, wait_for_prior_kernel)
 from ...reduction import sum_partials
 
 MAX_BLOCK_H = 8192
@@ -262,3 +262,36 @@ def launch_backward(cfg: RowConfig, n_programs: int, g, x, w, rstd, g_residual, 
             HAS_G_RESIDUAL=has_gres, NUM_STAGES=cfg.num_stages, PDL=pdl, launch_pdl=pdl,
             num_warps=cfg.num_warps)
     sum_partials(partial, [dw], n_programs)
+
+
+def compile_cases() -> list[CompileCase]:
+    """The variants scripts/compile_check.py compiles: both row kernels with a residual, and the
+    chunked ones for a hidden size beyond one block."""
+    c = CONSTEXPR
+    return [
+        CompileCase("rmsnorm fwd rows", _rmsnorm_fwd_rows_kernel, dict(
+            X="*bf16", RES="*bf16", W="*fp32", Y="*bf16", RSTD="*fp32", H_NEW="*bf16",
+            n_rows="i32", stride_x="i32", stride_res="i32", stride_y="i32", stride_h="i32",
+            eps="fp32", HIDDEN=c, BLOCK_H=c, BLOCK_ROWS=c, HAS_RESIDUAL=c, NUM_STAGES=c, PDL=c),
+            dict(HIDDEN=4096, BLOCK_H=4096, BLOCK_ROWS=2, HAS_RESIDUAL=True, NUM_STAGES=4,
+                 PDL=True)),
+        CompileCase("rmsnorm bwd rows", _rmsnorm_bwd_rows_kernel, dict(
+            G="*bf16", X="*bf16", W="*fp32", RSTD="*fp32", G_RES="*bf16", DX="*bf16",
+            PARTIAL="*fp32", n_rows="i32", stride_g="i32", stride_x="i32", stride_gres="i32",
+            stride_dx="i32", HIDDEN=c, BLOCK_H=c, BLOCK_ROWS=c, HAS_G_RESIDUAL=c, NUM_STAGES=c,
+            PDL=c),
+            dict(HIDDEN=5120, BLOCK_H=8192, BLOCK_ROWS=1, HAS_G_RESIDUAL=True, NUM_STAGES=4,
+                 PDL=True), num_warps=8),
+        CompileCase("rmsnorm fwd chunked", _rmsnorm_fwd_chunked_kernel, dict(
+            X="*bf16", RES="*bf16", W="*bf16", Y="*bf16", RSTD="*fp32", H_NEW="*bf16",
+            stride_x="i32", stride_res="i32", stride_y="i32", stride_h="i32", eps="fp32",
+            HIDDEN=c, BLOCK_H=c, NUM_CHUNKS=c, HAS_RESIDUAL=c),
+            dict(HIDDEN=16392, BLOCK_H=4096, NUM_CHUNKS=5, HAS_RESIDUAL=True), num_warps=8),
+        CompileCase("rmsnorm bwd chunked", _rmsnorm_bwd_chunked_kernel, dict(
+            G="*bf16", X="*bf16", W="*fp32", RSTD="*fp32", G_RES="*bf16", DX="*bf16",
+            PARTIAL="*fp32", n_rows="i32", rows_per_program="i32", stride_g="i32",
+            stride_x="i32", stride_gres="i32", stride_dx="i32", HIDDEN=c, BLOCK_H=c,
+            NUM_CHUNKS=c, HAS_G_RESIDUAL=c, PDL=c),
+            dict(HIDDEN=16392, BLOCK_H=4096, NUM_CHUNKS=5, HAS_G_RESIDUAL=False, PDL=True),
+            num_warps=8),
+    ]
