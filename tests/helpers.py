@@ -35,6 +35,20 @@ def assert_unchanged(before, tensors) -> None:
                 "a rejected call wrote to an output"
 
 
+def assert_rejected(call, positional: tuple, base: dict, cases, outputs) -> None:
+    """Each ``(overrides, pattern)`` of ``cases``: ``call`` with ``base`` updated by the
+    overrides (the names in ``positional`` passed positionally, in that order) raises a
+    ContractError matching ``pattern`` and leaves every tensor of ``outputs`` as it was."""
+    from graphrt import ContractError
+    for over, pattern in cases:
+        args = {**base, **over}
+        before = snapshot(*outputs)
+        inputs = [args.pop(name) for name in positional]
+        with pytest.raises(ContractError, match=pattern):
+            call(*inputs, **args)
+        assert_unchanged(before, outputs)
+
+
 @contextlib.contextmanager
 def env(**values):
     old = {k: os.environ.get(k) for k in values}

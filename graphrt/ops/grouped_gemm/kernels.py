@@ -273,26 +273,33 @@ _TL_DTYPES = {"torch.bfloat16": tl.bfloat16, "torch.float16": tl.float16,
               "torch.float32": tl.float32}
 
 
+def _grid_and_outputs(cfg: GemmConfig, hidden: int, inter: int, a, offsets, out, out_ptrs):
+    """(grid, OUT, OUT_PTRS) of a launch, None without experts: one program per output tile
+    and expert; the dense output or the address table, the unused argument a valid tensor."""
+    experts = offsets.numel()
+    if experts == 0:
+        return None
+    grid = (cdiv(hidden, cfg.block_m) * cdiv(inter, cfg.block_n), experts)
+    return (grid, a, out_ptrs) if out_ptrs is not None else (grid, out, offsets)
+
+
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
                  hidden: int, inter: int, a_k_major: bool, b_k_major: bool, ragged: bool,
                  accumulate: bool, dot_fp32: bool) -> None:
     """out: the dense output; with ``out_ptrs`` (discrete) the addresses are read from it;
     ``errors``: the device's error flags (graphrt.device_checks.error_flags)."""
-    experts = offsets.numel()
-    if experts == 0:
+    launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
+    if launch_args is None:
         return
-    tiles = cdiv(hidden, cfg.block_m) * cdiv(inter, cfg.block_n)
-    discrete = out_ptrs is not None
+    grid, out_arg, ptrs_arg = launch_args
     tokens_sum = a.shape[1]
     # the 8-token path needs 16-byte aligned rows of the K-major operands (and BLOCK_K >= 16)
     # (ragged: the experts whose blocks turn out aligned on the device take it)
     aligned_bases = cfg.block_k >= 16 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
     k_aligned = (a_k_major or b_k_major) and not ragged and tokens_sum % 8 == 0 and aligned_bases
-    launch(_wgrad_kernel, (tiles, experts),
-        a, b, offsets, out if not discrete else a, out_ptrs if discrete else offsets, errors,
-        tokens_sum,
+    launch(_wgrad_kernel, grid, a, b, offsets, out_arg, ptrs_arg, errors, tokens_sum,
         HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, RAGGED=ragged,
-        DISCRETE=discrete, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
+        DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
         OUT_DTYPE=_TL_DTYPES[str(out_dtype)], K_ALIGNED=k_aligned,
         RAGGED_ALIGNED=ragged and aligned_bases, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
@@ -305,22 +312,19 @@ def launch_wgrad_fp8(cfg: GemmConfig, a, b, a_scale, b_scale, offsets, out, out_
     ``cfg.block_k`` tokens: a_scale (hidden, blocks), b_scale (blocks, intermediate), uint8 E8M0
     or FP32, any strides (those with unit stride along hidden and intermediate take a
     variant with cheaper scale loads)."""
-    experts = offsets.numel()
-    if experts == 0:
+    launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
+    if launch_args is None:
         return
-    tiles = cdiv(hidden, cfg.block_m) * cdiv(inter, cfg.block_n)
-    discrete = out_ptrs is not None
+    grid, out_arg, ptrs_arg = launch_args
     tokens_sum = a.shape[1]
     rows_aligned = tokens_sum % 16 == 0 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
-    launch(_wgrad_fp8_kernel, (tiles, experts),
-        a, b, a_scale, b_scale, offsets, out if not discrete else a,
-        out_ptrs if discrete else offsets, errors, tokens_sum,
-        a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
+    launch(_wgrad_fp8_kernel, grid, a, b, a_scale, b_scale, offsets, out_arg, ptrs_arg, errors,
+        tokens_sum, a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
         HIDDEN=hidden, INTER=inter, SCALE_BLOCK=cfg.block_k,
         E8M0=a_scale.dtype == torch.uint8,
         SCALES_MN_MAJOR=a_scale.stride(0) == 1 and b_scale.stride(1) == 1,
-        ROWS_ALIGNED=rows_aligned, DISCRETE=discrete,
-        ACCUMULATE=accumulate, DOT_FP32=dot_fp32, OUT_DTYPE=_TL_DTYPES[str(out_dtype)],
+        ROWS_ALIGNED=rows_aligned, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
+        DOT_FP32=dot_fp32, OUT_DTYPE=_TL_DTYPES[str(out_dtype)],
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages,
         GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
 
