@@ -61,7 +61,7 @@ MUTATIONS = [
      "rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)", "rows_in_group = GROUP_M",
      ["tests/ops/test_grouped_gemm.py", "-k", "interpreted"]),
     ("wgrad-fp8-shared-block-unmasked", "graphrt/ops/grouped_gemm/kernels.py",
-     "        a = tl.where(keep_k[None, :], a, tl.zeros_like(a))", "        pass",
+     "    if EDGE:\n", "    if False:\n",
      ["tests/ops/test_grouped_gemm_fp8.py", "-k", "interpreted"]),
     ("wgrad-ragged-aligned-stride", "graphrt/ops/grouped_gemm/kernels.py",
      "n_mask, rows, 1, 1, rows, DOT_FP32", "n_mask, rows + 8, 1, 1, rows, DOT_FP32",
