@@ -101,7 +101,7 @@ def _check_ragged_aligned_and_odd(counts, hidden, inter, device):
 
 
 @needs_interpreter
-@pytest.mark.parametrize("hidden", [40, 36])   # 36: odd experts' blocks start off 16 bytes
+@pytest.mark.parametrize("hidden", [40, 36])   # 36: the 24-token expert (at token 29) starts off 16 bytes
 def test_ragged_aligned_and_odd_experts_interpreted(hidden):
     """Ragged experts whose rows start 16-byte aligned (counts multiples of 8) load 8 tokens at
     a time; the others element by element; both against the tensor2d reference."""
