@@ -5,6 +5,7 @@ import os
 
 import torch
 
+from ...block_scaling import FP8
 from ...contract import TensorSpec
 from ...device_checks import OFFSETS_DECREASING, OFFSETS_OUT_OF_RANGE, error_flags
 from ...errors import ContractError, UnsupportedError
@@ -12,8 +13,8 @@ from ...plan import Plan
 from ...streams import is_capturing, on_stream
 from ...validate import (compact_operand, dtype_name, require_aligned,
                          require_disjoint, require_tensor, vector_operand)
-from .reference import (FP8, SCALE_BLOCKS, expert_bounds, grouped_gemm_wgrad_reference,
-                        host_ends, offset_problems)
+from .reference import (SCALE_BLOCKS, expert_bounds, grouped_gemm_wgrad_reference, host_ends,
+                        offset_problems)
 
 OUTPUT_MODES = ("dense", "discrete")
 INPUT_ORDERS = ("tensor2d", "tensor_ragged")

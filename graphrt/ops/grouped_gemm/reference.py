@@ -3,27 +3,18 @@ from __future__ import annotations
 
 import torch
 
+from ...block_scaling import dequantize_blocks
 from ...device_checks import OFFSETS_DECREASING, OFFSETS_LAST_NOT_TOTAL, OFFSETS_OUT_OF_RANGE
 
-FP8 = torch.float8_e4m3fn
 # tokens per scale of FP8 inputs, by the scales' dtype: E8M0 bytes per 32 (MXFP8), FP32 per 128
 # (DeepSeek-V3's 1x128 blocks)
 SCALE_BLOCKS = {torch.uint8: 32, torch.float32: 128}
 
 
-def scale_values(scales: torch.Tensor) -> torch.Tensor:
-    """FP32 values of scales: E8M0 bytes s as 2^(s - 127) (255: NaN), FP32 ones as given."""
-    if scales.dtype == torch.uint8:
-        return torch.where(scales == 255, float("nan"), torch.exp2(scales.float() - 127))
-    return scales.float()
-
-
 def dequantize_tokens(codes: torch.Tensor, scales: torch.Tensor, tokens_dim: int) -> torch.Tensor:
     """FP32 values of FP8 ``codes``: each times the scale of its block of
     ``SCALE_BLOCKS[scales.dtype]`` tokens along ``tokens_dim``, blocks counted from token 0."""
-    tokens = codes.shape[tokens_dim]
-    per_token = scale_values(scales).repeat_interleave(SCALE_BLOCKS[scales.dtype], tokens_dim)
-    return codes.float() * per_token.narrow(tokens_dim, 0, tokens)
+    return dequantize_blocks(codes, scales, tokens_dim, SCALE_BLOCKS[scales.dtype])
 
 
 def host_ends(offsets: torch.Tensor) -> list[int]:

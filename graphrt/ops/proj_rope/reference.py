@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from ...block_scaling import FP8, dequantize_blocks
+
 FP8_MAX = 448.0
 BLOCK = 32
-FP8 = torch.float8_e4m3fn
 
 
 NAN_EXPONENT = 128    # the E8M0 NaN scale (byte 255) as an exponent
@@ -47,9 +48,7 @@ def mxfp8_quantize(values: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.
 def mxfp8_dequantize(codes: torch.Tensor, scales: torch.Tensor, dim: int) -> torch.Tensor:
     """FP32 values of MXFP8 codes with E8M0 ``scales`` per 32 along ``dim``; the NaN scale (255)
     makes its whole block NaN, as do E4M3's NaN codes their own place."""
-    factor = torch.pow(2.0, scales.double() - 127).float()
-    factor = torch.where(scales == 255, float("nan"), factor).repeat_interleave(BLOCK, dim=dim)
-    return codes.float() * factor
+    return dequantize_blocks(codes, scales, dim, BLOCK)
 
 
 def apply_rope(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, nope: int) -> torch.Tensor:
