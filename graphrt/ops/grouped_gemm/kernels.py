@@ -50,13 +50,20 @@ def gemm_config(interpreted: bool) -> GemmConfig:
 
 
 @triton.jit
-def _tile(a_base, b_base, m, n, kk, m_mask, n_mask, k_mask, a_sm, a_sk, b_sk, b_sn,
-          DOT_FP32: tl.constexpr):
-    """A[m, kk] @ B[kk, n] for one block of tokens kk, masked loads (zeros outside)."""
+def _load_tiles(a_base, b_base, m, n, kk, m_mask, n_mask, k_mask, a_sm, a_sk, b_sk, b_sn):
+    """A[m, kk] and B[kk, n] for one block of tokens kk, masked loads (zeros outside)."""
     a = tl.load(a_base + m[:, None] * a_sm + kk[None, :] * a_sk,
                 mask=m_mask[:, None] & k_mask[None, :], other=0.0)
     b = tl.load(b_base + kk[:, None] * b_sk + n[None, :] * b_sn,
                 mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+    return a, b
+
+
+@triton.jit
+def _tile(a_base, b_base, m, n, kk, m_mask, n_mask, k_mask, a_sm, a_sk, b_sk, b_sn,
+          DOT_FP32: tl.constexpr):
+    """A[m, kk] @ B[kk, n] for one block of tokens kk, masked loads (zeros outside)."""
+    a, b = _load_tiles(a_base, b_base, m, n, kk, m_mask, n_mask, k_mask, a_sm, a_sk, b_sk, b_sn)
     return mma(a, b, DOT_FP32)
 
 
@@ -199,10 +206,7 @@ def _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, load_k,
     shares with a neighbour) also zeroes those outside ``keep_k`` after loading, which keeps its
     loads 16 codes wide. ``SCALES_MN_MAJOR``: a block's scales are contiguous along m and n
     (sa_m == sb_n == 1), which spares the per-element 64-bit address arithmetic."""
-    a = tl.load(A + m[:, None] * stride + kk[None, :], mask=m_mask[:, None] & load_k[None, :],
-                other=0.0)
-    b = tl.load(B + kk[:, None] + n[None, :] * stride, mask=load_k[:, None] & n_mask[None, :],
-                other=0.0)
+    a, b = _load_tiles(A, B, m, n, kk, m_mask, n_mask, load_k, stride, 1, 1, stride)
     if EDGE:
         a = tl.where(keep_k[None, :], a, tl.zeros_like(a))
         b = tl.where(keep_k[:, None], b, tl.zeros_like(b))
