@@ -1,5 +1,4 @@
 """Small runs of every graphrt kernel for compute-sanitizer (memcheck, racecheck) on the device."""
-import os
 
 import torch
 
@@ -40,7 +39,6 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
     graphrt.ops.grouped_gemm_wgrad(torch.randn(136, tokens, dtype=torch.bfloat16, device="cuda"),
                                    torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda"),
                                    offsets, input_order="tensor_ragged")
-os.environ["GRAPHRT_EXPERIMENTAL_FP8_WGRAD"] = "1"   # the FP8 kernel's CUDA opt-in
 # FP8 inputs, both recipes: experts sharing scale blocks, one inside a single block, an empty
 # one; tokens_sum 368 (rows 16-byte aligned) and 367
 for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):

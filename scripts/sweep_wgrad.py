@@ -1,52 +1,83 @@
-"""Sweep grouped-wgrad tile configs on the GPU: each checked against a loop of torch.mm, then
-timed next to torch._grouped_mm and the loop (device machine)."""
+"""Sweep grouped-wgrad tile configs on the GPU (device machine): each checked against FP32
+torch.mm per expert, then timed next to torch._grouped_mm. ``--fp8`` sweeps the FP8 kernels
+(MXFP8 and FP32 scales per 128 tokens) next to the BF16 plan on the same shapes; ``--first``
+only the first benchmark case."""
 import itertools
+import sys
 
 import torch
 
 from graphrt.bench.timing import rotating, stream_time_us
-from graphrt.bench.wgrad import CASES, random_counts
-from graphrt.ops.grouped_gemm.kernels import GemmConfig, launch_wgrad
+from graphrt.bench.wgrad import CASES, FP8_RECIPES, _fp8_operands, random_counts
+from graphrt.block_scaling import dequantize_blocks
+from graphrt.device_checks import error_flags
+from graphrt.ops.grouped_gemm.kernels import GemmConfig, launch_wgrad, launch_wgrad_fp8
 from graphrt.ops.grouped_gemm.reference import expert_bounds
 
 CONFIGS = [GemmConfig(*c) for c in [
-    (128, 128, 64, 8, 3, 1), (128, 128, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8),
-    (128, 256, 64, 8, 3, 8), (256, 128, 64, 8, 3, 8), (128, 128, 64, 4, 4, 8),
-    (128, 128, 128, 8, 3, 8), (128, 256, 64, 8, 4, 8), (64, 256, 64, 4, 4, 8)]]
+    (128, 128, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 3, 8),
+    (256, 128, 64, 8, 3, 8), (128, 128, 64, 4, 4, 8), (128, 256, 64, 8, 4, 8),
+    (64, 256, 64, 4, 4, 8)]]
+FP8_CONFIGS = {
+    32: [GemmConfig(*c) for c in [
+        (128, 128, 64, 4, 3, 8), (128, 256, 64, 8, 3, 8), (128, 128, 128, 8, 3, 8),
+        (64, 256, 64, 4, 3, 8), (128, 64, 128, 4, 3, 8)]],
+    128: [GemmConfig(*c) for c in [
+        (128, 64, 128, 4, 3, 8), (128, 64, 128, 4, 4, 8), (64, 128, 128, 4, 3, 8),
+        (128, 128, 128, 8, 4, 8), (256, 64, 128, 8, 3, 8), (128, 64, 128, 4, 3, 8, 168)]]}
 
 
-def main():
+def _timed(name, run, sets, check, flops):
+    try:
+        run(*sets[0])
+        err = check()
+        us = stream_time_us(rotating(run, sets))
+        print(f"  {name}: {us:.1f} us {flops / us / 1e6:.0f} TFLOP/s err={err:.1e}", flush=True)
+    except Exception as e:   # a config that does not compile or fit: report, go on
+        print(f"  {name}: failed {type(e).__name__}: {str(e)[:160]}", flush=True)
+
+
+def main(fp8: bool, first: bool):
     gen = torch.Generator().manual_seed(0)
-    for experts, hidden, inter, tokens in CASES:
+    errors = error_flags(torch.device("cuda", 0))
+    for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
         counts = random_counts(experts, tokens, gen)
         offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
         bounds = expert_bounds(offsets, tokens)
-        sets = [(torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda").t(),
-                 torch.randn(tokens, inter, dtype=torch.bfloat16, device="cuda")) for _ in range(2)]
         out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
-        ref = torch.stack([sets[0][0][:, s:e].float() @ sets[0][1][s:e].float() for s, e in bounds])
         flops = 2.0 * hidden * inter * tokens
+        sets = [(torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda"),
+                 torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda").t())
+                for _ in range(2)]
+        us = stream_time_us(rotating(lambda a, b: torch._grouped_mm(a, b, offs=offsets), sets))
+        print(f"E={experts} {hidden}x{inter} tokens={tokens} K-major: torch._grouped_mm "
+              f"{us:.1f} us {flops / us / 1e6:.0f} TFLOP/s", flush=True)
 
-        def tf(us):
-            return flops / us / 1e6
-        peers = {"torch._grouped_mm": lambda a, b: torch._grouped_mm(a, b, offs=offsets),
-                 "loop": lambda a, b: [torch.mm(a[:, s:e], b[s:e], out=out[i])
-                                       for i, (s, e) in enumerate(bounds)]}
-        line = ", ".join(f"{k} {tf(stream_time_us(rotating(f, sets))):.0f}" for k, f in peers.items())
-        print(f"E={experts} {hidden}x{inter} tokens={tokens}: {line} TFLOP/s", flush=True)
-        for cfg in CONFIGS:
+        def check_against(a_val, b_val):
+            ref = torch.stack([a_val[:, s:e].float() @ b_val[s:e].float() for s, e in bounds])
+            return lambda: ((out.float() - ref).norm() / ref.norm()).item()
+        bf16_configs = CONFIGS[2:3] if fp8 else CONFIGS
+        for cfg in bf16_configs:
             def run(a, b, cfg=cfg):
-                launch_wgrad(cfg, a, b, offsets, out, None, torch.bfloat16, hidden=hidden,
-                             inter=inter, a_k_major=False, b_k_major=False, ragged=False,
+                launch_wgrad(cfg, a, b, offsets, out, None, torch.bfloat16, errors, hidden=hidden,
+                             inter=inter, a_k_major=True, b_k_major=True, ragged=False,
                              accumulate=False, dot_fp32=False)
-            try:
-                run(*sets[0])
-                err = ((out.float() - ref).norm() / ref.norm()).item()
-                us = stream_time_us(rotating(run, sets))
-                print(f"  {cfg}: {us:.1f} us {tf(us):.0f} TFLOP/s err={err:.1e}", flush=True)
-            except Exception as e:
-                print(f"  {cfg}: failed {type(e).__name__}: {str(e)[:120]}", flush=True)
+            _timed(f"bf16 {cfg}", run, sets, check_against(*sets[0]), flops)
+        if not fp8:
+            continue
+        for name, scale_dtype, block in FP8_RECIPES:
+            fsets = [_fp8_operands(tokens, hidden, inter, scale_dtype, block) for _ in range(2)]
+            a, b, sa, sb = fsets[0]
+            a_val = dequantize_blocks(a, sa, 1, block)
+            b_val = dequantize_blocks(b, sb, 0, block)
+            for cfg in FP8_CONFIGS[block]:
+                def run(a, b, sa, sb, cfg=cfg):
+                    launch_wgrad_fp8(cfg, a, b, sa, sb, offsets, out, None, torch.bfloat16,
+                                     errors, hidden=hidden, inter=inter, accumulate=False,
+                                     dot_fp32=False)
+                _timed(f"{name} {cfg}", run, fsets, check_against(a_val, b_val), flops)
+            del a_val, b_val
 
 
 if __name__ == "__main__":
-    main()
+    main("--fp8" in sys.argv[1:], "--first" in sys.argv[1:])

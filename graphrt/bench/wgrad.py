@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import itertools
-import os
 
 import torch
 
 from ..ops import GroupedGemmWgrad
-from ..ops.grouped_gemm.plan import FP8_OPT_IN
 from ..ops.grouped_gemm.reference import expert_bounds
 from ..ops.registry import op
 from . import report
@@ -76,9 +74,7 @@ def _fp8_operands(tokens: int, hidden: int, inter: int, scale_dtype, block: int)
 
 
 def _fp8_impls(tokens, hidden, inter, offsets, out) -> dict:
-    """graphrt on FP8 inputs, each recipe with its own rotating input sets (the kernel's CUDA
-    opt-in set: this measures it)."""
-    os.environ[FP8_OPT_IN] = "1"
+    """graphrt on FP8 inputs, each recipe with its own rotating input sets."""
     impls = {}
     for name, scale_dtype, block in FP8_RECIPES:
         sets = [_fp8_operands(tokens, hidden, inter, scale_dtype, block) for _ in range(2)]

@@ -7,7 +7,6 @@ import torch
 
 import graphrt
 from graphrt.ops import GroupedGemmWgrad, grouped_gemm_wgrad
-from graphrt.ops.grouped_gemm.plan import FP8_OPT_IN
 
 from ..helpers import assert_rejected, env, needs_interpreter, rel_l2
 
@@ -76,10 +75,18 @@ def _check(counts, hidden, inter, recipe, device, out_dtype=torch.float32, mode=
     if accumulate:   # an empty expert stays untouched
         want = torch.stack([want[e] + init[e].double().cpu() if n else init[e].double().cpu()
                             for e, n in enumerate(counts)])
-    if out_dtype == torch.float32:
-        assert rel_l2(w.cpu(), want) < 1e-5
-    else:
-        assert rel_l2(w.cpu(), want) < 1e-2
+    assert rel_l2(w.cpu(), want) < _tolerance(recipe, device, out_dtype)
+
+
+def _tolerance(recipe, device, out_dtype=torch.float32):
+    """Relative L2 error allowed against FP64. MXFP8 runs on BF16 tensor cores with FP32
+    accumulation (its values are exact in BF16). The 1x128 recipe sums each block on Hopper's
+    FP8 tensor cores, which keep about 14 bits while summing (DeepSeek-V3's report measures
+    the same; the kernel adds each block's sum in FP32): 1.2e-4 measured on the H200 at 128
+    tokens a block. test_gpu_exact_on_integer_values shows that the rest is exact."""
+    if out_dtype != torch.float32:
+        return 1e-2
+    return 5e-4 if recipe == "fp32x128" and device == "cuda" else 1e-5
 
 
 # experts starting and ending inside scale blocks, one inside a single block, empty ones;
@@ -118,7 +125,7 @@ def _nan_codes_stay_in_their_expert(recipe, device):
     grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb, wgrad=w, wgrad_dtype=torch.float32)
     want = _fp64(a, b, sa, sb, counts)
     for e in (0, 2, 3):
-        assert rel_l2(w[e].cpu(), want[e]) < 1e-5, e
+        assert rel_l2(w[e].cpu(), want[e]) < _tolerance(recipe, device), e
 
 
 @needs_interpreter
@@ -163,21 +170,7 @@ def test_plan_key_holds_the_recipe_not_tokens_sum():
 
 
 # -- GPU --------------------------------------------------------------------------------------------
-@pytest.fixture
-def fp8_opt_in(monkeypatch):
-    monkeypatch.setenv(FP8_OPT_IN, "1")
-
-
 @pytest.mark.gpu
-def test_gpu_kernel_needs_the_opt_in_until_validated(monkeypatch):
-    monkeypatch.delenv(FP8_OPT_IN, raising=False)
-    a, b, sa, sb, offsets = _problem([40, 24], 8, 8, "fp32x128", "cuda")
-    with pytest.raises(graphrt.UnsupportedError, match=FP8_OPT_IN):
-        grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb)
-
-
-@pytest.mark.gpu
-@pytest.mark.usefixtures("fp8_opt_in")
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
 @pytest.mark.parametrize("hidden", [1024, 1160])
 # tokens_sum 1600 (rows 16-byte aligned: 16 codes a load) and 1597; counts crossing blocks
@@ -188,27 +181,44 @@ def test_gpu_matches_fp64(seed, recipe, hidden, counts, scales_mn_major):
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("fp8_opt_in")
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+@pytest.mark.parametrize("counts", [[0, 300, 17, 0, 1024, 259], [0, 301, 17, 0, 1023, 256]])
+def test_gpu_exact_on_integer_values(seed, recipe, counts):
+    """Codes in [-3, 3] and power-of-two scales: every block's sum is an integer below 2^11
+    and every total fits FP32's 24 bits, so any rounding or misplaced token shows as a
+    difference from FP64, whatever precision the tensor cores keep while summing."""
+    a, b, sa, sb, offsets = _problem(counts, 1160, 768, recipe, "cuda")
+    a = torch.randint(-3, 4, a.shape, device="cuda").to(FP8)
+    b = torch.randint(-3, 4, (b.shape[1], b.shape[0]), device="cuda").to(FP8).t()
+    if recipe == "mxfp8":
+        sa, sb = (torch.randint(125, 130, s.shape, dtype=torch.uint8, device="cuda")
+                  for s in (sa, sb))
+    else:
+        sa, sb = (torch.pow(2.0, torch.randint(-2, 3, s.shape, device="cuda").float())
+                  for s in (sa, sb))
+    w = torch.full((len(counts), 1160, 768), float("nan"), device="cuda")
+    grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb, wgrad=w)
+    assert torch.equal(w.cpu().double(), _fp64(a, b, sa, sb, counts))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
 def test_gpu_output_modes_and_accumulate(seed, recipe):
     _check([128, 0, 200, 312], 256, 384, recipe, "cuda", torch.bfloat16, "discrete", True)
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("fp8_opt_in")
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
 def test_gpu_nan_codes_stay_in_their_expert(seed, recipe):
     _nan_codes_stay_in_their_expert(recipe, "cuda")
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("fp8_opt_in")
 def test_gpu_error_paths_write_nothing():
     _errors("cuda")
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("fp8_opt_in")
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
 def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
     from graphrt.capture import capture

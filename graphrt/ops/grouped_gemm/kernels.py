@@ -33,14 +33,20 @@ class GemmConfig:
     num_warps: int
     num_stages: int
     group_m: int = 8   # row tiles walked together, so neighbouring programs share B columns
+    max_registers: int | None = None   # per thread, so that more programs share an SM
 
 
 def fp8_config(interpreted: bool, scale_block: int) -> GemmConfig:
-    """block_k is the scale block: 32 (MXFP8) or 128 (FP32 scales per 128 tokens)."""
+    """MXFP8 (scale_block 32): BLOCK_K tokens a step, a multiple of 32; FP32 scales per 128
+    tokens: block_k is the scale block. Both take one warpgroup a program and two programs an
+    SM, so that one's tensor-core work overlaps the other's CUDA-core work (the best of
+    ``scripts/sweep_wgrad.py --fp8`` on the H200)."""
     if interpreted:
         return GemmConfig(16, 16, scale_block, 1, 1, 2)
-    # two FP32 accumulators live (the running sum and the block's product): 128 x 128 tiles
-    return GemmConfig(128, 128, scale_block, 8, 4 if scale_block >= 128 else 6)
+    if scale_block == 32:
+        return GemmConfig(128, 128, 64, 4, 3)
+    # two FP32 accumulators live (the running sum and the block's product)
+    return GemmConfig(128, 64, 128, 4, 3)
 
 
 def gemm_config(interpreted: bool) -> GemmConfig:
@@ -198,7 +204,7 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
 
 @triton.jit
 def _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, load_k, keep_k, block,
-                  stride, sa_m, sa_k, sb_k, sb_n, E8M0: tl.constexpr, SCALES_MN_MAJOR: tl.constexpr,
+                  stride, sa_m, sa_k, sb_k, sb_n, SCALES_MN_MAJOR: tl.constexpr,
                   EDGE: tl.constexpr, DOT_FP32: tl.constexpr):
     """acc + (A[m, kk] @ B[kk, n]) * a_scale[m, block] * b_scale[block, n] for one block of
     tokens kk sharing one scale per row of A and per column of B (K-major codes, rows
@@ -216,16 +222,13 @@ def _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, load_k,
     else:
         sa = tl.load(A_SCALE + m.to(tl.int64) * sa_m + block * sa_k, mask=m_mask, other=0)
         sb = tl.load(B_SCALE + block * sb_k + n.to(tl.int64) * sb_n, mask=n_mask, other=0)
-    if E8M0:
-        sa = pow2(sa.to(tl.int32) - 127)
-        sb = pow2(sb.to(tl.int32) - 127)
     return acc + mma(a, b, DOT_FP32) * (sa[:, None] * sb[None, :])
 
 
 @triton.jit(do_not_specialize=["tokens_sum", "sa_m", "sa_k", "sb_k", "sb_n"])
 def _wgrad_fp8_kernel(A, B, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
                       sa_m, sa_k, sb_k, sb_n, HIDDEN: tl.constexpr, INTER: tl.constexpr,
-                      SCALE_BLOCK: tl.constexpr, E8M0: tl.constexpr,
+                      SCALE_BLOCK: tl.constexpr,
                       SCALES_MN_MAJOR: tl.constexpr, ROWS_ALIGNED: tl.constexpr,
                       DISCRETE: tl.constexpr, ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr,
                       OUT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -255,21 +258,118 @@ def _wgrad_fp8_kernel(A, B, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS, to
         kk = k0 + k
         acc = _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk,
                             kk < last_full, kk, k0 // SCALE_BLOCK, stride, sa_m, sa_k, sb_k,
-                            sb_n, E8M0, SCALES_MN_MAJOR, False, DOT_FP32)
+                            sb_n, SCALES_MN_MAJOR, False, DOT_FP32)
     head_end = tl.minimum(first_full, stop)
     if head_end > begin:   # the expert's tokens in the block holding its first token
         kk = begin // SCALE_BLOCK * SCALE_BLOCK + k
         acc = _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, kk < total,
                             (kk >= begin) & (kk < head_end), begin // SCALE_BLOCK, stride,
-                            sa_m, sa_k, sb_k, sb_n, E8M0, SCALES_MN_MAJOR, True,
+                            sa_m, sa_k, sb_k, sb_n, SCALES_MN_MAJOR, True,
                             DOT_FP32)
     tail_begin = tl.maximum(last_full, first_full)
     if stop > tail_begin:  # and in the block holding its last token, when that is another one
         kk = last_full + k
         acc = _scaled_block(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, kk < total,
                             (kk >= tail_begin) & (kk < stop), last_full // SCALE_BLOCK, stride,
-                            sa_m, sa_k, sb_k, sb_n, E8M0, SCALES_MN_MAJOR, True,
+                            sa_m, sa_k, sb_k, sb_n, SCALES_MN_MAJOR, True,
                             DOT_FP32)
+    _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
+
+
+MX_BLOCK = tl.constexpr(32)   # tokens per E8M0 scale
+
+
+@triton.jit
+def _mx_to_bf16(codes, scale_bytes, ROWS_ARE_TOKENS: tl.constexpr):
+    """E4M3 codes times their E8M0 scales (one per MX_BLOCK tokens along the tokens axis) as
+    BF16: exact, since 4 significant bits times a power of two fit BF16 wherever FP32 does
+    (only values below 2^-133 round). codes (m, tokens) with scales (m, blocks), or
+    ``ROWS_ARE_TOKENS``: codes (tokens, n) with scales (blocks, n)."""
+    scales = pow2(scale_bytes.to(tl.int32) - 127)
+    if ROWS_ARE_TOKENS:
+        blocks: tl.constexpr = scales.shape[0]
+        cols: tl.constexpr = scales.shape[1]
+        full = tl.reshape(tl.broadcast_to(scales[:, None, :], (blocks, MX_BLOCK, cols)),
+                          (blocks * MX_BLOCK, cols))
+    else:
+        rows: tl.constexpr = scales.shape[0]
+        blocks: tl.constexpr = scales.shape[1]
+        full = tl.reshape(tl.broadcast_to(scales[:, :, None], (rows, blocks, MX_BLOCK)),
+                          (rows, blocks * MX_BLOCK))
+    return (codes.to(tl.float32) * full).to(tl.bfloat16)
+
+
+@triton.jit
+def _mx_step(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, k_mask, blocks, block_mask,
+             stride, sa_m, sa_k, sb_k, sb_n, SCALES_MN_MAJOR: tl.constexpr,
+             DOT_FP32: tl.constexpr):
+    """acc + A[m, kk] @ B[kk, n] on the values of MXFP8 codes: ``kk`` covers whole scale blocks
+    ``blocks`` (MX_BLOCK consecutive tokens each); tokens outside ``k_mask`` and blocks outside
+    ``block_mask`` are not read (zero)."""
+    a, b = _load_tiles(A, B, m, n, kk, m_mask, n_mask, k_mask, stride, 1, 1, stride)
+    a_mask = m_mask[:, None] & block_mask[None, :]
+    b_mask = block_mask[:, None] & n_mask[None, :]
+    if SCALES_MN_MAJOR:
+        sa = tl.load(A_SCALE + blocks[None, :] * sa_k + m[:, None], mask=a_mask, other=0)
+        sb = tl.load(B_SCALE + blocks[:, None] * sb_k + n[None, :], mask=b_mask, other=0)
+    else:
+        sa = tl.load(A_SCALE + m[:, None].to(tl.int64) * sa_m + blocks[None, :] * sa_k,
+                     mask=a_mask, other=0)
+        sb = tl.load(B_SCALE + blocks[:, None] * sb_k + n[None, :].to(tl.int64) * sb_n,
+                     mask=b_mask, other=0)
+    return acc + mma(_mx_to_bf16(a, sa, False), _mx_to_bf16(b, sb, True), DOT_FP32)
+
+
+@triton.jit(do_not_specialize=["tokens_sum", "sa_m", "sa_k", "sb_k", "sb_n"])
+def _wgrad_mx_kernel(A, B, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
+                     sa_m, sa_k, sb_k, sb_n, HIDDEN: tl.constexpr, INTER: tl.constexpr,
+                     SCALES_MN_MAJOR: tl.constexpr, ROWS_ALIGNED: tl.constexpr,
+                     DISCRETE: tl.constexpr, ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr,
+                     OUT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
+    """MXFP8 codes (E8M0 scales per MX_BLOCK tokens counted from token 0), both operands K-major,
+    turned into their exact BF16 values in registers and multiplied on BF16 tensor cores with
+    FP32 accumulation (Hopper has no block-scaled FP8 instruction; a scaled FP8 product per 32
+    tokens keeps the tensor cores idle while the CUDA cores scale). The scale blocks inside the
+    expert run pipelined, BLOCK_K tokens a step; the tokens it owns in the blocks it shares with
+    its neighbours (fewer than MX_BLOCK at each end) run once, in one masked step."""
+    tile = tl.program_id(0)
+    expert = tl.program_id(1)
+    m, n = _tile_rows_cols(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
+    m_mask, n_mask = m < HIDDEN, n < INTER
+    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum)
+    if ACCUMULATE:
+        if count == 0:
+            return
+    stride = tokens_sum.to(tl.int64)
+    if ROWS_ALIGNED:   # 16-byte aligned rows: 16 codes a load inside whole blocks
+        stride = tl.multiple_of(stride, 16)
+    stop = begin + count
+    first_full = tl.multiple_of((begin + MX_BLOCK - 1) // MX_BLOCK * MX_BLOCK, MX_BLOCK)
+    last_full = stop // MX_BLOCK * MX_BLOCK
+    k = tl.arange(0, BLOCK_K)
+    blocks = tl.arange(0, BLOCK_K // MX_BLOCK)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in tl.range(first_full, last_full, BLOCK_K, num_stages=NUM_STAGES):
+        kk = k0 + k
+        kb = k0 // MX_BLOCK + blocks
+        acc = _mx_step(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, kk < last_full,
+                       kb, kb < last_full // MX_BLOCK, stride, sa_m, sa_k, sb_k, sb_n,
+                       SCALES_MN_MAJOR, DOT_FP32)
+    head_end = tl.minimum(first_full, stop)
+    tail_begin = tl.maximum(last_full, first_full)
+    if (head_end > begin) | (stop > tail_begin):
+        # one step of two blocks: the one holding the first token, the one holding the last
+        edge = tl.arange(0, 2 * MX_BLOCK)
+        head = edge < MX_BLOCK
+        kk = tl.where(head, begin // MX_BLOCK * MX_BLOCK + edge, last_full + edge - MX_BLOCK)
+        k_mask = ((head & (kk >= begin) & (kk < head_end)) |
+                  ((edge >= MX_BLOCK) & (kk >= tail_begin) & (kk < stop)))
+        two = tl.arange(0, 2)
+        kb = tl.where(two == 0, begin // MX_BLOCK, last_full // MX_BLOCK)
+        kb_mask = tl.where(two == 0, begin, tail_begin) < tl.where(two == 0, head_end, stop)
+        acc = _mx_step(acc, A, B, A_SCALE, B_SCALE, m, n, m_mask, n_mask, kk, k_mask, kb,
+                       kb_mask, stride, sa_m, sa_k, sb_k, sb_n, SCALES_MN_MAJOR, DOT_FP32)
     _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
 
 
@@ -312,25 +412,30 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
 
 def launch_wgrad_fp8(cfg: GemmConfig, a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype,
                      errors, *, hidden: int, inter: int, accumulate: bool, dot_fp32: bool) -> None:
-    """FP8 codes ``a`` (hidden, T) and ``b`` (T, intermediate), both K-major, with scales per
-    ``cfg.block_k`` tokens: a_scale (hidden, blocks), b_scale (blocks, intermediate), uint8 E8M0
-    or FP32, any strides (those with unit stride along hidden and intermediate take a
-    variant with cheaper scale loads)."""
+    """FP8 codes ``a`` (hidden, T) and ``b`` (T, intermediate), both K-major, with scales:
+    a_scale (hidden, blocks), b_scale (blocks, intermediate), uint8 E8M0 per 32 tokens (MXFP8)
+    or FP32 per 128 tokens (``cfg`` from ``fp8_config`` for that block), any strides (those
+    with unit stride along hidden and intermediate take a variant with cheaper scale loads)."""
     launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
     if launch_args is None:
         return
     grid, out_arg, ptrs_arg = launch_args
     tokens_sum = a.shape[1]
     rows_aligned = tokens_sum % 16 == 0 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
-    launch(_wgrad_fp8_kernel, grid, a, b, a_scale, b_scale, offsets, out_arg, ptrs_arg, errors,
-        tokens_sum, a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1),
-        HIDDEN=hidden, INTER=inter, SCALE_BLOCK=cfg.block_k,
-        E8M0=a_scale.dtype == torch.uint8,
-        SCALES_MN_MAJOR=a_scale.stride(0) == 1 and b_scale.stride(1) == 1,
-        ROWS_ALIGNED=rows_aligned, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
-        DOT_FP32=dot_fp32, OUT_DTYPE=_TL_DTYPES[str(out_dtype)],
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages,
-        GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
+    common = dict(HIDDEN=hidden, INTER=inter,
+                  SCALES_MN_MAJOR=a_scale.stride(0) == 1 and b_scale.stride(1) == 1,
+                  ROWS_ALIGNED=rows_aligned, DISCRETE=out_ptrs is not None,
+                  ACCUMULATE=accumulate, DOT_FP32=dot_fp32, OUT_DTYPE=_TL_DTYPES[str(out_dtype)],
+                  BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages,
+                  GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
+    if cfg.max_registers:
+        common["maxnreg"] = cfg.max_registers
+    args = (a, b, a_scale, b_scale, offsets, out_arg, ptrs_arg, errors, tokens_sum,
+            a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1))
+    if a_scale.dtype == torch.uint8:
+        launch(_wgrad_mx_kernel, grid, *args, BLOCK_K=cfg.block_k, **common)
+    else:
+        launch(_wgrad_fp8_kernel, grid, *args, SCALE_BLOCK=cfg.block_k, **common)
 
 
 def compile_cases() -> list[CompileCase]:
@@ -356,22 +461,29 @@ def compile_cases() -> list[CompileCase]:
             (True, False, False, False, False, True), (True, True, False, False, False, True),
             (False, True, False, True, True, True), (False, True, False, True, True, False),
             (True, False, True, False, False, False), (True, True, True, False, False, True))]
+    fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
+               ERRORS="*i32", tokens_sum="i32", sa_m="i64", sa_k="i64", sb_k="i64", sb_n="i64",
+               HIDDEN=c, INTER=c, SCALES_MN_MAJOR=c, ROWS_ALIGNED=c, DISCRETE=c, ACCUMULATE=c,
+               DOT_FP32=c, OUT_DTYPE=c, BLOCK_M=c, BLOCK_N=c, NUM_STAGES=c, GROUP_M=c)
     for scale_block, mn_major, rows_aligned, discrete in (
             (128, True, True, False), (128, False, True, False), (32, True, True, False),
-            (32, False, True, False), (128, False, False, True)):
+            (32, False, True, False), (32, True, False, True), (128, False, False, True)):
         cfg = fp8_config(False, scale_block)
-        scales = "*u8" if scale_block == 32 else "*fp32"
+        mx = scale_block == 32
+        values = dict(HIDDEN=hidden, INTER=inter, SCALES_MN_MAJOR=mn_major,
+                      ROWS_ALIGNED=rows_aligned, DISCRETE=discrete, ACCUMULATE=discrete,
+                      DOT_FP32=False, OUT_DTYPE=tl.bfloat16, BLOCK_M=cfg.block_m,
+                      BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m)
+        if mx:
+            kernel, signature = _wgrad_mx_kernel, dict(fp8, A_SCALE="*u8", B_SCALE="*u8",
+                                                       BLOCK_K=c)
+            values["BLOCK_K"] = cfg.block_k
+        else:
+            kernel, signature = _wgrad_fp8_kernel, dict(fp8, A_SCALE="*fp32", B_SCALE="*fp32",
+                                                        SCALE_BLOCK=c)
+            values["SCALE_BLOCK"] = scale_block
         cases.append(CompileCase(
-            f"wgrad fp8 scale_block={scale_block} scales_mn_major={mn_major} "
-            f"rows_aligned={rows_aligned} discrete={discrete}", _wgrad_fp8_kernel, dict(
-                A="*fp8e4nv", B="*fp8e4nv", A_SCALE=scales, B_SCALE=scales, OFFSETS="*i32",
-                OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", sa_m="i64",
-                sa_k="i64", sb_k="i64", sb_n="i64", HIDDEN=c, INTER=c, SCALE_BLOCK=c, E8M0=c,
-                SCALES_MN_MAJOR=c, ROWS_ALIGNED=c, DISCRETE=c, ACCUMULATE=c, DOT_FP32=c,
-                OUT_DTYPE=c, BLOCK_M=c, BLOCK_N=c, NUM_STAGES=c, GROUP_M=c),
-            dict(HIDDEN=hidden, INTER=inter, SCALE_BLOCK=scale_block, E8M0=scale_block == 32,
-                 SCALES_MN_MAJOR=mn_major, ROWS_ALIGNED=rows_aligned, DISCRETE=discrete,
-                 ACCUMULATE=discrete, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
-                 BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages,
-                 GROUP_M=cfg.group_m), num_warps=cfg.num_warps))
+            f"wgrad {'mxfp8' if mx else 'fp8 fp32x128'} scales_mn_major={mn_major} "
+            f"rows_aligned={rows_aligned} discrete={discrete}", kernel,
+            {k: signature[k] for k in kernel.arg_names}, values, num_warps=cfg.num_warps))
     return cases

@@ -8,7 +8,7 @@ import torch
 from ...block_scaling import FP8
 from ...contract import TensorSpec
 from ...device_checks import OFFSETS_DECREASING, OFFSETS_OUT_OF_RANGE, error_flags
-from ...errors import ContractError, UnsupportedError
+from ...errors import ContractError
 from ...plan import Plan
 from ...streams import is_capturing, on_stream
 from ...validate import (compact_operand, dtype_name, require_aligned,
@@ -65,11 +65,6 @@ def offsets_spec(name: str, t) -> TensorSpec:
 
 def _validate_on_host() -> bool:
     return os.environ.get("GRAPHRT_VALIDATE_OFFSETS") == "1"
-
-
-# the FP8 kernel passes its tests under the Triton interpreter but has not yet run on a GPU: CUDA
-# callers opt in until it has been checked there
-FP8_OPT_IN = "GRAPHRT_EXPERIMENTAL_FP8_WGRAD"
 
 
 class GroupedGemmWgrad(Plan):
@@ -155,10 +150,6 @@ class GroupedGemmWgrad(Plan):
                                     f"the unit-stride axis), got {c.spec(name).layout}-major")
         if c.flag("input_order") != "tensor2d":
             raise ContractError("input_order: FP8 inputs take tensor2d only")
-        if (c.device_type == "cuda" and self.backend == "triton"
-                and os.environ.get(FP8_OPT_IN) != "1"):
-            raise UnsupportedError(f"a: the FP8 wgrad kernel is not yet validated on CUDA "
-                                   f"devices; set {FP8_OPT_IN}=1 to run it anyway")
         self.scale_block = SCALE_BLOCKS[scales[0].dtype]
 
     def _compile(self) -> None:
