@@ -88,12 +88,15 @@ graphrt.ops.gemm_proj_rope_mxfp8(xq, wq, cs, cs, x_scale=xs, w_scale=ws)
 x_bad = x.clone()
 x_bad[3, 5], x_bad[40, 7] = float("nan"), float("inf")
 graphrt.ops.gemm_proj_rope_mxfp8(x_bad, w, cs, cs)
-# AdamW: tensors of one element, one block plus one, and a float and a device lr
-shapes = [(1,), (4097,), (33, 65)]
+# AdamW: tensors of one element, one block plus one, and a float and a device lr; the sizes
+# that are multiples of 8 share one launch (BF16 and FP32 groups), the others go one by one
+shapes = [(1,), (4097,), (33, 65), (4104,), (8,), (16, 24)]
 lists = [[torch.randn(s, device="cuda").to(dt) for s in shapes] for dt in (torch.bfloat16,) * 4]
 lists[3] = [v.abs() for v in lists[3]]
 steps = [torch.ones((), device="cuda") for _ in shapes]
 graphrt.ops.adamw_step(*lists, steps, lr=1e-3)
 graphrt.ops.adamw_step(*lists, steps, lr=torch.full((), 1e-3, device="cuda"), maximize=True)
+lists = [[t.float() for t in ts] for ts in lists]
+graphrt.ops.adamw_step(*lists, steps, lr=1e-3)
 torch.cuda.synchronize()
 print("sanitize run done")

@@ -138,6 +138,29 @@ def module_cases(rows: int, hidden: int, device) -> dict:
     return cases
 
 
+OPTIMIZER_PARAMETERS = 100   # FP32 parameters of 8192 elements each
+
+
+def optimizer_cases(device) -> dict:
+    """``opt.step()`` over a model-sized parameter list: graphrt.optim.AdamW against torch's
+    fused and foreach AdamW (each on its own parameters, gradients set)."""
+    import graphrt
+
+    def parameters():
+        params = [torch.nn.Parameter(torch.randn(8192, device=device))
+                  for _ in range(OPTIMIZER_PARAMETERS)]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        return params
+    optimizers = {
+        "graphrt.optim.AdamW": graphrt.optim.AdamW(parameters(), lr=1e-4),
+        "torch.optim.AdamW(fused=True)": torch.optim.AdamW(parameters(), lr=1e-4, fused=True),
+        "torch.optim.AdamW(foreach=True)": torch.optim.AdamW(parameters(), lr=1e-4,
+                                                             foreach=True)}
+    return {f"{name}.step(), {OPTIMIZER_PARAMETERS} parameters": opt.step
+            for name, opt in optimizers.items()}
+
+
 def run(progress=print, rounds: int = 5) -> list[dict]:
     device = torch.device("cuda", torch.cuda.current_device())
     small = torch.zeros(16, device=device)
@@ -147,6 +170,7 @@ def run(progress=print, rounds: int = 5) -> list[dict]:
     cases.update(op_cases(device))
     rows, hidden = MODULE_SHAPES[0]
     cases.update(module_cases(rows, hidden, device))
+    cases.update(optimizer_cases(device))
     progress(f"host time per call, behind a GPU sleep ({torch.cuda.get_device_name()}); "
              f"{len(cases)} cases x {rounds} rounds")
     for fn in cases.values():   # compiles, plan builds and bindings before timing

@@ -85,6 +85,85 @@ def test_interpreted_kernel_matches_reference(seed, dtype, lr_on_device):
                                   graphrt.Runtime("cpu"))
 
 
+def _mixed_state(device):
+    """Parameters that share the many-tensor launch (sizes multiples of 8, in two dtypes) and
+    ones that do not (odd sizes, an offset view), as lists of one dtype per parameter."""
+    shapes = [(64,), (8, 24), (7,), (3, 33), (4096 + 8,), (16,)]
+    dtypes = [torch.float32, torch.bfloat16, torch.float32, torch.bfloat16, torch.bfloat16,
+              torch.float32]
+    lists = [[], [], [], [], []]
+    for i, (shape, dtype) in enumerate(zip(shapes, dtypes)):
+        one = _state([shape], dtype, device, step=2.0 + i)
+        for items, (t,) in zip(lists, one):
+            items.append(t)
+    base = torch.randn(40, device=device)   # a parameter at a 4-byte offset: launched alone
+    lists[0].append(base[1:9])
+    for items, t in zip(lists[1:], (torch.randn(8, device=device), torch.zeros(8, device=device),
+                                    torch.zeros(8, device=device), torch.full((), 1.0, device=device))):
+        items.append(t)
+    return lists
+
+
+def _many_against_per_tensor(device):
+    """Two steps through one plan (the second call takes the checked-call cache): bitwise the
+    per-tensor launches' result (the same update), parameters grouped per dtype into one
+    launch each and the others alone; the first step also against the reference."""
+    from graphrt.ops.adamw import AdamWStep
+    from graphrt.ops.adamw.kernels import launch_adamw
+    lists = _mixed_state(device)
+    per_tensor, reference = _clone(lists), _clone(lists)
+    plan = AdamWStep(*lists, **HYPER).compile()
+    hyper = dict(lr=HYPER["lr"], beta1=0.9, beta2=0.99, eps=HYPER["eps"],
+                 weight_decay=HYPER["weight_decay"], maximize=False)
+    adamw_step_reference(*reference, **hyper)
+    for step in range(2):
+        plan.execute(*lists, **HYPER)
+        launch_adamw(*per_tensor, **hyper)
+        if step == 0:
+            for got, want in zip(lists[0], reference[0]):
+                _compare([[got]], [[want]], got.dtype, rounds_to_nearest=device != "cpu")
+        for ts in (lists[4], per_tensor[4]):
+            for t in ts:
+                t.add_(1)
+    checked = next(iter(plan._checked_calls.values()))
+    assert len(checked.tables(lists, lists[0][0].device)) == 2 and checked.alone == [2, 3, 6]
+    for got_list, want_list in zip(lists[:4], per_tensor[:4]):
+        for got, want in zip(got_list, want_list):
+            assert torch.equal(got, want)
+
+
+@needs_interpreter
+def test_interpreted_many_tensor_launch_matches_reference(seed):
+    with env(GRAPHRT_BACKEND="triton"):
+        _many_against_per_tensor("cpu")
+
+
+def test_cached_checks_still_reject_a_changed_call():
+    """A call that passed the checks is remembered by its tensors' addresses, shapes, dtypes,
+    devices and contiguity: a strided view at the same address is checked again."""
+    from graphrt.ops.adamw import AdamWStep
+    params, grads, ms, vs, steps = _state([(6,), (6,)], torch.float32)
+    plan = AdamWStep(params, grads, ms, vs, steps, **HYPER).compile()
+    plan.execute(params, grads, ms, vs, steps, **HYPER)
+    strided = torch.zeros(12)[::2]
+    with pytest.raises(graphrt.ContractError, match=r"exp_avgs\[1\]: expected a contiguous"):
+        plan.execute(params, grads, [ms[0], strided], vs, steps, **HYPER)
+    with pytest.raises(graphrt.ContractError, match="overlap"):
+        plan.execute(params, grads, [params[0], ms[1]], vs, steps, **HYPER)
+
+
+def test_overlapping_parameters_keep_per_tensor_launches():
+    """One launch for all parameters would race where one parameter's tensors overlap
+    another's; such calls keep one launch per tensor, in order."""
+    from graphrt.ops.adamw.plan import _spans_disjoint
+    params, grads, ms, vs, steps = _state([(8,), (8,)], torch.float32)
+    rows = list(zip(params, grads, ms, vs, steps))
+    assert _spans_disjoint(rows)
+    assert _spans_disjoint([rows[0], (*rows[1][:4], steps[0])])      # a shared step: read only
+    assert not _spans_disjoint([rows[0], (params[0], *rows[1][1:])])  # one p twice
+    assert not _spans_disjoint([rows[0], (rows[1][0], ms[0], *rows[1][2:])])  # g_1 is m_0
+
+
 def test_errors_write_nothing():
     params, grads, ms, vs, steps = _state([(4,), (6,)], torch.float32)
     bad_step = [steps[0], torch.ones((), dtype=torch.float64)]
@@ -122,6 +201,27 @@ def test_optimizer_rejects_what_it_does_not_implement():
 @pytest.mark.parametrize("lr_on_device", [False, True])
 def test_gpu_kernel_matches_reference(seed, dtype, lr_on_device):
     _kernel_against_reference("cuda", dtype, lr_on_device, False, [(1,), (4096,), (4097,), (1000, 1537)])
+
+
+@pytest.mark.gpu
+def test_gpu_many_tensor_launch_matches_reference(seed):
+    _many_against_per_tensor("cuda")
+
+
+@pytest.mark.gpu
+def test_gpu_duplicated_parameter_updates_twice_in_order(seed):
+    """The same parameter listed twice (with two moment pairs) is updated twice, in order, as
+    by the per-tensor launches and the reference."""
+    from graphrt.ops.adamw import AdamWStep
+    params, grads, ms, vs, steps = _state([(4096,), (4096,)], torch.float32, "cuda")
+    params = [params[0], params[0]]
+    want = _clone([params, grads, ms, vs, steps])
+    want[0][1] = want[0][0]
+    AdamWStep(params, grads, ms, vs, steps, **HYPER).compile().execute(
+        params, grads, ms, vs, steps, **HYPER)
+    adamw_step_reference(*want, lr=HYPER["lr"], beta1=0.9, beta2=0.99, eps=HYPER["eps"],
+                         weight_decay=HYPER["weight_decay"], maximize=False)
+    _compare([params[:1]], [want[0][:1]], torch.float32, rounds_to_nearest=True)
 
 
 @pytest.mark.gpu

@@ -5,12 +5,79 @@ import torch
 
 from ...errors import ContractError
 from ...plan import Plan
-from ...streams import on_stream
+from ...streams import is_capturing, on_stream
 from ...validate import dtype_name, real_value, require_disjoint, require_tensor
 from .reference import adamw_step_reference
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 LISTS = ("params", "grads", "exp_avgs", "exp_avg_sqs", "steps")
+CHECKED_CALLS = 8
+
+
+def _tensors_key(lists: tuple) -> tuple | None:
+    """What the tensor checks of a call read, per tensor: address, shape, dtype, device and
+    contiguity (with the list lengths); None when the arguments are not lists of tensors."""
+    try:
+        if any(type(ts) not in (list, tuple) for ts in lists):
+            return None
+        return (*(len(ts) for ts in lists),
+                *((t.data_ptr(), t.shape, t.dtype, t.get_device(), t.is_contiguous())
+                  for ts in lists for t in ts))
+    except (AttributeError, TypeError):
+        return None
+
+
+def _spans_disjoint(rows: list) -> bool:
+    """Whether no parameter's written tensors (p, m, v) overlap another's tensors (a launch for
+    all of them at once would race where per-tensor launches run in order)."""
+    spans = []
+    for i, (p, g, m, v, step) in enumerate(rows):
+        for t, written in ((p, True), (m, True), (v, True), (g, False), (step, False)):
+            if t.numel():
+                lo = t.data_ptr()
+                spans.append((lo, lo + t.numel() * t.element_size(), written, i))
+    spans.sort()
+    reach = reach_written = -1   # the furthest end so far, of any span and of written ones
+    owner = owner_written = -1
+    for lo, hi, written, i in spans:
+        if (written and reach > lo and owner != i) or (reach_written > lo and owner_written != i):
+            return False
+        if hi > reach:
+            reach, owner = hi, i
+        if written and hi > reach_written:
+            reach_written, owner_written = hi, i
+    return True
+
+
+class _CheckedCall:
+    """A kind of call whose tensors passed the checks, and its many-tensor launches: the
+    parameters that fit one (kernels.fits_one_launch) grouped by dtype, the others (``alone``)
+    launched one by one. Under CUDA-graph capture every launch stays per tensor: a table built
+    there would need a copy from the host, and one a captured graph reads must outlive it."""
+
+    __slots__ = ("_tables", "alone")
+
+    def __init__(self):
+        self._tables = None
+        self.alone = None
+
+    def tables(self, lists, device) -> list | None:
+        if self._tables is None:
+            from .kernels import ManyTensorTable, fits_one_launch
+            rows = list(zip(*lists))
+            groups: dict = {}
+            alone = []
+            if _spans_disjoint(rows):
+                for i, row in enumerate(rows):
+                    if fits_one_launch(*row[:4]):
+                        groups.setdefault(row[0].dtype, []).append(row)
+                    else:
+                        alone.append(i)
+            else:
+                alone = list(range(len(rows)))
+            self._tables = [ManyTensorTable(group, device) for group in groups.values()]
+            self.alone = alone
+        return self._tables
 
 
 def _tensor_list(name: str, value, length: int | None = None) -> list:
@@ -60,12 +127,52 @@ class AdamWStep(Plan):
     op = "adamw_step"
     output_names = ()
 
+    def _compile(self) -> None:
+        # calls whose tensors passed the checks, by everything the checks read (addresses,
+        # shapes, dtypes, devices, contiguity), oldest first
+        self._checked_calls: dict = {}
+
     def execute(self, params, grads, exp_avgs, exp_avg_sqs, steps, *, lr=1e-3, betas=(0.9, 0.999),
                 eps: float = 1e-8, weight_decay: float = 1e-2, workspace=None, stream=None) -> None:
-        params = _tensor_list("params", params)
+        lists = (params, grads, exp_avgs, exp_avg_sqs, steps)
+        key = _tensors_key(lists)
+        checked = self._checked_calls.get(key) if key is not None else None
+        if checked is None:
+            lists = self._check_tensors(*lists)
+        device = lists[0][0].device
+        lr = _check_lr(lr, device)
+        if isinstance(lr, torch.Tensor) != self.contract.flag("lr_on_device"):
+            raise ContractError("lr: this plan was built for a "
+                                f"{'tensor' if self.contract.flag('lr_on_device') else 'float'} lr")
+        beta1, beta2 = _betas(betas)
+        eps = real_value("eps", eps, 0.0)
+        weight_decay = real_value("weight_decay", weight_decay, 0.0)
+        hyper = dict(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
+                     maximize=self.contract.flag("maximize"))
+        if checked is None:
+            checked = _CheckedCall()
+            if key is not None:
+                self._remember(key, checked)
+        if self.backend == "reference":
+            adamw_step_reference(*lists, **hyper)
+            return
+        from .kernels import launch_adamw, launch_adamw_many
+        with on_stream(stream):
+            tables = None if is_capturing(device) else checked.tables(lists, device)
+            if tables is None:   # under capture the launches stay per tensor (see _CheckedCall)
+                launch_adamw(*lists, **hyper)
+                return
+            for table in tables:
+                table.keep_for_current_stream()
+                launch_adamw_many(table, **hyper)
+            if checked.alone:
+                launch_adamw(*([ts[i] for i in checked.alone] for ts in lists), **hyper)
+
+    def _check_tensors(self, params, grads, exp_avgs, exp_avg_sqs, steps) -> tuple:
+        params = parameter_list(params)
         n = len(params)
-        lists = [params] + [_tensor_list(name, value, n) for name, value in
-                            zip(LISTS[1:], (grads, exp_avgs, exp_avg_sqs, steps))]
+        lists = (params, *(_tensor_list(name, value, n) for name, value in
+                           zip(LISTS[1:], (grads, exp_avgs, exp_avg_sqs, steps))))
         device = params[0].device
         for i, (p, g, m, v, step) in enumerate(zip(*lists)):
             if p.dtype not in DTYPES:
@@ -85,18 +192,10 @@ class AdamWStep(Plan):
                                     f"on {step.device}")
             require_disjoint({f"params[{i}]": p, f"exp_avgs[{i}]": m, f"exp_avg_sqs[{i}]": v},
                              {f"grads[{i}]": g, f"steps[{i}]": step})
-        lr = _check_lr(lr, device)
-        if isinstance(lr, torch.Tensor) != self.contract.flag("lr_on_device"):
-            raise ContractError("lr: this plan was built for a "
-                                f"{'tensor' if self.contract.flag('lr_on_device') else 'float'} lr")
-        beta1, beta2 = _betas(betas)
-        eps = real_value("eps", eps, 0.0)
-        weight_decay = real_value("weight_decay", weight_decay, 0.0)
-        hyper = dict(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
-                     maximize=self.contract.flag("maximize"))
-        if self.backend == "reference":
-            adamw_step_reference(*lists, **hyper)
-            return
-        from .kernels import launch_adamw
-        with on_stream(stream):
-            launch_adamw(*lists, **hyper)
+        return lists
+
+    def _remember(self, key, checked) -> None:
+        calls = self._checked_calls
+        calls[key] = checked
+        while len(calls) > CHECKED_CALLS:
+            calls.pop(next(iter(calls)), None)
