@@ -45,23 +45,27 @@ class AdamW(torch.optim.AdamW):
         for group in self.param_groups:
             if group.get("amsgrad"):
                 raise UnsupportedError("amsgrad: graphrt.optim.AdamW does not implement it")
-            lists = ([], [], [], [], [])
+            params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
             for p in group["params"]:
-                if p.grad is None:
+                grad = p.grad
+                if grad is None:
                     continue
-                if p.grad.is_sparse:
+                if grad.is_sparse:
                     raise UnsupportedError("graphrt.optim.AdamW: sparse gradients are not supported")
                 state = self.state[p]
                 if not state:
                     state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                for items, value in zip(lists, (p, p.grad, state["exp_avg"], state["exp_avg_sq"],
-                                                state["step"])):
-                    items.append(value)
-            if not lists[0]:
+                params.append(p)
+                grads.append(grad)
+                exp_avgs.append(state["exp_avg"])
+                exp_avg_sqs.append(state["exp_avg_sq"])
+                steps.append(state["step"])
+            if not params:
                 continue
-            torch._foreach_add_(lists[4], 1)
-            adamw_step(*lists, lr=group["lr"], betas=group["betas"], eps=group["eps"],
+            torch._foreach_add_(steps, 1)
+            adamw_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr=group["lr"],
+                       betas=group["betas"], eps=group["eps"],
                        weight_decay=group["weight_decay"], maximize=group["maximize"])
         return loss
