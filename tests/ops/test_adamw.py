@@ -162,6 +162,12 @@ def test_overlapping_parameters_keep_per_tensor_launches():
     assert _spans_disjoint([rows[0], (*rows[1][:4], steps[0])])      # a shared step: read only
     assert not _spans_disjoint([rows[0], (params[0], *rows[1][1:])])  # one p twice
     assert not _spans_disjoint([rows[0], (rows[1][0], ms[0], *rows[1][2:])])  # g_1 is m_0
+    from graphrt.ops.adamw.plan import _CheckedCall
+    cpu = torch.device("cpu")
+    together, apart = _CheckedCall(), _CheckedCall()
+    assert len(together.tables([params, grads, ms, vs, steps], cpu)) == 1 and together.alone == []
+    assert apart.tables([[params[0]] * 2, grads, ms, vs, steps], cpu) == []
+    assert apart.alone == [0, 1]
 
 
 def test_errors_write_nothing():
