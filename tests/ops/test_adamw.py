@@ -152,6 +152,27 @@ def test_cached_checks_still_reject_a_changed_call():
         plan.execute(params, grads, [params[0], ms[1]], vs, steps, **HYPER)
 
 
+def test_overlap_sweep_matches_every_pair():
+    """The address-order sweep of _spans_disjoint against a check of every pair, on random
+    views of one buffer (parameters that overlap within themselves included)."""
+    import random
+    from graphrt.ops.adamw.plan import _spans_disjoint
+
+    def every_pair(rows):
+        spans = [(t.data_ptr(), t.data_ptr() + 4 * t.numel(), written, i)
+                 for i, row in enumerate(rows) for t, written in zip(row, (1, 0, 1, 1, 0))
+                 if t.numel()]
+        return not any(a[3] != b[3] and (a[2] or b[2]) and a[0] < b[1] and b[0] < a[1]
+                       for a in spans for b in spans)
+    rng = random.Random(0)
+    buf = torch.zeros(200)
+    for _ in range(500):
+        rows = [[buf[lo:lo + (rng.randint(0, 12) if k < 4 else 1)]
+                 for k, lo in enumerate(rng.randint(0, 190) for _ in range(5))]
+                for _ in range(rng.randint(1, 4))]
+        assert _spans_disjoint(rows) == every_pair(rows)
+
+
 def test_overlapping_parameters_keep_per_tensor_launches():
     """One launch for all parameters would race where one parameter's tensors overlap
     another's; such calls keep one launch per tensor, in order."""

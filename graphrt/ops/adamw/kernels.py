@@ -1,7 +1,8 @@
 """Triton kernels for the AdamW step: one launch for many tensors of a dtype (or one per tensor),
 each program a block of elements, everything in FP32 registers between one read and one write
-of p, m and v (14 bytes an element for BF16 tensors, the floor of the update). The bias corrections come from the device-side step
-count, so a captured step stays right as the count grows."""
+of p, m and v (14 bytes an element for BF16 tensors, the floor of the update). The bias
+corrections come from the device-side step count, so a captured step stays right as the count
+grows."""
 from __future__ import annotations
 
 import itertools

@@ -37,8 +37,10 @@ _dtype = operator.attrgetter("dtype")
 
 
 def _spans_disjoint(rows: list) -> bool:
-    """Whether no parameter's written tensors (p, m, v) overlap another's tensors (a launch for
-    all of them at once would race where per-tensor launches run in order)."""
+    """Whether no parameter's written tensors (p, m, v) overlap another parameter's tensors (a
+    launch for all of them at once would race where per-tensor launches run in order). Spans in
+    address order; for each, the furthest end reached so far by another parameter's spans (any,
+    and written ones) tells whether it overlaps one."""
     spans = []
     for i, (p, g, m, v, step) in enumerate(rows):
         for t, written in ((p, True), (m, True), (v, True), (g, False), (step, False)):
@@ -46,16 +48,35 @@ def _spans_disjoint(rows: list) -> bool:
                 lo = t.data_ptr()
                 spans.append((lo, lo + t.numel() * t.element_size(), written, i))
     spans.sort()
-    reach = reach_written = -1   # the furthest end so far, of any span and of written ones
-    owner = owner_written = -1
+    reach, reach_written = _Reach(), _Reach()
     for lo, hi, written, i in spans:
-        if (written and reach > lo and owner != i) or (reach_written > lo and owner_written != i):
+        if (written and reach.by_others(i) > lo) or reach_written.by_others(i) > lo:
             return False
-        if hi > reach:
-            reach, owner = hi, i
-        if written and hi > reach_written:
-            reach_written, owner_written = hi, i
+        reach.add(hi, i)
+        if written:
+            reach_written.add(hi, i)
     return True
+
+
+class _Reach:
+    """The two furthest span ends of distinct parameters so far."""
+
+    __slots__ = ("first", "owner", "second")
+
+    def __init__(self):
+        self.first, self.owner, self.second = -1, -1, -1
+
+    def add(self, hi: int, i: int) -> None:
+        if i == self.owner:
+            self.first = max(self.first, hi)
+        elif hi > self.first:
+            self.first, self.owner, self.second = hi, i, self.first
+        else:
+            self.second = max(self.second, hi)
+
+    def by_others(self, i: int) -> int:
+        """The furthest end reached by a parameter other than ``i``."""
+        return self.second if i == self.owner else self.first
 
 
 class _CheckedCall:
