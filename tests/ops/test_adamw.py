@@ -236,6 +236,33 @@ def test_gpu_many_tensor_launch_matches_reference(seed):
 
 
 @pytest.mark.gpu
+def test_gpu_many_tensor_tables_used_from_another_stream(seed):
+    """Tables made on one stream (behind a long GPU sleep, so their upload is still queued)
+    and used on another: the second stream waits for the upload; two steps equal the per-tensor
+    launches bitwise."""
+    from graphrt.ops.adamw import AdamWStep
+    from graphrt.ops.adamw.kernels import launch_adamw
+    lists = _mixed_state("cuda")
+    per_tensor = _clone(lists)
+    hyper = dict(lr=HYPER["lr"], beta1=0.9, beta2=0.99, eps=HYPER["eps"],
+                 weight_decay=HYPER["weight_decay"], maximize=False)
+    plan = AdamWStep(*lists, **HYPER).compile()
+    first, second = torch.cuda.Stream(), torch.cuda.Stream()
+    for stream in (first, second):
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            if stream is first:
+                torch.cuda._sleep(int(2e8))
+            plan.execute(*lists, **HYPER)
+        torch.cuda.current_stream().wait_stream(stream)
+        launch_adamw(*per_tensor, **hyper)
+    torch.cuda.synchronize()
+    for got_list, want_list in zip(lists[:4], per_tensor[:4]):
+        for got, want in zip(got_list, want_list):
+            assert torch.equal(got, want)
+
+
+@pytest.mark.gpu
 def test_gpu_duplicated_parameter_updates_twice_in_order(seed):
     """The same parameter listed twice (with two moment pairs) is updated twice, in order, as
     by the per-tensor launches and the reference."""

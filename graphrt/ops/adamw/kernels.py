@@ -119,7 +119,7 @@ class ManyTensorTable:
     stay referenced until the table is dropped (the upload is asynchronous)."""
 
     __slots__ = ("dtype", "tensors", "blocks", "addresses", "block_ends", "sizes", "_host",
-                 "_stream")
+                 "_stream", "_uploaded")
 
     def __init__(self, rows: list, device: torch.device):
         self.dtype = rows[0][0].dtype
@@ -136,13 +136,19 @@ class ManyTensorTable:
                                                        for t in host)
         self._host = host
         self._stream = _raw_stream(device)
+        self._uploaded = None
+        if device.type == "cuda":
+            self._uploaded = torch.cuda.Event()
+            self._uploaded.record()
 
     def keep_for_current_stream(self) -> None:
-        """Makes the tables outlive their use on the current stream when that is not the one
-        they were made on (the caching allocator only orders frees on that one)."""
+        """On a stream other than the one the tables were made on: waits there for their upload
+        and makes them outlive their use there (the caching allocator only orders frees on the
+        stream that made them)."""
         stream = _raw_stream(self.addresses.device)
         if stream != self._stream:
             current = torch.cuda.current_stream(self.addresses.device)
+            current.wait_event(self._uploaded)
             for t in (self.addresses, self.block_ends, self.sizes):
                 t.record_stream(current)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import operator
+import threading
 
 import torch
 
@@ -105,8 +106,8 @@ class _CheckedCall:
                         alone.append(i)
             else:
                 alone = list(range(len(rows)))
+            self.alone = alone   # before the tables: a thread that sees them reads it
             self._tables = [ManyTensorTable(group, device) for group in groups.values()]
-            self.alone = alone
         return self._tables
 
 
@@ -161,6 +162,7 @@ class AdamWStep(Plan):
         # calls whose tensors passed the checks, by everything the checks read (addresses,
         # shapes, dtypes, devices, contiguity), oldest first; how often a call was not one
         self._checked_calls: dict = {}
+        self._remembering = threading.Lock()
         self.checked_calls_missed = 0
 
     def execute(self, params, grads, exp_avgs, exp_avg_sqs, steps, *, lr=1e-3, betas=(0.9, 0.999),
@@ -227,7 +229,8 @@ class AdamWStep(Plan):
         return lists
 
     def _remember(self, key, checked) -> None:
-        calls = self._checked_calls
-        calls[key] = checked
-        while len(calls) > CHECKED_CALLS:
-            calls.pop(next(iter(calls)), None)
+        with self._remembering:
+            calls = self._checked_calls
+            calls[key] = checked
+            while len(calls) > CHECKED_CALLS:
+                calls.pop(next(iter(calls)), None)
