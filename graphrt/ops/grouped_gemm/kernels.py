@@ -121,6 +121,19 @@ def _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum):
 
 
 @triton.jit
+def _program_tile(OFFSETS, ERRORS, tokens_sum, HIDDEN: tl.constexpr, INTER: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(expert, rows, columns, their masks, begin, count) of this program: its output tile and
+    its expert's tokens (see _tile_rows_cols and _expert_tokens)."""
+    tile = tl.program_id(0)
+    expert = tl.program_id(1)
+    m, n = _tile_rows_cols(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
+    m_mask, n_mask = m < HIDDEN, n < INTER
+    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum)
+    return expert, m, n, m_mask, n_mask, begin, count
+
+
+@triton.jit
 def _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN: tl.constexpr, INTER: tl.constexpr,
                 DISCRETE: tl.constexpr, ACCUMULATE: tl.constexpr, OUT_DTYPE: tl.constexpr):
     """acc (plus the output's values when accumulating) into Wgrad[expert][m, n]."""
@@ -143,11 +156,8 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
                   K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
                   GROUP_M: tl.constexpr):
-    tile = tl.program_id(0)
-    expert = tl.program_id(1)
-    m, n = _tile_rows_cols(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
-    m_mask, n_mask = m < HIDDEN, n < INTER
-    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum)
+    expert, m, n, m_mask, n_mask, begin, count = _program_tile(
+        OFFSETS, ERRORS, tokens_sum, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
     if ACCUMULATE:
         if count == 0:
             return
@@ -237,11 +247,8 @@ def _wgrad_fp8_kernel(A, B, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS, to
     from token 0 of the whole tensor, so an expert's first and last blocks may be shared with
     its neighbours. The blocks inside the expert run pipelined, 16 codes per load when the rows
     are 16-byte aligned; the partial blocks at its two ends run once each, masked."""
-    tile = tl.program_id(0)
-    expert = tl.program_id(1)
-    m, n = _tile_rows_cols(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
-    m_mask, n_mask = m < HIDDEN, n < INTER
-    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum)
+    expert, m, n, m_mask, n_mask, begin, count = _program_tile(
+        OFFSETS, ERRORS, tokens_sum, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
     if ACCUMULATE:
         if count == 0:
             return
@@ -333,11 +340,8 @@ def _wgrad_mx_kernel(A, B, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS, tok
     tokens keeps the tensor cores idle while the CUDA cores scale). The scale blocks inside the
     expert run pipelined, BLOCK_K tokens a step; the tokens it owns in the blocks it shares with
     its neighbours (fewer than MX_BLOCK at each end) run once, in one masked step."""
-    tile = tl.program_id(0)
-    expert = tl.program_id(1)
-    m, n = _tile_rows_cols(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
-    m_mask, n_mask = m < HIDDEN, n < INTER
-    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum)
+    expert, m, n, m_mask, n_mask, begin, count = _program_tile(
+        OFFSETS, ERRORS, tokens_sum, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
     if ACCUMULATE:
         if count == 0:
             return
