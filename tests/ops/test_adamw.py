@@ -143,9 +143,11 @@ def test_cached_checks_still_reject_a_changed_call():
     devices and contiguity: a strided view at the same address is checked again."""
     from graphrt.ops.adamw import AdamWStep
     params, grads, ms, vs, steps = _state([(6,), (6,)], torch.float32)
+    base = torch.zeros(12)
+    ms[1] = base[:6]
     plan = AdamWStep(params, grads, ms, vs, steps, **HYPER).compile()
     plan.execute(params, grads, ms, vs, steps, **HYPER)
-    strided = torch.zeros(12)[::2]
+    strided = base[::2]   # the same address, shape and dtype; only the strides differ
     with pytest.raises(graphrt.ContractError, match=r"exp_avgs\[1\]: expected a contiguous"):
         plan.execute(params, grads, [ms[0], strided], vs, steps, **HYPER)
     with pytest.raises(graphrt.ContractError, match="overlap"):
