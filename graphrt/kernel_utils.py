@@ -228,6 +228,9 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+
 def next_power_of_2(n: int) -> int:
     """The least power of two >= n (0 for 0, as ``triton.next_power_of_2``) on the host, without
     Triton's constexpr-function call (see ``cdiv``)."""

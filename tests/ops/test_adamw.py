@@ -147,6 +147,8 @@ def test_cached_checks_still_reject_a_changed_call():
     ms[1] = base[:6]
     plan = AdamWStep(params, grads, ms, vs, steps, **HYPER).compile()
     plan.execute(params, grads, ms, vs, steps, **HYPER)
+    plan.execute(list(params), grads, ms, vs, steps, **HYPER)   # the same tensors: not rechecked
+    assert plan.checked_calls_missed == 1
     strided = base[::2]   # the same address, shape and dtype; only the strides differ
     with pytest.raises(graphrt.ContractError, match=r"exp_avgs\[1\]: expected a contiguous"):
         plan.execute(params, grads, [ms[0], strided], vs, steps, **HYPER)

@@ -12,7 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ...kernel_utils import CONSTEXPR, CompileCase, cdiv, launch
+from ...kernel_utils import CONSTEXPR, CompileCase, TL_DTYPES, cdiv, launch
+from ...streams import current_stream
 
 BLOCK = 4096
 WARPS = 8
@@ -85,7 +86,7 @@ def _adamw_many_kernel(ADDRESSES, BLOCK_ENDS, SIZES, tensors, LR, lr, beta1, bet
 
 
 def _hyper_arguments(lr, beta1: float, beta2: float, eps: float, weight_decay: float) -> tuple:
-    """(lr tensor or placeholder, lr float, the float arguments after it, lr on the device)."""
+    """(the kernels' float arguments from ``lr`` on, whether lr is a device tensor)."""
     on_device = not isinstance(lr, float)
     log2_beta1 = math.log2(beta1) if beta1 > 0 else -math.inf
     log2_beta2 = math.log2(beta2) if beta2 > 0 else -math.inf
@@ -135,28 +136,23 @@ class ManyTensorTable:
         self.addresses, self.block_ends, self.sizes = (t.to(device, non_blocking=True)
                                                        for t in host)
         self._host = host
-        self._stream = _raw_stream(device)
-        self._uploaded = None
+        self._stream = self._uploaded = None
         if device.type == "cuda":
+            self._stream = current_stream(device)
             self._uploaded = torch.cuda.Event()
-            self._uploaded.record()
+            self._uploaded.record(self._stream)
 
     def keep_for_current_stream(self) -> None:
         """On a stream other than the one the tables were made on: waits there for their upload
         and makes them outlive their use there (the caching allocator only orders frees on the
         stream that made them)."""
-        stream = _raw_stream(self.addresses.device)
-        if stream != self._stream:
-            current = torch.cuda.current_stream(self.addresses.device)
+        if self._stream is None:   # the CPU (Triton's interpreter)
+            return
+        current = current_stream(self.addresses.device)
+        if current != self._stream:
             current.wait_event(self._uploaded)
             for t in (self.addresses, self.block_ends, self.sizes):
                 t.record_stream(current)
-
-
-def _raw_stream(device: torch.device) -> int | None:
-    if device.type != "cuda":
-        return None
-    return torch._C._cuda_getCurrentRawStream(device.index)
 
 
 def launch_adamw_many(table: ManyTensorTable, *, lr, beta1: float, beta2: float, eps: float,
@@ -165,12 +161,8 @@ def launch_adamw_many(table: ManyTensorTable, *, lr, beta1: float, beta2: float,
     floats, on_device = _hyper_arguments(lr, beta1, beta2, eps, weight_decay)
     launch(_adamw_many_kernel, (table.blocks,), table.addresses, table.block_ends, table.sizes,
            table.tensors, lr if on_device else table.sizes, *floats,
-           DTYPE=_TL_DTYPES[table.dtype], LR_ON_DEVICE=on_device, MAXIMIZE=maximize,
+           DTYPE=TL_DTYPES[table.dtype], LR_ON_DEVICE=on_device, MAXIMIZE=maximize,
            BLOCK=BLOCK, num_warps=WARPS)
-
-
-_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16,
-              torch.float32: tl.float32}
 
 
 def compile_cases() -> list[CompileCase]:

@@ -92,7 +92,8 @@ class _CheckedCall:
         self._tables = None
         self.alone = None
 
-    def tables(self, lists, device) -> list | None:
+    def tables(self, lists, device) -> list:
+        """The many-tensor tables of this kind of call, made on the first eager call."""
         if self._tables is None:
             from .kernels import ManyTensorTable, fits_one_launch
             rows = list(zip(*lists))

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from ... import device_checks
-from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch, mma, pow2)
+from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch, mma, pow2, TL_DTYPES)
 
 OFFSETS_DECREASING = tl.constexpr(device_checks.OFFSETS_DECREASING)
 OFFSETS_OUT_OF_RANGE = tl.constexpr(device_checks.OFFSETS_OUT_OF_RANGE)
@@ -34,6 +34,12 @@ class GemmConfig:
     num_stages: int
     group_m: int = 8   # row tiles walked together, so neighbouring programs share B columns
     max_registers: int | None = None   # per thread, so that more programs share an SM
+
+    def launch_options(self) -> dict:
+        """The launch's num_warps, and maxnreg where a register cap is set."""
+        if self.max_registers:
+            return dict(num_warps=self.num_warps, maxnreg=self.max_registers)
+        return dict(num_warps=self.num_warps)
 
 
 def fp8_config(interpreted: bool, scale_block: int) -> GemmConfig:
@@ -377,10 +383,6 @@ def _wgrad_mx_kernel(A, B, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS, tok
     _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
 
 
-_TL_DTYPES = {"torch.bfloat16": tl.bfloat16, "torch.float16": tl.float16,
-              "torch.float32": tl.float32}
-
-
 def _grid_and_outputs(cfg: GemmConfig, hidden: int, inter: int, a, offsets, out, out_ptrs):
     """(grid, OUT, OUT_PTRS) of a launch, None without experts: one program per output tile
     and expert; the dense output or the address table, the unused argument a valid tensor."""
@@ -408,10 +410,10 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     launch(_wgrad_kernel, grid, a, b, offsets, out_arg, ptrs_arg, errors, tokens_sum,
         HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, RAGGED=ragged,
         DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
-        OUT_DTYPE=_TL_DTYPES[str(out_dtype)], K_ALIGNED=k_aligned,
+        OUT_DTYPE=TL_DTYPES[out_dtype], K_ALIGNED=k_aligned,
         RAGGED_ALIGNED=ragged and aligned_bases, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
-        num_warps=cfg.num_warps)
+        **cfg.launch_options())
 
 
 def launch_wgrad_fp8(cfg: GemmConfig, a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype,
@@ -429,11 +431,9 @@ def launch_wgrad_fp8(cfg: GemmConfig, a, b, a_scale, b_scale, offsets, out, out_
     common = dict(HIDDEN=hidden, INTER=inter,
                   SCALES_MN_MAJOR=a_scale.stride(0) == 1 and b_scale.stride(1) == 1,
                   ROWS_ALIGNED=rows_aligned, DISCRETE=out_ptrs is not None,
-                  ACCUMULATE=accumulate, DOT_FP32=dot_fp32, OUT_DTYPE=_TL_DTYPES[str(out_dtype)],
+                  ACCUMULATE=accumulate, DOT_FP32=dot_fp32, OUT_DTYPE=TL_DTYPES[out_dtype],
                   BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages,
-                  GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
-    if cfg.max_registers:
-        common["maxnreg"] = cfg.max_registers
+                  GROUP_M=cfg.group_m, **cfg.launch_options())
     args = (a, b, a_scale, b_scale, offsets, out_arg, ptrs_arg, errors, tokens_sum,
             a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(1))
     if a_scale.dtype == torch.uint8:
