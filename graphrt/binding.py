@@ -12,9 +12,11 @@ binding, whatever its buffers.
 
 A binding holds no tensors, so it keeps no memory alive. Anything a key cannot describe (lists,
 objects), a CPU tensor, an active launch hook (a profiler), an operation other than a kernel
-launch while recording (a copy, a fill, an allocation), a launch with Triton objects such as
+launch while recording (a copy, a fill, an allocation), a launch that does not go through
+``launch`` (another DSL's kernels) or with Triton objects other than tensors, scalars and host
 tensor descriptors, or an address that is not inside exactly one argument leaves the call
-unbound: it runs ``execute`` in full.
+unbound: it runs ``execute`` in full. A tensor descriptor is recorded as its base's
+"argument i plus d bytes" and its other fields, and rebuilt over the new address on replay.
 """
 from __future__ import annotations
 
@@ -30,6 +32,44 @@ _local = threading.local()
 
 class Address(int):
     """A tensor argument of a recorded launch: its address, marked as one."""
+
+
+class RecordedDescriptor:
+    """A host tensor descriptor argument (Triton's or Gluon's) of a recorded launch: its
+    base's address and its other fields, without the tensor."""
+
+    __slots__ = ("address", "kind", "fields")
+
+    def __init__(self, descriptor):
+        self.address = descriptor.base.data_ptr()
+        self.kind = type(descriptor)
+        self.fields = {k: v for k, v in vars(descriptor).items() if k != "base"}
+
+
+class _Pointer(int):
+    """A replayed descriptor's base: an address that answers ``data_ptr()`` as a tensor
+    does (Triton's launcher reads no more of it)."""
+
+    def data_ptr(self) -> int:
+        return int(self)
+
+
+class DescriptorAt:
+    """A recorded descriptor with its base as (tensor argument, byte offset): ``at`` makes
+    the same descriptor over the replayed addresses (built without the constructor's checks,
+    which the recorded call passed for the same shapes, strides and address alignment)."""
+
+    __slots__ = ("index", "offset", "kind", "fields")
+
+    def __init__(self, index: int, offset: int, recorded: RecordedDescriptor):
+        self.index, self.offset = index, offset
+        self.kind, self.fields = recorded.kind, recorded.fields
+
+    def at(self, addresses: list):
+        descriptor = object.__new__(self.kind)
+        vars(descriptor).update(self.fields)
+        descriptor.base = _Pointer(addresses[self.index] + self.offset)
+        return descriptor
 
 
 def _current_raw_stream(index: int) -> int:
@@ -126,7 +166,8 @@ class Binding:
         overlap anything)."""
         for run, grid, function, metadata, stream, template in self.launches:
             run(grid[0], grid[1], grid[2], stream, function, metadata, None, None, None,
-                *[addresses[a[0]] + a[1] if type(a) is tuple else a for a in template])
+                *[addresses[a[0]] + a[1] if type(a) is tuple
+                  else a.at(addresses) if type(a) is DescriptorAt else a for a in template])
 
 
 def launch_hooks_active() -> bool:
@@ -210,6 +251,11 @@ class Bindings:
                     if where is None:
                         return
                     template.append(where)
+                elif type(a) is RecordedDescriptor:
+                    where = _locate(a.address, addresses, extents)
+                    if where is None:
+                        return
+                    template.append(DescriptorAt(*where, a))
                 else:
                     template.append(a)
             launches.append((run, grid, function, metadata, stream, tuple(template)))

@@ -12,7 +12,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from . import binding
-from .binding import Address, active_recording
+from .binding import Address, active_recording, RecordedDescriptor
 from .notices import warn_once
 
 # The Triton that graphrt's experimental Gluon kernel was written and measured with; other
@@ -64,8 +64,22 @@ def _argument_classes(args: tuple) -> tuple | None:
         elif kind is float or a is None or kind is bool:
             classes.append(kind)
         else:
-            return None
+            described = _descriptor_classes(a)
+            if described is None:
+                return None
+            classes.append(described)
     return tuple(classes)
+
+
+def _descriptor_classes(a) -> tuple | None:
+    """A host tensor descriptor's key (Triton's or Gluon's: type, dtype, block shape, layout,
+    padding, shape, strides and whether its base is 16-byte aligned): finer than what Triton
+    specializes on; None for anything else."""
+    base = getattr(a, "base", None)
+    if not isinstance(base, torch.Tensor) or not hasattr(a, "block_shape"):
+        return None
+    return (type(a), base.dtype, tuple(a.block_shape), getattr(a, "layout", None), a.padding,
+            tuple(a.shape), tuple(a.strides), not base.data_ptr() & 15)
 
 
 def _direct_launch_supported() -> bool:
@@ -90,6 +104,7 @@ class _Launcher:
     def __init__(self):
         self.supported: bool | None = None
         self.bound: dict = {}
+        self.plain_run_types: dict = {}
         self.current_device = self.current_stream = None
 
     def _enable(self) -> bool:
@@ -104,6 +119,15 @@ class _Launcher:
                       f"Triton's own path (about 7 us more host time each on an H200 host)")
         return self.supported
 
+    def _plain_run(self, kind: type) -> bool:
+        """Whether kernels of this class launch through JITFunction.run unchanged (Triton's
+        JIT functions, and Gluon's, which only compile differently)."""
+        plain = self.plain_run_types.get(kind)
+        if plain is None:
+            plain = self.plain_run_types[kind] = (issubclass(kind, self.jit_type)
+                                                  and kind.run is self.jit_type.run)
+        return plain
+
     def hooks_active(self) -> bool:
         knobs = self.runtime_knobs
         return _hook_set(knobs.launch_enter_hook) or _hook_set(knobs.launch_exit_hook)
@@ -112,7 +136,7 @@ class _Launcher:
         if self.supported is None:
             self._enable()
         recording = active_recording()
-        if (not self.supported or type(kernel) is not self.jit_type or kernel.pre_run_hooks
+        if (not self.supported or not self._plain_run(type(kernel)) or kernel.pre_run_hooks
                 or self.hooks_active() or type(grid) is not tuple):
             return _unrecorded(recording, kernel[grid](*args, **kwargs))
         classes = _argument_classes(args)
@@ -141,9 +165,25 @@ class _Launcher:
         if recording is not None:
             recording.launches.append((
                 compiled.run, grid, compiled.function, compiled.packed_metadata, stream,
-                (*(Address(a.data_ptr()) if isinstance(a, torch.Tensor) else a for a in args),
-                 *tail)))
+                (*map(_recorded_argument, args), *tail)))
         return compiled
+
+
+def _recorded_argument(a):
+    """A launch argument as a recording keeps it: tensors and descriptors by address."""
+    if isinstance(a, torch.Tensor):
+        return Address(a.data_ptr())
+    if hasattr(a, "block_shape") and isinstance(getattr(a, "base", None), torch.Tensor):
+        if hasattr(a, "__dict__"):
+            return RecordedDescriptor(a)
+        mark_unrecorded_launch()   # a descriptor class this binding cannot rebuild
+    return a
+
+
+def mark_unrecorded_launch() -> None:
+    """For launches that do not go through ``launch`` (another DSL's kernels): a recording
+    in progress cannot replay them, so it is left incomplete and the call stays unbound."""
+    _unrecorded(active_recording(), None)
 
 
 def _unrecorded(recording, compiled):

@@ -93,6 +93,33 @@ def test_recorded_addresses_become_argument_plus_offset():
     assert bindings.lookup("k2") is None   # an address outside the arguments: never replayed
 
 
+def test_recorded_tensor_descriptors_are_rebuilt_over_the_new_address():
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from graphrt import kernel_utils
+    x, y = torch.empty(64, 32), torch.empty(16, 8)
+    described = TensorDescriptor.from_tensor(x[8:], [16, 32])
+    key = kernel_utils._argument_classes((described, 3))
+    assert key[0][:3] == (TensorDescriptor, torch.float32, (16, 32))
+    assert kernel_utils._argument_classes((TensorDescriptor.from_tensor(x, [8, 32]), 3)) != key
+
+    def execute(plan, x, *, y=None):
+        binding.active_recording().launches.append(
+            ("run", (1, 1, 1), "f", "m", 0, (kernel_utils._recorded_argument(described),
+                                             binding.Address(y.data_ptr()))))
+    bindings = binding.Bindings()
+    bindings.record("k", [0, 1], [x.data_ptr(), y.data_ptr()], execute, None, (x,), {"y": y},
+                    ("x",), ("y",))
+    template = bindings.lookup("k").launches[0][5]
+    assert type(template[0]) is binding.DescriptorAt and template[1] == (1, 0)
+    rebuilt = template[0].at([4096, 8192])
+    assert type(rebuilt) is TensorDescriptor and rebuilt.base.data_ptr() == 4096 + 8 * 32 * 4
+    assert rebuilt.base == 4096 + 8 * 32 * 4   # an int as well, for launchers that take one
+    assert (list(rebuilt.shape), list(rebuilt.strides), rebuilt.block_shape, rebuilt.padding) \
+        == ([56, 32], [32, 1], [16, 32], "zero")
+    assert described.base is not None and described.base.data_ptr() == x[8:].data_ptr()
+
+
 # -- GPU -----------------------------------------------------------------------------------------
 def _fresh(t):
     return t.copy_(torch.randn_like(t, dtype=torch.float32).to(t.dtype))
@@ -265,3 +292,95 @@ def test_bound_dropout_calls_follow_the_seed(seed):
              for s in (1, 2, 1, 2, 1)]
     assert all(torch.equal(masks[0], m) for m in masks[2::2])
     assert torch.equal(masks[1], masks[3]) and not torch.equal(masks[0], masks[1])
+
+
+
+def _fill_fresh(t):
+    if t.dtype == torch.uint8:   # E8M0 scales near 2^0
+        t.copy_(torch.randint(124, 130, t.shape, device=t.device))
+    elif t.dtype == torch.float8_e4m3fn:
+        t.copy_(torch.randn(t.shape, device=t.device).to(t.dtype))
+    else:
+        _fresh(t)
+
+
+def _bound_equals_unbound(plan_cls, inputs: dict, outputs: dict, flags: dict, keywords=()):
+    """``plan_cls``'s bound execute (launches with tensor descriptors replayed) against the
+    same plan unbound (every call in full), bitwise, with fresh inputs and poisoned outputs:
+    three calls in the same buffers, then two in new buffers of the same kind. Inputs named
+    in ``keywords`` are passed by keyword."""
+    def call(plan, inputs, **kw):
+        positional = [v for k, v in inputs.items() if k not in keywords]
+        return plan(*positional, **{k: inputs[k] for k in keywords}, **kw)
+    bound = call(plan_cls, inputs, **flags).compile()
+    unbound = call(plan_cls, inputs, **flags).compile()
+    unbound._bindings = None
+    assert bound._bindings is not None
+    for buffers in range(2):
+        if buffers:
+            inputs = {k: torch.empty_like(v) for k, v in inputs.items()}
+            outputs = {k: torch.empty_like(v) for k, v in outputs.items()}
+        workspaces = [torch.empty(p.workspace_bytes(), dtype=torch.uint8, device="cuda")
+                      for p in (bound, unbound)]
+        for _ in range(3 - buffers):
+            for t in inputs.values():
+                _fill_fresh(t)
+            results = []
+            for plan, ws in zip((bound, unbound), workspaces):
+                mine = {k: torch.full_like(v.view(torch.uint8), 0xFF).view(v.dtype)
+                        for k, v in outputs.items()}
+                call(plan.execute, inputs, **mine, workspace=ws)
+                results.append(mine)
+            torch.cuda.synchronize()
+            for k in outputs:
+                assert torch.equal(results[0][k].view(torch.uint8),
+                                   results[1][k].view(torch.uint8)), k
+    assert bound._bindings.hits >= 3
+    return bound, inputs, outputs
+
+
+@pytest.mark.gpu
+def test_bound_mhc_backward_rebuilds_its_tensor_descriptors(seed):
+    from graphrt.ops import MhcProjectionBackward
+    t, k, n, n_pad = 300, 2048, 24, 32
+    inputs = dict(x=torch.empty(t, k, dtype=torch.bfloat16, device="cuda"),
+                  weight=torch.empty(n, k, device="cuda"),
+                  grad_proj=torch.empty(t, n_pad, device="cuda"),
+                  grad_r=torch.empty(t, 1, device="cuda"),
+                  r=torch.empty(t, 1, device="cuda"))
+    outputs = dict(dx=torch.empty(t, k, dtype=torch.bfloat16, device="cuda"),
+                   dweight=torch.empty(n, k, device="cuda"))
+    plan, inputs, outputs = _bound_equals_unbound(MhcProjectionBackward, inputs, outputs,
+                                                  dict(allow_tf32=True))
+    before = inputs["x"].clone()
+    with pytest.raises(ContractError, match="overlaps"):   # dx over x, after the binding
+        plan.execute(*inputs.values(), dx=inputs["x"], dweight=outputs["dweight"],
+                     workspace=torch.empty(plan.workspace_bytes(), dtype=torch.uint8,
+                                           device="cuda"))
+    torch.cuda.synchronize()
+    assert torch.equal(inputs["x"], before)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mx", [False, True])
+def test_bound_projection_rebuilds_its_tensor_descriptors(seed, mx):
+    from graphrt.ops import GemmProjRopeMxfp8
+    t, k, heads, nope, rope = 256, 1024, 4, 128, 64
+    d = nope + rope
+    operand = torch.float8_e4m3fn if mx else torch.bfloat16
+    inputs = dict(x=torch.empty(t, k, dtype=operand, device="cuda"),
+                  w=torch.empty(heads * d, k, dtype=operand, device="cuda"),
+                  cos=torch.empty(t, rope, dtype=torch.bfloat16, device="cuda"),
+                  sin=torch.empty(t, rope, dtype=torch.bfloat16, device="cuda"))
+    keywords = ()
+    if mx:
+        inputs.update(x_scale=torch.empty(t, k // 32, dtype=torch.uint8, device="cuda"),
+                      w_scale=torch.empty(heads * d, k // 32, dtype=torch.uint8, device="cuda"))
+        keywords = ("x_scale", "w_scale")
+    outputs = dict(
+        out_fp8_row=torch.empty(t, heads, d, dtype=torch.float8_e4m3fn, device="cuda"),
+        out_scales_row=torch.empty(t, heads, d // 32, dtype=torch.uint8, device="cuda"),
+        out_fp8_col=torch.empty(t, heads, d, dtype=torch.float8_e4m3fn, device="cuda"),
+        out_scales_col=torch.empty(t // 32, heads, d, dtype=torch.uint8, device="cuda"))
+    _bound_equals_unbound(GemmProjRopeMxfp8, inputs, outputs,
+                          dict(qk_nope_dim=nope, qk_rope_dim=rope), keywords)

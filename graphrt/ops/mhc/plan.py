@@ -31,6 +31,7 @@ class MhcProjectionBackward(Plan):
 
     op = "mhc_projection_backward"
     output_names = ("dx", "dweight")
+    records_launches = True
 
     def _check_support(self) -> None:
         c = self.contract

@@ -31,7 +31,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.cute.runtime import make_ptr
 from cutlass.tensor_utils import LayoutEnum
 
-from ...kernel_utils import PDL_ENABLED
+from ...kernel_utils import mark_unrecorded_launch, PDL_ENABLED
 from ...streams import current_stream
 from ...validate import sm_count
 
@@ -471,6 +471,7 @@ def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: i
     ``ALIGNMENT`` says."""
     if tokens == 0:
         return
+    mark_unrecorded_launch()
     clusters = min(sm_count(x.device) // CLUSTER_M, -(-tokens // (BLOCK_M * CLUSTER_M)) * heads)
     args = _pointers((x, w, cos, sin, row, row_s, col, col_s))
     compiled(x.device.index)(*args, *_extents(tokens, x.shape[1], heads, clusters),

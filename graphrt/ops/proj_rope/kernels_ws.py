@@ -24,7 +24,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, war
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, ON_TESTED_TRITON)
+from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch, ON_TESTED_TRITON)
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 
@@ -323,10 +323,10 @@ def launch_ws(cfg: WsConfig, x, w, cos, sin, row, row_s, col, col_s, *, tokens: 
     else:
         wn_desc, wr_desc = desc(w, [bk, nope]), desc(w, [bk, rope])
     tiles = cdiv(tokens, BLOCK_M.value) * heads
-    _proj_rope_ws_kernel[(min(tiles, sm_count(x.device)),)](
-        x_desc, wn_desc, wr_desc, cos, sin, row, row_s, col, col_s, tokens, HEADS=heads,
-        NOPE=nope, ROPE=rope, W_OUT_IN=w_out_in, STAGES=cfg.stages, MMA_REGS=cfg.mma_regs,
-        EPILOGUE_REGS=cfg.epilogue_regs, num_warps=4, maxnreg=LAUNCH_REGS)
+    launch(_proj_rope_ws_kernel, (min(tiles, sm_count(x.device)),), x_desc, wn_desc, wr_desc,
+           cos, sin, row, row_s, col, col_s, tokens, HEADS=heads, NOPE=nope, ROPE=rope,
+           W_OUT_IN=w_out_in, STAGES=cfg.stages, MMA_REGS=cfg.mma_regs,
+           EPILOGUE_REGS=cfg.epilogue_regs, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:

@@ -45,6 +45,7 @@ class GemmProjRopeMxfp8(Plan):
 
     op = "gemm_proj_rope_mxfp8"
     output_names = ("out_fp8_row", "out_scales_row", "out_fp8_col", "out_scales_col")
+    records_launches = True
 
     def _check_support(self) -> None:
         c = self.contract
