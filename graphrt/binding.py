@@ -14,8 +14,9 @@ A binding holds no tensors, so it keeps no memory alive. Anything a key cannot d
 objects), a CPU tensor, an active launch hook (a profiler), an operation other than a kernel
 launch while recording (a copy, a fill, an allocation), a launch that does not go through
 ``launch`` (another DSL's kernels) or with Triton objects other than tensors, scalars and host
-tensor descriptors, or an address that is not inside exactly one argument leaves the call
-unbound: it runs ``execute`` in full. A tensor descriptor is recorded as its base's
+tensor descriptors, or an address that is not inside exactly one argument (nor inside a
+buffer kept for the process: ``keep_address``) leaves the call unbound: it runs ``execute``
+in full. A tensor descriptor is recorded as its base's
 "argument i plus d bytes" and its other fields, and rebuilt over the new address on replay.
 """
 from __future__ import annotations
@@ -28,6 +29,17 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 BINDINGS_PER_PLAN = 16
 _local = threading.local()
+_persistent: list[tuple[int, int]] = []   # (address, bytes) of tensors kept for the process
+
+
+def keep_address(t: torch.Tensor) -> None:
+    """Marks ``t`` as alive until the process ends (graphrt's device error flags): a recorded
+    launch may then pass an address inside it as it is, though it is no call's argument."""
+    _persistent.append((t.data_ptr(), max(_extent(t), 1)))
+
+
+def _persistent_address(address: int) -> bool:
+    return any(start <= address < start + n for start, n in _persistent)
 
 
 class Address(int):
@@ -249,7 +261,9 @@ class Bindings:
                 if type(a) is Address:
                     where = _locate(a, addresses, extents)
                     if where is None:
-                        return
+                        if not _persistent_address(a):
+                            return
+                        where = int(a)
                     template.append(where)
                 elif type(a) is RecordedDescriptor:
                     where = _locate(a.address, addresses, extents)

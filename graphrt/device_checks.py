@@ -14,6 +14,7 @@ import threading
 
 import torch
 
+from . import binding
 from .errors import CaptureError, DeviceCheckError
 
 # bit -> what it means (the kernels set these bits; keep the numbers stable)
@@ -66,6 +67,7 @@ def _made_flags(key) -> torch.Tensor:
                 flags = torch.tensor([0, NO_INDEX], dtype=torch.int32,
                                      device=torch.device(key[0], key[1]) if key[0] == "cuda"
                                      else key[0])
+                binding.keep_address(flags)
                 _flags[key] = flags
     return flags
 

@@ -56,7 +56,9 @@ class Option(NamedTuple):
 class Output(NamedTuple):
     """An output: allocated where the caller passes none and ``when(values)`` holds (None:
     always), as ``shape(values)`` of ``dtype`` (a dtype or ``dtype(values)``) on the first
-    input's device, or by ``make(values)``. ``returned`` outputs are the op's result."""
+    input's device, or by ``make(values)``. ``returned`` outputs are the op's result;
+    ``computed``: ``make`` writes values the launch reads (such a call is never served by a
+    bound call, which makes its outputs with ``torch.empty``)."""
 
     name: str
     shape: Callable | None = None
@@ -64,6 +66,7 @@ class Output(NamedTuple):
     when: Callable | None = None
     make: Callable | None = None
     returned: bool = True
+    computed: bool = False
 
 
 def like(name: str, dtype=None):

@@ -115,6 +115,15 @@ class Plan:
     # (see graphrt.binding)
     records_launches: ClassVar[bool] = False
     spec: ClassVar[Any] = None   # set by the op's OpSpec
+    # execute's tensor arguments, besides the outputs and the workspace, that it writes (or
+    # whose contents say where it writes): bound calls check them for overlap as outputs
+    also_written: ClassVar[tuple[str, ...]] = ()
+
+    @staticmethod
+    def bindable() -> bool:
+        """Whether this call may replay a binding: always, unless the plan's execute reads a
+        setting per call that a replay would skip."""
+        return True
 
     def __init_subclass__(cls, **kwargs):
         """Every subclass's ``execute`` first checks that the plan was compiled, and its
@@ -220,7 +229,7 @@ def _after_compile(execute):
                                f"compiled kernels)")
         bindings = self._bindings
         if bindings is None or binding.active_recording() is not None \
-                or binding.launch_hooks_active():
+                or binding.launch_hooks_active() or not self.bindable():
             return execute(self, *args, **kwargs)
         bound = binding.binding_key(args, kwargs)
         if bound is None:
@@ -231,7 +240,7 @@ def _after_compile(execute):
             found.replay(addresses)
             return None
         bindings.record(key, positions, addresses, execute, self, args, kwargs, positional,
-                        (*self.output_names, "workspace"))
+                        (*self.output_names, *self.also_written, "workspace"))
         return None
     return checked
 

@@ -50,6 +50,8 @@ class _BoundCall:
     def __call__(self, rt: "Runtime", args: tuple, kwargs: dict,
                  inputs: list) -> Result | None:
         plan = self.plan
+        if not plan.bindable():
+            return None
         allocated = {name: torch.empty(shape, dtype=dtype, device=device)
                      for name, shape, dtype, device in self.outputs}
         nbytes = plan.workspace_bytes()
@@ -197,7 +199,8 @@ class Runtime:
                    stream) -> None:
         """Remember a functional call whose execute was bound, to serve the next calls of its
         kind (same key: inputs' shapes, strides, dtypes, alignment, configuration, stream)."""
-        if plan._bindings is None:
+        if plan._bindings is None or any(o.computed and o.name in allocated
+                                         for o in plan.spec.outputs):
             return
         values = (*args, *tensors.values(), workspace)
         bound = binding.binding_key(args, {**tensors, "workspace": workspace, "stream": stream})

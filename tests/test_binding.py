@@ -13,6 +13,8 @@ from graphrt.ops import (HstuLmsdBackward, HstuLmsdForward, RmsNormBackward, Rms
                          hstu_lmsd_forward)
 from graphrt.ops.rmsnorm.reference import rmsnorm_backward_reference, rmsnorm_forward_reference
 
+from .helpers import env
+
 
 def test_cpu_tensors_and_unknown_objects_are_not_bound():
     x = torch.randn(4, 8)
@@ -91,6 +93,30 @@ def test_recorded_addresses_become_argument_plus_offset():
     bindings.record("k2", [0, 1], [x.data_ptr(), y.data_ptr()], execute_with_foreign_address,
                     None, (x,), {"y": y}, ("x",), ("y",))
     assert bindings.lookup("k2") is None   # an address outside the arguments: never replayed
+
+
+def test_addresses_in_buffers_kept_for_the_process_replay_as_they_are():
+    x, y, kept, stray = torch.empty(64), torch.empty(32), torch.empty(4), torch.empty(4)
+    binding.keep_address(kept)
+    try:
+        _replay_kept_addresses(x, y, kept, stray)
+    finally:
+        binding._persistent.pop()   # the test's buffer does not live as long as the process
+
+
+def _replay_kept_addresses(x, y, kept, stray):
+    def execute(plan, x, *, y=None, other=kept):
+        binding.active_recording().launches.append(
+            ("run", (1, 1, 1), "f", "m", 0, (binding.Address(other.data_ptr() + 4),
+                                             binding.Address(y.data_ptr()))))
+    bindings = binding.Bindings()
+    bindings.record("k", [0, 1], [x.data_ptr(), y.data_ptr()], execute, None, (x,), {"y": y},
+                    ("x",), ("y",))
+    assert bindings.lookup("k").launches[0][5] == (kept.data_ptr() + 4, (1, 0))
+    bindings.record("k2", [0, 1], [x.data_ptr(), y.data_ptr()],
+                    lambda plan, x, y=None: execute(plan, x, y=y, other=stray), None, (x,),
+                    {"y": y}, ("x",), ("y",))
+    assert bindings.lookup("k2") is None   # any other foreign address: never replayed
 
 
 def test_recorded_tensor_descriptors_are_rebuilt_over_the_new_address():
@@ -304,11 +330,14 @@ def _fill_fresh(t):
         _fresh(t)
 
 
-def _bound_equals_unbound(plan_cls, inputs: dict, outputs: dict, flags: dict, keywords=()):
+def _bound_equals_unbound(plan_cls, inputs: dict, outputs: dict, flags: dict, keywords=(),
+                          fill=None):
     """``plan_cls``'s bound execute (launches with tensor descriptors replayed) against the
     same plan unbound (every call in full), bitwise, with fresh inputs and poisoned outputs:
     three calls in the same buffers, then two in new buffers of the same kind. Inputs named
-    in ``keywords`` are passed by keyword."""
+    in ``keywords`` are passed by keyword; ``fill`` (name: function) refills those inputs
+    instead of random values."""
+    fill = fill or {}
     def call(plan, inputs, **kw):
         positional = [v for k, v in inputs.items() if k not in keywords]
         return plan(*positional, **{k: inputs[k] for k in keywords}, **kw)
@@ -323,8 +352,8 @@ def _bound_equals_unbound(plan_cls, inputs: dict, outputs: dict, flags: dict, ke
         workspaces = [torch.empty(p.workspace_bytes(), dtype=torch.uint8, device="cuda")
                       for p in (bound, unbound)]
         for _ in range(3 - buffers):
-            for t in inputs.values():
-                _fill_fresh(t)
+            for name, t in inputs.items():
+                fill.get(name, _fill_fresh)(t)
             results = []
             for plan, ws in zip((bound, unbound), workspaces):
                 mine = {k: torch.full_like(v.view(torch.uint8), 0xFF).view(v.dtype)
@@ -384,3 +413,79 @@ def test_bound_projection_rebuilds_its_tensor_descriptors(seed, mx):
         out_scales_col=torch.empty(t // 32, heads, d, dtype=torch.uint8, device="cuda"))
     _bound_equals_unbound(GemmProjRopeMxfp8, inputs, outputs,
                           dict(qk_nope_dim=nope, qk_rope_dim=rope), keywords)
+
+
+def _new_routing(tokens: int):
+    """Refills int32 offsets with a new random routing of ``tokens``, empty experts included."""
+    def fill(offsets):
+        cuts = torch.randint(0, tokens + 1, (offsets.numel() - 1,), device=offsets.device)
+        ends = torch.cat([cuts.sort().values, torch.tensor([tokens], device=offsets.device)])
+        offsets.copy_(ends.to(torch.int32))
+    return fill
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["k n", "m k", "k k ragged", "fp8 1x128", "fp8 mx"])
+def test_bound_wgrad_follows_new_routing_in_every_layout(seed, case):
+    from graphrt.ops import GroupedGemmWgrad
+    hidden, inter, tokens, experts = 256, 128, 1000, 5
+    fp8 = case.startswith("fp8")
+    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    a = torch.empty(hidden, tokens, dtype=dtype, device="cuda")
+    b = torch.empty(inter, tokens, dtype=dtype, device="cuda").t()
+    if case == "m k":
+        a = torch.empty(tokens, hidden, dtype=dtype, device="cuda").t()
+    if case == "k n":
+        b = torch.empty(tokens, inter, dtype=dtype, device="cuda")
+    if case == "k k ragged":
+        a, b = a.contiguous().view(hidden, tokens), b.contiguous().view(tokens, inter)
+    inputs = dict(a=a, b=b, offsets=torch.empty(experts, dtype=torch.int32, device="cuda"))
+    flags, keywords = {}, ()
+    if case == "k k ragged":
+        flags = dict(input_order="tensor_ragged")
+    if fp8:
+        block = 128 if case == "fp8 1x128" else 32
+        scale = torch.float32 if block == 128 else torch.uint8
+        blocks = -(-tokens // block)
+        inputs.update(a_scale=torch.empty(hidden, blocks, dtype=scale, device="cuda"),
+                      b_scale=torch.empty(blocks, inter, dtype=scale, device="cuda"))
+        keywords = ("a_scale", "b_scale")
+    outputs = dict(wgrad=torch.empty(experts, hidden, inter, dtype=torch.bfloat16,
+                                     device="cuda"))
+    plan, _, _ = _bound_equals_unbound(GroupedGemmWgrad, inputs, outputs, flags, keywords,
+                                       fill={"offsets": _new_routing(tokens)})
+    if case == "k n":   # bad routing on a bound call: flagged on the device, as unbound
+        graphrt.check_errors()
+        bad = torch.tensor([10, 5, 600, 700, tokens], dtype=torch.int32, device="cuda")
+        plan.execute(inputs["a"], inputs["b"], bad, wgrad=outputs["wgrad"])
+        with pytest.raises(graphrt.DeviceCheckError, match="below its begin"):
+            graphrt.check_errors()
+        with env(GRAPHRT_VALIDATE_OFFSETS="1"):   # read per call: the binding steps aside
+            with pytest.raises(ContractError, match="non-decreasing"):
+                plan.execute(inputs["a"], inputs["b"], bad, wgrad=outputs["wgrad"])
+
+
+@pytest.mark.gpu
+def test_bound_wgrad_writes_through_each_calls_address_table(seed):
+    from graphrt.ops import GroupedGemmWgrad
+    hidden, inter, tokens, experts = 128, 256, 512, 4
+    a = torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(tokens, inter, dtype=torch.bfloat16, device="cuda")
+    offsets = torch.tensor([100, 100, 300, tokens], dtype=torch.int32, device="cuda")
+    plan = GroupedGemmWgrad(a, b, offsets, output_mode="discrete").compile()
+    expected = graphrt.ops.grouped_gemm_wgrad(a, b, offsets).wgrad
+    for _ in range(3):   # new per-expert buffers every call, through the same binding
+        blocks = [torch.full((hidden, inter), float("nan"), dtype=torch.bfloat16,
+                             device="cuda") for _ in range(experts)]
+        table = torch.tensor([t.data_ptr() for t in blocks], dtype=torch.int64, device="cuda")
+        plan.execute(a, b, offsets, wgrad_ptrs=table)
+        torch.cuda.synchronize()
+        assert all(torch.equal(t, e) for t, e in zip(blocks, expected))
+    assert plan._bindings.hits == 2
+    with pytest.raises(ContractError, match="overlaps"):   # the table over an input
+        plan.execute(a, b, offsets, wgrad_ptrs=a.view(torch.int64)[0, :experts])
+    rt = graphrt.Runtime("cuda")
+    for _ in range(2):   # a functional call that builds its table is never a bound call
+        graphrt.ops.grouped_gemm_wgrad(a, b, offsets, output_mode="discrete",
+                                       check_offsets=False, runtime=rt)
+    assert not rt._bound_calls

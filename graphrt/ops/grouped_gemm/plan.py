@@ -94,6 +94,13 @@ class GroupedGemmWgrad(Plan):
 
     op = "grouped_gemm_wgrad"
     output_names = ("wgrad",)
+    records_launches = True
+    also_written = ("wgrad_ptrs",)   # the addresses it writes to
+
+    @staticmethod
+    def bindable() -> bool:
+        """Not while GRAPHRT_VALIDATE_OFFSETS=1: each call reads the offsets on the host."""
+        return not _validate_on_host()
 
     def _check_support(self) -> None:
         c = self.contract
