@@ -489,3 +489,26 @@ def test_bound_wgrad_writes_through_each_calls_address_table(seed):
         graphrt.ops.grouped_gemm_wgrad(a, b, offsets, output_mode="discrete",
                                        check_offsets=False, runtime=rt)
     assert not rt._bound_calls
+
+
+@pytest.mark.gpu
+def test_bound_functional_calls_with_given_outputs_check_overlap(seed):
+    rt = graphrt.Runtime("cuda")
+    x = torch.randn(64, 1024, dtype=torch.bfloat16, device="cuda")
+    w = 1 + 0.1 * torch.randn(1024, device="cuda").to(torch.bfloat16)   # dw in w's dtype
+    _, rstd = graphrt.ops.rmsnorm_forward(x, w, runtime=rt)
+    for _ in range(3):
+        g = torch.randn_like(x)
+        dw = torch.full((1024,), float("nan"), dtype=torch.bfloat16, device="cuda")
+        dx, dw_out = graphrt.ops.rmsnorm_backward(g, x, w, rstd, dw=dw, runtime=rt)
+        assert dw_out is dw
+        ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, rstd, None)
+        torch.testing.assert_close(dx.float(), ref_dx.float(), rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(dw.float(), ref_dw.float(), rtol=2e-2, atol=2e-2)
+    assert [c.given for c in rt._bound_calls.values()].count(True) == 1
+    hits = rt.plans.stats()["hits"]
+    before = g.clone()
+    with pytest.raises(ContractError, match="overlaps"):   # dw over g, on the bound kind
+        graphrt.ops.rmsnorm_backward(g, x, w, rstd, dw=g.view(-1)[:1024], runtime=rt)
+    torch.cuda.synchronize()
+    assert torch.equal(g, before) and rt.plans.stats()["hits"] == hits

@@ -206,9 +206,10 @@ def profile(name: str, progress=print) -> None:
             fn()
         profiler.disable()
     torch.cuda.synchronize()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
-    progress(f"cProfile of {name}, 300 calls:\n{text.getvalue()}")
+    for order in ("tottime", "cumulative"):
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(30)
+        progress(f"cProfile of {name}, 300 calls, by {order}:\n{text.getvalue()}")
 
 
 def trace(name: str, progress=print) -> None:
