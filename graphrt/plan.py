@@ -217,6 +217,14 @@ class Plan:
         return f"{type(self).__name__}({self.contract!r})"
 
 
+def write_reference(outputs, values) -> None:
+    """The reference backend's results copied into the call's outputs (None: not asked for):
+    what every plan's ``execute`` does on that backend after its checks."""
+    for out, value in zip(outputs, values):
+        if out is not None:
+            out.copy_(value)
+
+
 def _after_compile(execute):
     """``execute`` behind the compile check and, for plans that opt in, the binding replay."""
     positional = tuple(name for name, p in inspect.signature(execute).parameters.items()

@@ -512,3 +512,21 @@ def test_bound_functional_calls_with_given_outputs_check_overlap(seed):
         graphrt.ops.rmsnorm_backward(g, x, w, rstd, dw=g.view(-1)[:1024], runtime=rt)
     torch.cuda.synchronize()
     assert torch.equal(g, before) and rt.plans.stats()["hits"] == hits
+
+
+def test_the_pre_bound_launch_recognizes_the_installed_triton():
+    """The pre-bound launch reads Triton's own launch code and turns itself off where that
+    differs; on the Triton releases graphrt is installed with (3.6 on the GPU image, 3.9 from
+    CI's torch) it must be on, for Triton's and Gluon's kernels alike."""
+    import triton
+    from triton.runtime.jit import JITFunction
+
+    from graphrt.kernel_utils import _direct_launch_supported, _Launcher
+    assert _direct_launch_supported(), triton.__version__
+    launcher = _Launcher()
+    assert launcher._enable() and launcher._plain_run(JITFunction)
+    try:
+        from triton.experimental.gluon._runtime import GluonJITFunction
+    except ImportError:   # a Triton without Gluon
+        return
+    assert launcher._plain_run(GluonJITFunction)

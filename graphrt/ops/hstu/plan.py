@@ -7,7 +7,7 @@ import torch
 
 from ...contract import Contract, check_row_spec
 from ...errors import ContractError
-from ...plan import Plan
+from ...plan import Plan, write_reference
 from ...streams import on_stream
 from ...validate import (compact_operand, dtype_name, require_disjoint,
                          require_tensor, rows_operand, sm_count, vector_operand, workspace_as,
@@ -135,9 +135,7 @@ class HstuLmsdForward(Plan):
             ref = hstu_lmsd_forward_reference(x, u, weight, bias, eps=c.flag("eps"),
                                               dropout_ratio=self.p, seed=seed_v, offset=off_v,
                                               dtype=torch.float32, **flags)
-            for out, value in zip((y, mean, rstd, mask), ref):
-                if out is not None:
-                    out.copy_(value)
+            write_reference((y, mean, rstd, mask), ref)
             return
         from .kernels import launch_forward
         with on_stream(stream):
@@ -209,9 +207,7 @@ class HstuLmsdBackward(Plan):
             ref = hstu_lmsd_backward_reference(dy, x, u, weight, bias, mean, rstd, mask,
                                                dropout_ratio=self.p, dtype=torch.float32,
                                                compute_dweight=c.flag("compute_dweight"), **flags)
-            for out, value in zip((dx, du, dweight, dbias), ref):
-                if out is not None:
-                    out.copy_(value)
+            write_reference((dx, du, dweight, dbias), ref)
             return
         from .kernels import launch_backward
         partial = workspace_as(workspace, self.workspace_bytes(), torch.float32)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ...errors import ContractError, UnsupportedError
-from ...plan import Plan
+from ...plan import Plan, write_reference
 from ...streams import on_stream
 from ...validate import (compact_operand, dtype_name, require_disjoint, require_tensor,
                          workspace_as, workspace_operand)
@@ -92,10 +92,8 @@ class MhcProjectionBackward(Plan):
         workspace = workspace_operand(workspace, self.workspace_bytes(), device)
         require_disjoint({"dx": dx, "dweight": dweight, "workspace": workspace}, inputs)
         if self.backend == "reference":
-            ref_dx, ref_dw = mhc_projection_backward_reference(x, weight, grad_proj, grad_r, r,
-                                                               dtype=torch.float32)
-            dx.copy_(ref_dx)
-            dweight.copy_(ref_dw)
+            write_reference((dx, dweight), mhc_projection_backward_reference(
+                x, weight, grad_proj, grad_r, r, dtype=torch.float32))
             return
         from .kernels import launch_backward
         partial = workspace_as(workspace, self.workspace_bytes(), torch.float32)

@@ -9,7 +9,7 @@ import torch
 from ...arena import align_up
 from ...errors import ContractError
 from ...notices import warn_once
-from ...plan import Plan
+from ...plan import Plan, write_reference
 from ...streams import on_stream
 from ...validate import (compact_operand, dtype_name, require_disjoint,
                          require_tensor, workspace_as, workspace_operand)
@@ -165,8 +165,7 @@ class GemmProjRopeMxfp8(Plan):
             ref = gemm_proj_rope_mxfp8_reference(
                 x, w, cos, sin, x_scale=x_scale, w_scale=w_scale, w_out_in=c.flag("w_out_in"),
                 qk_nope_dim=c.flag("qk_nope_dim"), qk_rope_dim=c.flag("qk_rope_dim"))
-            for out, value in zip(outputs.values(), ref):
-                out.copy_(value)
+            write_reference(outputs.values(), ref)
             return
         from .kernels import launch_dequant
         gemm, dot_fp32 = self._gemm, self.dot_fp32

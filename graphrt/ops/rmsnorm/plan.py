@@ -7,7 +7,7 @@ import torch
 
 from ...contract import Contract, check_row_spec
 from ...errors import ContractError
-from ...plan import Plan
+from ...plan import Plan, write_reference
 from ...streams import on_stream
 from ...validate import (dtype_name, require_disjoint, require_tensor, rows_operand,
                          sm_count, vector_operand, workspace_as, workspace_operand)
@@ -106,10 +106,7 @@ class RmsNormForward(Plan):
                          {"x": x, "w": w, "residual": residual})
         if self.backend == "reference":
             ref_y, ref_rstd, ref_h = rmsnorm_forward_reference(x, w, c.flag("eps"), residual)
-            y.copy_(ref_y)
-            rstd.copy_(ref_rstd.reshape(rstd.shape))
-            if h_new is not None:
-                h_new.copy_(ref_h)
+            write_reference((y, rstd, h_new), (ref_y, ref_rstd.reshape(rstd.shape), ref_h))
             return
         from .kernels import launch_forward
         with on_stream(stream):
@@ -170,9 +167,7 @@ class RmsNormBackward(Plan):
         inputs = {"g": g, "x": x, "w": w, "rstd": rstd, "g_residual": g_residual}
         require_disjoint({"dx": dx, "dw": dw, "workspace": workspace}, inputs)
         if self.backend == "reference":
-            ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, rstd, g_residual)
-            dx.copy_(ref_dx)
-            dw.copy_(ref_dw)
+            write_reference((dx, dw), rmsnorm_backward_reference(g, x, w, rstd, g_residual))
             return
         from .kernels import launch_backward
         partial = workspace_as(workspace, self.workspace_bytes(), torch.float32)
