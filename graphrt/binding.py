@@ -152,13 +152,21 @@ class Binding:
     """Recorded launches with their addresses as (tensor argument, byte offset), and the
     extents that the overlap check compares."""
 
-    __slots__ = ("launches", "outputs", "inputs", "names")
+    __slots__ = ("launches", "outputs", "inputs", "names", "_replays")
 
     def __init__(self, launches, outputs, inputs, names):
         self.launches = launches   # (run, grid, function, metadata, stream, template)
         self.outputs = outputs     # (tensor index, extent) of each non-empty output
         self.inputs = inputs       # the same, inputs
         self.names = names         # each tensor argument's name
+        # per launch: the template with its literal arguments in place, and the positions
+        # that take an address or a descriptor on each replay (fewer steps than a pass that
+        # tests every argument's kind)
+        self._replays = tuple(
+            (run, grid[0], grid[1], grid[2], stream, function, metadata, tuple(template),
+             tuple((i, a[0], a[1]) for i, a in enumerate(template) if type(a) is tuple),
+             tuple((i, a) for i, a in enumerate(template) if type(a) is DescriptorAt))
+            for run, grid, function, metadata, stream, template in launches)
 
     def replay(self, addresses: list) -> None:
         """The overlap check on these addresses, then the launches."""
@@ -176,10 +184,14 @@ class Binding:
     def launch(self, addresses: list) -> None:
         """The launches alone, at these addresses (outputs the caller just allocated cannot
         overlap anything)."""
-        for run, grid, function, metadata, stream, template in self.launches:
-            run(grid[0], grid[1], grid[2], stream, function, metadata, None, None, None,
-                *[addresses[a[0]] + a[1] if type(a) is tuple
-                  else a.at(addresses) if type(a) is DescriptorAt else a for a in template])
+        for run, g0, g1, g2, stream, function, metadata, template, at, described \
+                in self._replays:
+            args = list(template)
+            for i, index, offset in at:
+                args[i] = addresses[index] + offset
+            for i, descriptor in described:
+                args[i] = descriptor.at(addresses)
+            run(g0, g1, g2, stream, function, metadata, None, None, None, *args)
 
 
 def launch_hooks_active() -> bool:
@@ -270,6 +282,8 @@ class Bindings:
                     if where is None:
                         return
                     template.append(DescriptorAt(*where, a))
+                elif type(a) is tuple:   # a template's tuples are addresses
+                    return
                 else:
                     template.append(a)
             launches.append((run, grid, function, metadata, stream, tuple(template)))
