@@ -78,8 +78,9 @@ def _descriptor_classes(a) -> tuple | None:
     base = getattr(a, "base", None)
     if not isinstance(base, torch.Tensor) or not hasattr(a, "block_shape"):
         return None
-    return (type(a), base.dtype, tuple(a.block_shape), getattr(a, "layout", None), a.padding,
-            tuple(a.shape), tuple(a.strides), not base.data_ptr() & 15)
+    return (type(a), base.dtype, tuple(a.block_shape), getattr(a, "layout", None),
+            getattr(a, "padding", None), tuple(a.shape), tuple(a.strides),
+            not base.data_ptr() & 15)
 
 
 def _direct_launch_supported() -> bool:

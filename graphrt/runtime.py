@@ -157,8 +157,8 @@ class Runtime:
         """What every functional call does: plan from the store, outputs allocated where not
         given, scratch from the arena, execute on ``stream``, outputs as a Result.
 
-        A call on the current stream whose outputs are all allocated here, of a kind seen
-        before (see ``_BoundCall``), skips the plan lookup and the checks."""
+        A call on the current stream of a kind seen before (see ``_BoundCall``) skips the
+        plan lookup and the checks, but the overlap check of outputs the caller passed."""
         key = None
         if stream is None and plan_cls.records_launches and self.device.type == "cuda":
             keyed = _call_key(plan_cls, args, kwargs)
