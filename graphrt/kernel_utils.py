@@ -72,15 +72,16 @@ def _argument_classes(args: tuple) -> tuple | None:
 
 
 def _descriptor_classes(a) -> tuple | None:
-    """A host tensor descriptor's key (Triton's or Gluon's: type, dtype, block shape, layout,
-    padding, shape, strides and whether its base is 16-byte aligned): finer than what Triton
-    specializes on; None for anything else."""
+    """A host tensor descriptor's key (Triton's or Gluon's): its type, dtype, block shape,
+    layout, padding and whether its base is 16-byte aligned. Triton specializes on the dtype,
+    block shape and layout alone (3.6 and 3.9); shape and strides are run-time values, left out
+    so that the key stays bounded when a run-time extent changes every call. None for anything
+    other than a descriptor."""
     base = getattr(a, "base", None)
     if not isinstance(base, torch.Tensor) or not hasattr(a, "block_shape"):
         return None
     return (type(a), base.dtype, tuple(a.block_shape), getattr(a, "layout", None),
-            getattr(a, "padding", None), tuple(a.shape), tuple(a.strides),
-            not base.data_ptr() & 15)
+            getattr(a, "padding", None), not base.data_ptr() & 15)
 
 
 def _direct_launch_supported() -> bool:
