@@ -53,3 +53,61 @@ def test_threads_on_their_own_streams_share_one_runtime_bitwise():
              if not (torch.equal(out.dx, expected[i].dx) and torch.equal(out.dw, expected[i].dw))]
     assert len(results[0]) == ROUNDS and not wrong, f"{len(wrong)} of {THREADS * ROUNDS} wrong"
     assert graphrt.runtime().arena.stats()["live_regions"] == live_before
+
+
+def _descriptor_and_flag_cases(seed: int):
+    """Calls whose bound launches rebuild TMA descriptors (mHC, the projection) or pass the
+    device's error flags (wgrad), as (function, args, kwargs)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", generator=gen)
+    t = 256 + 32 * (seed % 3)
+    mhc = (graphrt.ops.mhc_projection_backward,
+           (randn(t, 2048).bfloat16(), randn(24, 2048) / 45, randn(t, 32), randn(t, 1),
+            randn(t, 1).abs() + 0.5), dict(allow_tf32=True))
+    proj = (graphrt.ops.gemm_proj_rope_mxfp8,
+            (randn(t, 1024).bfloat16(), (randn(4 * 192, 1024) / 32).bfloat16(),
+             randn(t, 64).bfloat16(), randn(t, 64).bfloat16()),
+            dict(qk_nope_dim=128, qk_rope_dim=64))
+    counts = torch.randint(0, 2 * t // 4, (4,), generator=torch.Generator().manual_seed(seed))
+    offsets = torch.cumsum(counts, 0).to(torch.int32).cuda()
+    tokens = int(offsets[-1])
+    wgrad = (graphrt.ops.grouped_gemm_wgrad,
+             (randn(256, tokens).bfloat16(), randn(tokens, 128).bfloat16(), offsets),
+             dict(check_offsets=False))
+    return [mhc, proj, wgrad]
+
+
+def test_threads_share_bound_descriptor_and_flag_launches_bitwise():
+    cases = [_descriptor_and_flag_cases(200 + i) for i in range(4)]
+    expected = [[fn(*args, **kw) for fn, args, kw in c] for c in cases]
+    torch.cuda.synchronize()
+    results = [[] for _ in cases]
+    errors = []
+    start = threading.Barrier(len(cases))
+
+    def worker(i):
+        try:
+            stream = torch.cuda.Stream()
+            start.wait(30)
+            with torch.cuda.stream(stream):
+                for _ in range(10):
+                    results[i].append([fn(*args, **kw) for fn, args, kw in cases[i]])
+            stream.synchronize()
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    torch.cuda.synchronize()
+    for i, rounds in enumerate(results):
+        assert len(rounds) == 10
+        for outs in rounds:
+            for got, want in zip(outs, expected[i]):
+                assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+                           for a, b in zip(got, want) if a is not None)
