@@ -1,7 +1,8 @@
 """Sweep grouped-wgrad tile configs on the GPU (device machine): each checked against FP32
 torch.mm per expert, then timed next to torch._grouped_mm. ``--fp8`` sweeps the FP8 kernels
-(MXFP8 and FP32 scales per 128 tokens) next to the BF16 plan on the same shapes; ``--first``
-only the first benchmark case."""
+(MXFP8 and FP32 scales per 128 tokens) next to the BF16 plan on the same shapes, and for the
+1x128 recipe the experimental Gluon kernel (kernels_gluon.py) where it fits; ``--first`` only
+the first benchmark case."""
 import itertools
 import sys
 
@@ -11,6 +12,7 @@ from graphrt.bench.timing import rotating, stream_time_us
 from graphrt.bench.wgrad import CASES, FP8_RECIPES, _fp8_operands, random_counts
 from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
+from graphrt.ops.grouped_gemm import kernels_gluon as gluon
 from graphrt.ops.grouped_gemm.kernels import GemmConfig, launch_wgrad, launch_wgrad_fp8
 from graphrt.ops.grouped_gemm.reference import expert_bounds
 
@@ -76,6 +78,14 @@ def main(fp8: bool, first: bool):
                                      errors, hidden=hidden, inter=inter, accumulate=False,
                                      dot_fp32=False)
                 _timed(f"{name} {cfg}", run, fsets, check_against(a_val, b_val), flops)
+            if block == 128 and gluon.fits_overlap_kernel(a, b, (9, 0)):
+                def run_overlap(a, b, sa, sb):
+                    gluon.launch_wgrad_fp8_overlap(a, b, sa, sb, offsets, out, None,
+                                                   torch.bfloat16, errors, hidden=hidden,
+                                                   inter=inter, accumulate=False)
+                _timed(f"{name} Gluon overlap {gluon.BLOCK_M}x{gluon.BLOCK_N}x{gluon.BLOCK_K} "
+                       f"stages={gluon.STAGES} warps={gluon.WARPS.value}", run_overlap, fsets,
+                       check_against(a_val, b_val), flops)
             del a_val, b_val
 
 
