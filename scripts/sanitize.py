@@ -4,6 +4,8 @@ import torch
 
 import graphrt
 from graphrt.capture import uniform_
+from graphrt.device_checks import error_flags
+from graphrt.ops.grouped_gemm import kernels_gluon
 
 torch.manual_seed(0)
 # each shape twice: the second call replays the first's binding, at the new tensors' addresses
@@ -50,6 +52,13 @@ for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):
         b = torch.randn(72, tokens, device="cuda").to(torch.float8_e4m3fn).t()
         sa, sb = (torch.ones(rows, blocks, device="cuda").to(scale_dtype) for rows in (136, 72))
         graphrt.ops.grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb.t())
+        if block == 128 and kernels_gluon.fits_overlap_kernel(a, b, (9, 0)) \
+                and torch.cuda.get_device_capability()[0] == 9:   # the experimental kernel
+            kernels_gluon.launch_wgrad_fp8_overlap(
+                a, b, sa, sb.t(), offsets, torch.empty(5, 136, 72, dtype=torch.bfloat16,
+                                                       device="cuda"),
+                None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72,
+                accumulate=False)
 # bad offsets through the plan (no host check): past tokens_sum, negative, decreasing, the
 # largest int32; the kernel must stay inside a and b and flag them
 a_bad = torch.randn(136, 40, dtype=torch.bfloat16, device="cuda")
