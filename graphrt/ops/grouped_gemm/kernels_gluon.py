@@ -191,9 +191,11 @@ def _wgrad_fp8_overlap_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OU
 
 def fits_overlap_kernel(a, b, capability) -> bool:
     """Whether the experimental kernel takes these FP8 operands: a Hopper GPU, Triton 3.6,
-    tokens_sum % 16 == 0 and 16-byte aligned bases (TMA rows and addresses)."""
+    both tokens-major, tokens_sum % 16 == 0 and 16-byte aligned bases (TMA rows and
+    addresses)."""
     return (GLUON_API_OK and capability is not None and capability[0] == 9
-            and a.shape[1] % 16 == 0 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
+            and a.stride(1) == 1 and b.stride(0) == 1 and a.shape[1] % 16 == 0
+            and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
 
 
 def _descriptor(t: torch.Tensor, block: list) -> TensorDescriptor:
@@ -209,7 +211,7 @@ def launch_wgrad_fp8_overlap(a, b, a_scale, b_scale, offsets, out, out_ptrs, out
     experts = offsets.numel()
     if experts == 0:
         return
-    a_desc = _descriptor(a.view(torch.uint8).view(a.dtype), [BLOCK_M, BLOCK_K])
+    a_desc = _descriptor(a, [BLOCK_M, BLOCK_K])
     b_desc = _descriptor(b.t(), [BLOCK_N, BLOCK_K])
     grid = (cdiv(hidden, BLOCK_M) * cdiv(inter, BLOCK_N), experts)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
