@@ -21,6 +21,16 @@ def _case(seed: int, rows: int, hidden: int):
     return g, x, w, rstd
 
 
+def _run_threads(worker, n: int, errors: list) -> None:
+    """worker(0) .. worker(n - 1) on threads of their own, joined; no error may escape."""
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+
+
 def test_threads_on_their_own_streams_share_one_runtime_bitwise():
     # different row counts make the workspaces differ in size, so regions interleave
     cases = [_case(100 + i, 512 * (1 + i % 4) + 17 * i, 4096) for i in range(THREADS)]
@@ -42,12 +52,7 @@ def test_threads_on_their_own_streams_share_one_runtime_bitwise():
         except BaseException as err:  # noqa: BLE001 - reported below
             errors.append(err)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
+    _run_threads(worker, THREADS, errors)
     torch.cuda.synchronize()
     wrong = [(i, r) for i in range(THREADS) for r, out in enumerate(results[i])
              if not (torch.equal(out.dx, expected[i].dx) and torch.equal(out.dw, expected[i].dw))]
@@ -98,12 +103,7 @@ def test_threads_share_bound_descriptor_and_flag_launches_bitwise():
         except BaseException as err:  # noqa: BLE001 - reported below
             errors.append(err)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(cases))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
+    _run_threads(worker, len(cases), errors)
     torch.cuda.synchronize()
     for i, rounds in enumerate(results):
         assert len(rounds) == 10

@@ -92,10 +92,11 @@ def _k_loop(acc, a_base, b_base, lo, hi, m, n, m_mask, n_mask, a_sm, a_sk, b_sk,
 
 
 @triton.jit
-def _tile_rows_cols(tile, HIDDEN: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """The output rows and columns of program ``tile``: GROUP_M row tiles walked together, so
-    that neighbouring programs share B's columns."""
+def _tile_origin(tile, HIDDEN: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """The first output row and column of program ``tile``: GROUP_M row tiles walked
+    together, so that neighbouring programs share B's columns (scalar code: the Gluon kernel
+    compiles it too)."""
     tiles_m: tl.constexpr = (HIDDEN + BLOCK_M - 1) // BLOCK_M
     tiles_n: tl.constexpr = (INTER + BLOCK_N - 1) // BLOCK_N
     group = tile // (GROUP_M * tiles_n)
@@ -103,13 +104,21 @@ def _tile_rows_cols(tile, HIDDEN: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl
     rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
     tile_m = first_m + (tile % (GROUP_M * tiles_n)) % rows_in_group
     tile_n = (tile % (GROUP_M * tiles_n)) // rows_in_group
-    return tile_m * BLOCK_M + tl.arange(0, BLOCK_M), tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    return tile_m * BLOCK_M, tile_n * BLOCK_N
+
+
+@triton.jit
+def _tile_rows_cols(tile, HIDDEN: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """The output rows and columns of program ``tile`` (see _tile_origin)."""
+    m0, n0 = _tile_origin(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
+    return m0 + tl.arange(0, BLOCK_M), n0 + tl.arange(0, BLOCK_N)
 
 
 @triton.jit
 def _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum):
     """(begin, count) of ``expert``'s tokens, int64; an expert with invalid bounds is empty and
-    flagged by its first tile."""
+    flagged by its first tile (scalar code: the Gluon kernel compiles it too)."""
     end = tl.load(OFFSETS + expert).to(tl.int64)
     begin = tl.load(OFFSETS + expert - 1, mask=expert > 0, other=0).to(tl.int64)
     total = tokens_sum.to(tl.int64)

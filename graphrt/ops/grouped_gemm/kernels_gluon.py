@@ -26,8 +26,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ... import device_checks
 from ...kernel_utils import cdiv, CompileCase, CONSTEXPR, launch, ON_TESTED_TRITON, TL_DTYPES
+from . import kernels as _triton_kernels
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 64, 128   # BLOCK_K: the scale block
 STAGES = 4                                # 24 KB a stage: two programs share an SM
@@ -35,30 +35,12 @@ WARPS = gl.constexpr(8)   # two warpgroups, 64 rows each
 GROUP_M = 8
 GLUON_API_OK = ON_TESTED_TRITON   # written for Triton 3.6's Gluon, whose API moves
 
-OFFSETS_DECREASING = gl.constexpr(device_checks.OFFSETS_DECREASING)
-OFFSETS_OUT_OF_RANGE = gl.constexpr(device_checks.OFFSETS_OUT_OF_RANGE)
-OFFSETS_LAST_NOT_TOTAL = gl.constexpr(device_checks.OFFSETS_LAST_NOT_TOTAL)
-
-
-@gluon.jit
-def _expert_bounds(OFFSETS, ERRORS, expert, tile, tokens_sum):
-    """(begin, end) of the expert's tokens, int64; invalid bounds make it empty and are flagged
-    by its first tile (as kernels._expert_tokens does)."""
-    end = gl.load(OFFSETS + expert).to(gl.int64)
-    begin = gl.load(OFFSETS + expert - 1, mask=expert > 0, other=0).to(gl.int64)
-    total = tokens_sum.to(gl.int64)
-    problem = gl.where(end < begin, OFFSETS_DECREASING, 0)
-    problem |= gl.where((begin < 0) | (end < 0) | (end > total), OFFSETS_OUT_OF_RANGE, 0)
-    problem |= gl.where((expert == gl.num_programs(1) - 1) & (end != total),
-                        OFFSETS_LAST_NOT_TOTAL, 0)
-    if tile == 0:
-        if problem != 0:
-            gl.atomic_or(ERRORS, problem)
-            gl.atomic_min(ERRORS + 1, expert)
-    valid = (problem & (OFFSETS_DECREASING | OFFSETS_OUT_OF_RANGE)) == 0
-    begin = gl.where(valid, begin, 0)
-    end = gl.where(valid, end, 0)
-    return begin, end
+# The program's tile, its expert's bounds (with their checks) and the output store are the
+# Triton kernels' own code, compiled as Gluon functions: both kernels walk tiles, flag bad
+# offsets and write alike.
+_tile_origin = gluon.jit(_triton_kernels._tile_origin.fn)
+_expert_tokens = gluon.jit(_triton_kernels._expert_tokens.fn)
+_store_tile = gluon.jit(_triton_kernels._store_tile.fn)   # its tensors carry their layouts
 
 
 @gluon.jit
@@ -107,15 +89,9 @@ def _wgrad_fp8_overlap_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OU
     BN: gl.constexpr = b_desc.block_type.shape[0]
     tile = gl.program_id(0)
     expert = gl.program_id(1)
-    # the output tile: GROUP row tiles walked together (as kernels._tile_rows_cols)
-    tiles_m: gl.constexpr = (HIDDEN + BM - 1) // BM
-    tiles_n: gl.constexpr = (INTER + BN - 1) // BN
-    group = tile // (GROUP * tiles_n)
-    first_m = group * GROUP
-    rows_in_group = gl.minimum(tiles_m - first_m, GROUP)
-    m0 = (first_m + (tile % (GROUP * tiles_n)) % rows_in_group) * BM
-    n0 = ((tile % (GROUP * tiles_n)) // rows_in_group) * BN
-    begin, end = _expert_bounds(OFFSETS, ERRORS, expert, tile, tokens_sum)
+    m0, n0 = _tile_origin(tile, HIDDEN, INTER, BM, BN, GROUP)
+    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum)
+    end = begin + count
     if ACCUMULATE:
         if end == begin:
             return
@@ -178,15 +154,8 @@ def _wgrad_fp8_overlap_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OU
     total = gl.convert_layout(total, out_layout)
     rows = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, out_layout))
     cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, out_layout))
-    if DISCRETE:
-        out = gl.load(OUT_PTRS + expert).to(gl.pointer_type(OUT_DTYPE))
-    else:
-        out = OUT + expert.to(gl.int64) * (HIDDEN * INTER)
-    ptrs = out + rows[:, None].to(gl.int64) * INTER + cols[None, :]
-    mask = (rows < HIDDEN)[:, None] & (cols < INTER)[None, :]
-    if ACCUMULATE:
-        total += gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
-    gl.store(ptrs, total.to(OUT_DTYPE), mask=mask)
+    _store_tile(total, OUT, OUT_PTRS, expert, rows, cols, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                OUT_DTYPE)
 
 
 def fits_overlap_kernel(a, b, capability) -> bool:
