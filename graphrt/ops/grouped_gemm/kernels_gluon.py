@@ -30,7 +30,7 @@ from ...kernel_utils import cdiv, CompileCase, CONSTEXPR, launch, ON_TESTED_TRIT
 from . import kernels as _triton_kernels
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 64, 128   # BLOCK_K: the scale block
-STAGES = 4                                # 24 KB a stage: two programs share an SM
+STAGES = 4                                # 24 KB a stage, 96 KB in all
 WARPS = gl.constexpr(8)   # two warpgroups, 64 rows each
 GROUP_M = 8
 GLUON_API_OK = ON_TESTED_TRITON   # written for Triton 3.6's Gluon, whose API moves
