@@ -71,15 +71,20 @@ def _argument_classes(args: tuple) -> tuple | None:
     return tuple(classes)
 
 
+def _is_descriptor(a) -> bool:
+    """Whether ``a`` is a host tensor descriptor (Triton's or Gluon's) over a tensor."""
+    return hasattr(a, "block_shape") and isinstance(getattr(a, "base", None), torch.Tensor)
+
+
 def _descriptor_classes(a) -> tuple | None:
     """A host tensor descriptor's key (Triton's or Gluon's): its type, dtype, block shape,
     layout, padding and whether its base is 16-byte aligned. Triton specializes on the dtype,
     block shape and layout alone (3.6 and 3.9); shape and strides are run-time values, left out
     so that the key stays bounded when a run-time extent changes every call. None for anything
     other than a descriptor."""
-    base = getattr(a, "base", None)
-    if not isinstance(base, torch.Tensor) or not hasattr(a, "block_shape"):
+    if not _is_descriptor(a):
         return None
+    base = a.base
     return (type(a), base.dtype, tuple(a.block_shape), getattr(a, "layout", None),
             getattr(a, "padding", None), not base.data_ptr() & 15)
 
@@ -175,7 +180,7 @@ def _recorded_argument(a):
     """A launch argument as a recording keeps it: tensors and descriptors by address."""
     if isinstance(a, torch.Tensor):
         return Address(a.data_ptr())
-    if hasattr(a, "block_shape") and isinstance(getattr(a, "base", None), torch.Tensor):
+    if _is_descriptor(a):
         if hasattr(a, "__dict__"):
             return RecordedDescriptor(a)
         mark_unrecorded_launch()   # a descriptor class this binding cannot rebuild
@@ -271,6 +276,28 @@ def cdiv(a: int, b: int) -> int:
 
 
 TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+# -- Gluon host descriptors (the Hopper kernels written in Gluon; imported on first use) ---------
+_GLUON_TYPES = {torch.bfloat16: ("bfloat16", "bf16"), torch.float8_e4m3fn: ("float8e4nv", "fp8e4nv")}
+
+
+def _gluon_layout(block: list, dtype: torch.dtype):
+    from triton.experimental.gluon import language as gl
+    return gl.NVMMASharedLayout.get_default_for(block, getattr(gl, _GLUON_TYPES[dtype][0]))
+
+
+def gluon_descriptor(t: torch.Tensor, block: list):
+    """A Gluon host TMA descriptor over ``t`` for ``block``-shaped copies, in the default
+    swizzled shared-memory layout of ``t``'s dtype (BF16 or E4M3)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    return TensorDescriptor.from_tensor(t, block, _gluon_layout(block, t.dtype))
+
+
+def gluon_descriptor_type(block: list, dtype: torch.dtype) -> str:
+    """The type of ``gluon_descriptor``'s result for ``block`` and ``dtype``, as a
+    CompileCase signature spells it."""
+    name = _GLUON_TYPES[dtype][1]
+    return f"tensordesc<{name}[{block[0]},{block[1]}],{_gluon_layout(block, dtype)!r}>"
 
 
 def next_power_of_2(n: int) -> int:

@@ -24,9 +24,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                               warpgroup_mma, warpgroup_mma_init,
                                                               warpgroup_mma_wait)
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ...kernel_utils import cdiv, CompileCase, CONSTEXPR, launch, ON_TESTED_TRITON, TL_DTYPES
+from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, gluon_descriptor, gluon_descriptor_type,
+                             launch, ON_TESTED_TRITON, TL_DTYPES)
 from . import kernels as _triton_kernels
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 64, 128   # BLOCK_K: the scale block
@@ -167,11 +167,6 @@ def fits_overlap_kernel(a, b, capability) -> bool:
             and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
 
 
-def _descriptor(t: torch.Tensor, block: list) -> TensorDescriptor:
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv)
-    return TensorDescriptor.from_tensor(t, block, layout)
-
-
 def launch_wgrad_fp8_overlap(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype, errors,
                              *, hidden: int, inter: int, accumulate: bool) -> None:
     """The 1x128 FP8 wgrad through the experimental kernel: arguments as
@@ -180,8 +175,8 @@ def launch_wgrad_fp8_overlap(a, b, a_scale, b_scale, offsets, out, out_ptrs, out
     experts = offsets.numel()
     if experts == 0:
         return
-    a_desc = _descriptor(a, [BLOCK_M, BLOCK_K])
-    b_desc = _descriptor(b.t(), [BLOCK_N, BLOCK_K])
+    a_desc = gluon_descriptor(a, [BLOCK_M, BLOCK_K])
+    b_desc = gluon_descriptor(b.t(), [BLOCK_N, BLOCK_K])
     grid = (cdiv(hidden, BLOCK_M) * cdiv(inter, BLOCK_N), experts)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
     launch(_wgrad_fp8_overlap_kernel, grid, a_desc, b_desc, a_scale, b_scale, offsets, out_arg,
@@ -206,12 +201,10 @@ def compile_cases() -> list[CompileCase]:
             cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
                                                              f"{triton.__version__}"))
             continue
-
-        def desc(block):
-            layout = gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv)
-            return f"tensordesc<fp8e4nv[{block[0]},{block[1]}],{layout!r}>"
+        fp8 = torch.float8_e4m3fn
         cases.append(CompileCase(name, _wgrad_fp8_overlap_kernel, dict(
-            a_desc=desc([BLOCK_M, BLOCK_K]), b_desc=desc([BLOCK_N, BLOCK_K]), A_SCALE="*fp32",
+            a_desc=gluon_descriptor_type([BLOCK_M, BLOCK_K], fp8),
+            b_desc=gluon_descriptor_type([BLOCK_N, BLOCK_K], fp8), A_SCALE="*fp32",
             B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32", sb_n="i32", HIDDEN=c, INTER=c,
             DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, NUM_STAGES=c, GROUP=c),

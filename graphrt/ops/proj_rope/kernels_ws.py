@@ -18,13 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch, ON_TESTED_TRITON)
+from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, gluon_descriptor, gluon_descriptor_type,
+                             launch, ON_TESTED_TRITON)
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 
@@ -313,15 +315,11 @@ def launch_ws(cfg: WsConfig, x, w, cos, sin, row, row_s, col, col_s, *, tokens: 
     if tokens == 0:
         return
     bk = cfg.block_k
-
-    def desc(t, block):
-        return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
-
-    x_desc = desc(x, [BLOCK_M.value, bk])
+    x_desc = gluon_descriptor(x, [BLOCK_M.value, bk])
     if w_out_in:
-        wn_desc, wr_desc = desc(w, [nope, bk]), desc(w, [rope, bk])
+        wn_desc, wr_desc = gluon_descriptor(w, [nope, bk]), gluon_descriptor(w, [rope, bk])
     else:
-        wn_desc, wr_desc = desc(w, [bk, nope]), desc(w, [bk, rope])
+        wn_desc, wr_desc = gluon_descriptor(w, [bk, nope]), gluon_descriptor(w, [bk, rope])
     tiles = cdiv(tokens, BLOCK_M.value) * heads
     launch(_proj_rope_ws_kernel, (min(tiles, sm_count(x.device)),), x_desc, wn_desc, wr_desc,
            cos, sin, row, row_s, col, col_s, tokens, HEADS=heads, NOPE=nope, ROPE=rope,
@@ -339,8 +337,7 @@ def compile_cases() -> list[CompileCase]:
     c, cfg = CONSTEXPR, WS_CONFIG
 
     def desc(block):
-        layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
-        return f"tensordesc<bf16[{block[0]},{block[1]}],{layout!r}>"
+        return gluon_descriptor_type(block, torch.bfloat16)
 
     cases = []
     for w_out_in in (True, False):
