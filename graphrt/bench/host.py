@@ -1,7 +1,7 @@
 """Host time per call: every op's functional call and plan.execute beside torch.add, a bare
 3-argument Triton launch and bare launches of the RMSNorm kernels (Triton's kernel[grid] and
 graphrt's launch); graphrt's, Liger's and torch's RMSNorm modules forward and forward+backward
-under autograd.
+under autograd, and graphrt's against transformers' LlamaRMSNorm at the Hugging Face step's shape.
 
 Each call is enqueued behind a GPU sleep, so the host never waits on the GPU: the figures are
 enqueue time alone (best of several rounds of 200 calls, rounds interleaved across the cases).
@@ -138,6 +138,29 @@ def module_cases(rows: int, hidden: int, device) -> dict:
     return cases
 
 
+LLAMA_NORM_SHAPE = (1, 512, 2048)   # the Hugging Face step of `graphrt bench hf` at 1x512
+
+
+def llama_norm_cases(device) -> dict:
+    """Forward + backward of the norm the Hugging Face Llama step uses, BF16 weight as there:
+    transformers' LlamaRMSNorm against graphrt.nn.RMSNorm (what ``replace_norms`` puts in its
+    place); empty without transformers."""
+    import graphrt
+    try:
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    except Exception:  # the optional extra
+        return {}
+    hidden = LLAMA_NORM_SHAPE[-1]
+    x = torch.randn(*LLAMA_NORM_SHAPE, dtype=torch.bfloat16, device=device, requires_grad=True)
+    g = torch.randn_like(x)
+    modules = {"transformers LlamaRMSNorm": LlamaRMSNorm(hidden, eps=1e-6),
+               "graphrt.nn.RMSNorm": graphrt.nn.RMSNorm(hidden, dtype=torch.bfloat16)}
+    shape = "x".join(map(str, LLAMA_NORM_SHAPE))
+    return {f"{name}, BF16 weight, {shape}, forward + backward":
+            (lambda m=module.to(device, torch.bfloat16): m(x).backward(g))
+            for name, module in modules.items()}
+
+
 OPTIMIZER_PARAMETERS = 100   # FP32 parameters of 8192 elements each
 
 
@@ -170,6 +193,7 @@ def run(progress=print, rounds: int = 5) -> list[dict]:
     cases.update(op_cases(device))
     rows, hidden = MODULE_SHAPES[0]
     cases.update(module_cases(rows, hidden, device))
+    cases.update(llama_norm_cases(device))
     cases.update(optimizer_cases(device))
     progress(f"host time per call, behind a GPU sleep ({torch.cuda.get_device_name()}); "
              f"{len(cases)} cases x {rounds} rounds")
@@ -188,6 +212,9 @@ def run(progress=print, rounds: int = 5) -> list[dict]:
                     fn()
                 wall = min(host_us(fn, 50, sleep=False) for _ in range(rounds))
                 table.append({"call": f"{name}, {rows}x{hidden}, wall time", "host us": wall})
+    for name, fn in llama_norm_cases(device).items():
+        wall = min(host_us(fn, 50, sleep=False) for _ in range(rounds))
+        table.append({"call": f"{name}, wall time", "host us": wall})
     return table
 
 
