@@ -27,6 +27,7 @@ FP8_CONFIGS = {
     128: [GemmConfig(*c) for c in [
         (128, 64, 128, 4, 3, 8), (128, 64, 128, 4, 4, 8), (64, 128, 128, 4, 3, 8),
         (128, 128, 128, 8, 4, 8), (256, 64, 128, 8, 3, 8), (128, 64, 128, 4, 3, 8, 168)]]}
+GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 5), (128, 6), (64, 6)]]
 
 
 def _timed(name, run, sets, check, flops):
@@ -78,14 +79,14 @@ def main(fp8: bool, first: bool):
                                      errors, hidden=hidden, inter=inter, accumulate=False,
                                      dot_fp32=False)
                 _timed(f"{name} {cfg}", run, fsets, check_against(a_val, b_val), flops)
-            if block == 128 and gluon.fits_overlap_kernel(a, b, (9, 0)):
-                def run_overlap(a, b, sa, sb):
-                    gluon.launch_wgrad_fp8_overlap(a, b, sa, sb, offsets, out, None,
-                                                   torch.bfloat16, errors, hidden=hidden,
-                                                   inter=inter, accumulate=False)
-                _timed(f"{name} Gluon overlap {gluon.BLOCK_M}x{gluon.BLOCK_N}x{gluon.BLOCK_K} "
-                       f"stages={gluon.STAGES} warps={gluon.WARPS.value}", run_overlap, fsets,
-                       check_against(a_val, b_val), flops)
+            if block == 128 and gluon.fits_gluon_kernel(a, b, (9, 0)):
+                for gcfg in GLUON_CONFIGS:
+                    def run_gluon(a, b, sa, sb, gcfg=gcfg):
+                        gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, out, None,
+                                                     torch.bfloat16, errors, hidden=hidden,
+                                                     inter=inter, accumulate=False, config=gcfg)
+                    _timed(f"{name} Gluon {gcfg}", run_gluon, fsets, check_against(a_val, b_val),
+                           flops)
             del a_val, b_val
 
 

@@ -116,17 +116,17 @@ def _tile_rows_cols(tile, HIDDEN: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl
 
 
 @triton.jit
-def _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum):
-    """(begin, count) of ``expert``'s tokens, int64; an expert with invalid bounds is empty and
-    flagged by its first tile (scalar code: the Gluon kernel compiles it too)."""
+def _expert_tokens(OFFSETS, ERRORS, expert, experts, flag, tokens_sum):
+    """(begin, count) of ``expert``'s tokens (of ``experts``), int64; an expert with invalid
+    bounds is empty, and flagged where ``flag`` (one program an expert; scalar code: the Gluon
+    kernel compiles it too)."""
     end = tl.load(OFFSETS + expert).to(tl.int64)
     begin = tl.load(OFFSETS + expert - 1, mask=expert > 0, other=0).to(tl.int64)
     total = tokens_sum.to(tl.int64)
     problem = tl.where(end < begin, OFFSETS_DECREASING, 0)
     problem |= tl.where((begin < 0) | (end < 0) | (end > total), OFFSETS_OUT_OF_RANGE, 0)
-    problem |= tl.where((expert == tl.num_programs(1) - 1) & (end != total),
-                        OFFSETS_LAST_NOT_TOTAL, 0)
-    if tile == 0:
+    problem |= tl.where((expert == experts - 1) & (end != total), OFFSETS_LAST_NOT_TOTAL, 0)
+    if flag:
         if problem != 0:
             tl.atomic_or(ERRORS, problem)
             tl.atomic_min(ERRORS + 1, expert)
@@ -144,7 +144,8 @@ def _program_tile(OFFSETS, ERRORS, tokens_sum, HIDDEN: tl.constexpr, INTER: tl.c
     expert = tl.program_id(1)
     m, n = _tile_rows_cols(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
     m_mask, n_mask = m < HIDDEN, n < INTER
-    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tile, tokens_sum)
+    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tl.num_programs(1), tile == 0,
+                                  tokens_sum)
     return expert, m, n, m_mask, n_mask, begin, count
 
 
