@@ -63,12 +63,18 @@ _expert_tokens = gluon.jit(_triton_kernels._expert_tokens.fn)
 _store_tile = gluon.jit(_triton_kernels._store_tile.fn)   # its tensors carry their layouts
 
 
+@gluon.constexpr_function
+def _ceil_div(a, b):
+    """ceil(a / b) of two constexprs, at compile time."""
+    return (a + b - 1) // b
+
+
 @gluon.jit
 def _work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr, HIDDEN: gl.constexpr,
           INTER: gl.constexpr, BN: gl.constexpr, GROUP: gl.constexpr):
     """Work item ``work`` (experts outermost): its expert, first row and column, and the
     expert's tokens; FLAG: this partition reports bad offsets (one does)."""
-    tiles: gl.constexpr = cdiv_c(HIDDEN, BLOCK_M) * cdiv_c(INTER, BN)
+    tiles: gl.constexpr = _ceil_div(HIDDEN, BLOCK_M) * _ceil_div(INTER, BN)
     expert = work // tiles
     tile = work % tiles
     m0, n0 = _tile_origin(tile, HIDDEN, INTER, BLOCK_M, BN, GROUP)
@@ -77,18 +83,13 @@ def _work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr, HIDDEN
     return expert, m0, n0, begin, begin + count
 
 
-@gluon.constexpr_function
-def cdiv_c(a, b):
-    return (a + b - 1) // b
-
-
 @gluon.jit
 def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
                     tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
     STAGES: gl.constexpr = a_bufs.shape[0]
     BN: gl.constexpr = b_desc.block_type.shape[0]
     NBYTES: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
-    work_items = experts * (cdiv_c(HIDDEN, BLOCK_M) * cdiv_c(INTER, BN))
+    work_items = experts * (_ceil_div(HIDDEN, BLOCK_M) * _ceil_div(INTER, BN))
     i = 0
     for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
         expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum, False,
@@ -138,7 +139,7 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
     B_ROW0: gl.constexpr = ROW0 // 64 * HALF_N   # this warpgroup's half of B's rows to zero
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
-    work_items = experts * (cdiv_c(HIDDEN, BLOCK_M) * cdiv_c(INTER, BN))
+    work_items = experts * (_ceil_div(HIDDEN, BLOCK_M) * _ceil_div(INTER, BN))
     i = 0
     z = 0
     for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
@@ -235,8 +236,7 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
            b_scale, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], a_scale.stride(0),
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
-           STAGES=config.stages, GROUP=GROUP_M, num_warps=4,
-           maxnreg=LAUNCH_REGS)
+           STAGES=config.stages, GROUP=GROUP_M, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
