@@ -54,11 +54,12 @@ for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):
         graphrt.ops.grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb.t())
         if block == 128 and kernels_gluon.fits_gluon_kernel(a, b, (9, 0)) \
                 and torch.cuda.get_device_capability()[0] == 9:   # the experimental kernel
-            kernels_gluon.launch_wgrad_fp8_gluon(
-                a, b, sa, sb.t(), offsets, torch.empty(5, 136, 72, dtype=torch.bfloat16,
-                                                       device="cuda"),
-                None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72,
-                accumulate=False)
+            for early in (False, True):
+                kernels_gluon.launch_wgrad_fp8_gluon(
+                    a, b, sa, sb.t(), offsets, torch.empty(5, 136, 72, dtype=torch.bfloat16,
+                                                           device="cuda"),
+                    None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72,
+                    accumulate=False, config=kernels_gluon.GluonConfig(early_scales=early))
 # bad offsets through the plan (no host check): past tokens_sum, negative, decreasing, the
 # largest int32; the kernel must stay inside a and b and flag them
 a_bad = torch.randn(136, 40, dtype=torch.bfloat16, device="cuda")

@@ -238,7 +238,8 @@ def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
 @pytest.mark.parametrize("counts", [[0, 300, 17, 0, 1024, 259], [37, 5, 100, 18, 0]])
 @pytest.mark.parametrize("out_dtype,mode,accumulate", [(torch.float32, "dense", False),
                                                        (torch.bfloat16, "discrete", True)])
-def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate):
+@pytest.mark.parametrize("early_scales", [False, True])
+def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate, early_scales):
     """The experimental 1x128 kernel (kernels_gluon.py, not yet used by the plan): experts
     starting and ending inside scale blocks, one inside a single block, empty ones, a hidden
     and an intermediate size that are no multiple of the tile, NaN codes in the neighbours'
@@ -258,7 +259,8 @@ def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate
             if mode == "discrete" else None)
     kernels_gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, w, ptrs, out_dtype,
                                          error_flags(a.device), hidden=hidden, inter=inter,
-                                         accumulate=accumulate)
+                                         accumulate=accumulate,
+                                         config=kernels_gluon.GluonConfig(early_scales=early_scales))
     want = _fp64(a, b, sa, sb, counts)
     for e, n in enumerate(counts):
         expected = want[e] + init[e].double().cpu() if accumulate else want[e]

@@ -47,10 +47,13 @@ LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
 
 @dataclass(frozen=True)
 class GluonConfig:
-    """Output columns per tile (128 output rows) and shared-memory stages."""
+    """Output columns per tile (128 output rows), shared-memory stages, and whether a block's
+    scales load while its product runs (not yet measured; the measured kernel loads them
+    after)."""
 
     block_n: int = 128
     stages: int = 5
+    early_scales: bool = False
 
 
 GLUON_CONFIG = GluonConfig()
@@ -118,12 +121,12 @@ def _zero_outside(buf, lo, hi, k0, ROWS: gl.constexpr, COLS: gl.constexpr):
 
 
 @gluon.jit
-def _scale_into(total, product, A_SCALE, B_SCALE, block, m, n, sa_m, sa_k, sb_k, sb_n,
-                HIDDEN: gl.constexpr, INTER: gl.constexpr):
-    """total + product * a_scale[m, block] * b_scale[block, n]."""
+def _block_scales(A_SCALE, B_SCALE, block, m, n, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
+                  INTER: gl.constexpr):
+    """a_scale[m, block] and b_scale[block, n]."""
     sa = gl.load(A_SCALE + m.to(gl.int64) * sa_m + block * sa_k, mask=m < HIDDEN, other=0.0)
     sb = gl.load(B_SCALE + block * sb_k + n.to(gl.int64) * sb_n, mask=n < INTER, other=0.0)
-    return total + product * sa[:, None] * sb[None, :]
+    return sa, sb
 
 
 @gluon.jit
@@ -131,8 +134,9 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                    ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
-                   ROW0: gl.constexpr):
-    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile."""
+                   EARLY_SCALES: gl.constexpr, ROW0: gl.constexpr):
+    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile. EARLY_SCALES: a block's
+    scales are loaded while its product runs, not after it."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     BN: gl.constexpr = b_bufs.shape[1]
     HALF_N: gl.constexpr = BN // 2
@@ -167,11 +171,16 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                                    b_bufs.index(s).permute((1, 0)),
                                    gl.zeros([64, BN], gl.float32, layout), use_acc=False,
                                    is_async=True)
+            if EARLY_SCALES:
+                sa, sb = _block_scales(A_SCALE, B_SCALE, block, m, n, sa_m, sa_k, sb_k, sb_n,
+                                       HIDDEN, INTER)
             done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
             gl.thread_barrier()
             mbarrier.arrive(empty.index(s))
-            total = _scale_into(total, done, A_SCALE, B_SCALE, block, m, n, sa_m, sa_k, sb_k,
-                                sb_n, HIDDEN, INTER)
+            if not EARLY_SCALES:
+                sa, sb = _block_scales(A_SCALE, B_SCALE, block, m, n, sa_m, sa_k, sb_k, sb_n,
+                                       HIDDEN, INTER)
+            total += done * sa[:, None] * sb[None, :]
             i += 1
         if ACCUMULATE:
             if end > begin:
@@ -186,7 +195,8 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
 def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS,
                          experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
                          INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):
+                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+                         EARLY_SCALES: gl.constexpr):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
@@ -201,12 +211,12 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, EARLY_SCALES, 0)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN, INTER, GROUP)),
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 64)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, EARLY_SCALES, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -236,7 +246,8 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
            b_scale, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], a_scale.stride(0),
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
-           STAGES=config.stages, GROUP=GROUP_M, num_warps=4, maxnreg=LAUNCH_REGS)
+           STAGES=config.stages, GROUP=GROUP_M, EARLY_SCALES=config.early_scales, num_warps=4,
+           maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
@@ -248,9 +259,9 @@ def compile_cases() -> list[CompileCase]:
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    cfg = GLUON_CONFIG
-    for discrete in (False, True):
-        name = f"wgrad fp8 1x128 (Gluon) discrete={discrete}"
+    for discrete, early in ((False, False), (True, False), (False, True)):
+        cfg = GluonConfig(early_scales=early)
+        name = f"wgrad fp8 1x128 (Gluon) discrete={discrete} early_scales={early}"
         if not GLUON_API_OK:
             cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
                                                              f"{triton.__version__}"))
@@ -261,8 +272,9 @@ def compile_cases() -> list[CompileCase]:
             b_desc=gluon_descriptor_type([cfg.block_n, BLOCK_K.value], fp8), A_SCALE="*fp32",
             B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32", sb_n="i32",
-            HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c),
+            HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c,
+            EARLY_SCALES=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
-                 OUT_DTYPE=gl.bfloat16, STAGES=cfg.stages, GROUP=GROUP_M),
+                 OUT_DTYPE=gl.bfloat16, STAGES=cfg.stages, GROUP=GROUP_M, EARLY_SCALES=early),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
