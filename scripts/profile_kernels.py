@@ -4,7 +4,9 @@ same byte counts instead (a size-matched ceiling for the short kernels); with --
 call back to back on the same inputs (for A/B runs, e.g. with and without GRAPHRT_PDL=0).
 
 Usage: python3 scripts/profile_kernels.py [--copies | --time] [op ...]
-(ops: rmsnorm mhc lmsd proj gemm; gemm is cuBLAS's x @ W^T at the proj shape, a peer)
+(ops: rmsnorm mhc lmsd proj gemm wgrad_fp8; gemm is cuBLAS's x @ W^T at the proj shape, a peer;
+wgrad_fp8 is the 1x128 FP8 wgrad at its first case: the plan's Triton kernel, then the
+experimental Gluon kernel's two variants)
 """
 import sys
 
@@ -46,7 +48,34 @@ def calls():
         xg = torch.randn(tokens, k, dtype=torch.bfloat16, device=dev)
         wg = torch.randn(heads * (nope + rope), k, dtype=torch.bfloat16, device=dev)
         out.append((f"cuBLAS gemm {tokens}x{k}x{heads * (nope + rope)}", lambda: xg @ wg.t()))
+    if "wgrad_fp8" in ops:
+        out += wgrad_fp8_calls()
     return out
+
+
+def wgrad_fp8_calls():
+    """The 1x128 FP8 wgrad at the first benchmark case: the functional call (Triton kernel) and
+    the experimental Gluon kernel, loading scales after and during each block's product."""
+    import itertools
+
+    from graphrt.bench.wgrad import _fp8_operands, random_counts
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm import kernels_gluon
+    experts, hidden, inter, tokens = op("grouped_gemm_wgrad").cases[0]
+    counts = random_counts(experts, tokens, torch.Generator().manual_seed(0))
+    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device=dev)
+    a, b, sa, sb = _fp8_operands(tokens, hidden, inter, torch.float32, 128)
+    out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device=dev)
+    label = f"wgrad fp8 1x128 {experts}x{hidden}x{inter} T{tokens}"
+    calls = [(f"{label} plan", lambda: op("grouped_gemm_wgrad").functional()(
+        a, b, offsets, a_scale=sa, b_scale=sb, check_offsets=False))]
+    for early in (False, True):
+        config = kernels_gluon.GluonConfig(early_scales=early)
+        calls.append((f"{label} Gluon early_scales={early}", lambda config=config:
+                      kernels_gluon.launch_wgrad_fp8_gluon(
+                          a, b, sa, sb, offsets, out, None, torch.bfloat16, error_flags(dev),
+                          hidden=hidden, inter=inter, accumulate=False, config=config)))
+    return calls
 
 
 def time_copies():
