@@ -68,6 +68,15 @@ def test_a_replay_passes_each_address_as_argument_plus_offset_and_checks_overlap
     with pytest.raises(ContractError, match="y: memory overlaps x"):
         replayed.replay([1000, 1099])
     assert len(calls) == 1   # nothing launched on a rejected call
+    replayed.replay([1000, 2000])   # the addresses last checked: launched without a new check
+    with pytest.raises(ContractError, match="y: memory overlaps x"):
+        replayed.replay([1000, 1099])   # and a new overlap after them is still caught
+    addresses = [1000, 2000]
+    replayed.replay(addresses)
+    addresses[1] = 1099   # the caller's list changing after the call changes nothing kept
+    with pytest.raises(ContractError, match="y: memory overlaps x"):
+        replayed.replay(addresses)
+    assert len(calls) == 3
     assert binding._locate(1016, [1000, 2000], [100, 50]) == (0, 16)
     assert binding._locate(1016, [1000, 1010], [100, 50]) is None   # inside both
 
