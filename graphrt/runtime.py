@@ -57,7 +57,7 @@ class _BoundCall:
                      for name, shape, dtype, device in self.outputs}
         nbytes = plan.workspace_bytes()
         with rt.arena.scope() if nbytes else _no_scope:
-            workspace = (rt.arena.take(nbytes, resolve_stream(None, rt.device)).data_ptr()
+            workspace = (rt.arena.take_address(nbytes, resolve_stream(None, rt.device))
                          if nbytes else 0)
             addresses = [inputs[s] if type(s) is int else
                          allocated[s].data_ptr() if s is not None else workspace

@@ -137,6 +137,12 @@ def test_arena_alignment_scopes_and_stats():
     s = arena.stats()
     assert s["in_use"] == 0 and s["high_water"] == inner_top and s["takes"] == 3
     assert a.data_ptr() % 256 == 0
+    with arena.scope():   # an address alone: the same region a view would have had
+        first = arena.take_address(100)
+        second = arena.take(1000)
+        assert first == a.data_ptr() and second.data_ptr() == first + 256
+        assert arena.stats()["in_use"] == 256 + 1000
+    assert arena.stats()["in_use"] == 0 and arena.stats()["takes"] == 5
 
 
 def test_arena_exhaustion_names_request_and_high_water():

@@ -87,6 +87,7 @@ class WorkspaceArena:
         # one spare alignment unit lets every region start on a 256-byte boundary
         self._buffer = torch.empty(self.capacity + ALIGNMENT, dtype=torch.uint8, device=self.device)
         self._base = align_up(self._buffer.data_ptr()) - self._buffer.data_ptr()
+        self._address = self._buffer.data_ptr() + self._base   # offset 0's address
         self._lock = threading.RLock()
         self._regions: list[_Region] = []   # live regions in address order; the last is the top
         self._last_use: list[tuple[int, int, object]] = []
@@ -118,6 +119,16 @@ class WorkspaceArena:
     # -- taking and releasing ------------------------------------------------------------------
     def take(self, nbytes: int, stream=None) -> torch.Tensor:
         """An aligned (256-byte) uint8 region of ``nbytes`` bytes, valid until its scope closes."""
+        start, end = self._take(nbytes, stream)
+        return self._buffer[self._base + start:self._base + end]
+
+    def take_address(self, nbytes: int, stream=None) -> int:
+        """``take``'s region as its address alone: a bound call's replayed launches need no
+        more, and a tensor view costs microseconds of host time."""
+        return self._address + self._take(nbytes, stream)[0]
+
+    def _take(self, nbytes: int, stream) -> tuple[int, int]:
+        """(start, end) offsets of a new region (see ``take``)."""
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ContractError(f"nbytes: expected a size >= 0, got {nbytes}")
@@ -142,7 +153,7 @@ class WorkspaceArena:
                 scopes[-1].append(region)
             self._high_water = max(self._high_water, end)
             self._takes += 1
-        return self._buffer[self._base + start:self._base + end]
+        return start, end
 
     @property
     def _top(self) -> int:
