@@ -145,6 +145,25 @@ def test_arena_alignment_scopes_and_stats():
     assert arena.stats()["in_use"] == 0 and arena.stats()["takes"] == 5
 
 
+def test_arena_nested_scopes_release_their_own_regions():
+    """An inner scope that took nothing closes itself, not the outer one (both lists are
+    empty and equal then): the outer scope's later region is released when it closes."""
+    arena = WorkspaceArena(1 << 16, "cpu")
+    with arena.scope():
+        with arena.scope():
+            pass
+        arena.take(100)
+        with arena.scope():
+            arena.take(100)
+        assert arena.stats()["in_use"] == 100
+    assert arena.stats()["in_use"] == 0 and arena.stats()["live_regions"] == 0
+    with pytest.raises(RuntimeError, match="inside"):   # and on an exception, too
+        with arena.scope():
+            arena.take(10)
+            raise RuntimeError("inside")
+    assert arena.stats()["in_use"] == 0
+
+
 def test_arena_exhaustion_names_request_and_high_water():
     arena = WorkspaceArena(4096, "cpu")
     with arena.scope():

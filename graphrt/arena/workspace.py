@@ -28,6 +28,31 @@ class _Region:
     released: bool = False
 
 
+class _Scope:
+    """``WorkspaceArena.scope()``: a context manager class (a generator-based one costs twice
+    the host time on every call that takes workspace)."""
+
+    __slots__ = ("arena", "scopes", "mine")
+
+    def __init__(self, arena: "WorkspaceArena"):
+        self.arena = arena
+
+    def __enter__(self) -> "WorkspaceArena":
+        self.scopes = self.arena._scopes()
+        self.mine: list[_Region] = []
+        self.scopes.append(self.mine)
+        return self.arena
+
+    def __exit__(self, *exc) -> None:
+        scopes, mine = self.scopes, self.mine
+        # by identity: an empty list equals any other empty scope's, an outer one's included
+        for i in range(len(scopes) - 1, -1, -1):
+            if scopes[i] is mine:
+                del scopes[i]
+                break
+        self.arena._release(mine)
+
+
 @dataclass
 class ArenaHold:
     """Regions taken while a hold is active; they outlive scopes until ``release()``.
@@ -188,18 +213,10 @@ class WorkspaceArena:
                 keep.append((lo, hi, prior))
         self._last_use = keep
 
-    @contextlib.contextmanager
-    def scope(self) -> Iterator["WorkspaceArena"]:
+    def scope(self) -> "_Scope":
         """Regions this thread takes inside are released when the block ends (unless a hold
         keeps them); other threads' regions are theirs to release."""
-        scopes = self._scopes()
-        mine: list[_Region] = []
-        scopes.append(mine)
-        try:
-            yield self
-        finally:
-            scopes.remove(mine)
-            self._release(mine)
+        return _Scope(self)
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[ArenaHold]:
