@@ -164,6 +164,20 @@ def test_arena_nested_scopes_release_their_own_regions():
     assert arena.stats()["in_use"] == 0
 
 
+def test_arena_nested_holds_keep_their_own_regions():
+    """An inner hold that took nothing closes itself, not an equal-looking outer one: regions
+    the outer block takes afterwards belong to the outer hold."""
+    arena = WorkspaceArena(1 << 16, "cpu")
+    with arena.hold() as outer:
+        with arena.hold() as inner:
+            pass
+        with arena.scope():
+            arena.take(100)
+    assert inner.nbytes == 0 and outer.nbytes == 100
+    outer.release()
+    assert arena.stats()["in_use"] == 0
+
+
 def test_arena_exhaustion_names_request_and_high_water():
     arena = WorkspaceArena(4096, "cpu")
     with arena.scope():

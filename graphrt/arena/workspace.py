@@ -53,7 +53,7 @@ class _Scope:
         self.arena._release(mine)
 
 
-@dataclass
+@dataclass(eq=False)   # holds are told apart by identity: two empty ones of a thread are equal
 class ArenaHold:
     """Regions taken while a hold is active; they outlive scopes until ``release()``.
 
