@@ -269,6 +269,13 @@ class CompileCase:
     skip: str | None = None   # why this variant cannot compile with the Triton installed here
 
 
+def register_share(warps: int) -> int:
+    """Registers a thread of a warp-specialized kernel launched with ``warps`` warps may use
+    at launch: their even share of the SM's 64K-register file, a multiple of 8 (setmaxnreg
+    then moves registers between partitions)."""
+    return 65536 // (32 * warps) // 8 * 8
+
+
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) for ints on the host. ``triton.cdiv`` is a constexpr function on recent
     Triton, 2-3 us a host call: more than a launch-path budget allows, once per tensor."""

@@ -30,7 +30,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 
 from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, gluon_descriptor, gluon_descriptor_type,
-                             launch, ON_TESTED_TRITON, TL_DTYPES)
+                             launch, ON_TESTED_TRITON, register_share, TL_DTYPES)
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 
@@ -39,9 +39,8 @@ BLOCK_K = gl.constexpr(128)   # the scale block
 GROUP_M = 8
 GLUON_API_OK = ON_TESTED_TRITON   # written for Triton 3.6's Gluon, whose API moves
 # Warps launched: an MMA warpgroup (the default partition), the loader's warp padded to a
-# warpgroup, the other MMA warpgroup. The launch's register cap is their even share of the
-# 64K-register file; setmaxnreg then moves the loader's registers to the MMA warpgroups.
-LAUNCH_REGS = 65536 // (32 * 12) // 8 * 8
+# warpgroup, the other MMA warpgroup; setmaxnreg moves the loader's registers to the MMA ones.
+LAUNCH_REGS = register_share(4 + 4 + 4)
 LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
 
 
@@ -66,18 +65,12 @@ _expert_tokens = gluon.jit(_triton_kernels._expert_tokens.fn)
 _store_tile = gluon.jit(_triton_kernels._store_tile.fn)   # its tensors carry their layouts
 
 
-@gluon.constexpr_function
-def _ceil_div(a, b):
-    """ceil(a / b) of two constexprs, at compile time."""
-    return (a + b - 1) // b
-
-
 @gluon.jit
 def _work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr, HIDDEN: gl.constexpr,
           INTER: gl.constexpr, BN: gl.constexpr, GROUP: gl.constexpr):
     """Work item ``work`` (experts outermost): its expert, first row and column, and the
     expert's tokens; FLAG: this partition reports bad offsets (one does)."""
-    tiles: gl.constexpr = _ceil_div(HIDDEN, BLOCK_M) * _ceil_div(INTER, BN)
+    tiles: gl.constexpr = gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN)
     expert = work // tiles
     tile = work % tiles
     m0, n0 = _tile_origin(tile, HIDDEN, INTER, BLOCK_M, BN, GROUP)
@@ -92,7 +85,7 @@ def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERROR
     STAGES: gl.constexpr = a_bufs.shape[0]
     BN: gl.constexpr = b_desc.block_type.shape[0]
     NBYTES: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
-    work_items = experts * (_ceil_div(HIDDEN, BLOCK_M) * _ceil_div(INTER, BN))
+    work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
     i = 0
     for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
         expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum, False,
@@ -143,7 +136,7 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
     B_ROW0: gl.constexpr = ROW0 // 64 * HALF_N   # this warpgroup's half of B's rows to zero
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
-    work_items = experts * (_ceil_div(HIDDEN, BLOCK_M) * _ceil_div(INTER, BN))
+    work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
     i = 0
     z = 0
     for work in range(gl.program_id(0), work_items, gl.num_programs(0)):

@@ -26,7 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, war
                                                               warpgroup_mma_wait)
 
 from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, gluon_descriptor, gluon_descriptor_type,
-                             launch, ON_TESTED_TRITON)
+                             launch, ON_TESTED_TRITON, register_share)
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 
@@ -38,10 +38,9 @@ _quant_factor = gluon.jit(_triton_kernels._quant_factor.fn)
 BLOCK_M = gl.constexpr(128)        # tokens per tile: two warpgroups of 64, four blocks of 32
 EPILOGUE_WARPS = gl.constexpr(8)   # the epilogue's layouts assume 8
 # Warps launched: one MMA warpgroup (the default partition), the loader's warp padded to a
-# warpgroup, the other MMA warpgroup, the epilogue. The launch's register cap is their even share
-# of the 64K-register file (a multiple of 8); setmaxnreg then moves registers between partitions.
+# warpgroup, the other MMA warpgroup, the epilogue.
 LAUNCH_WARPS = 4 + 4 + 4 + EPILOGUE_WARPS.value
-LAUNCH_REGS = 65536 // (32 * LAUNCH_WARPS) // 8 * 8
+LAUNCH_REGS = register_share(LAUNCH_WARPS)
 
 
 @gluon.jit
