@@ -284,8 +284,9 @@ def cdiv(a: int, b: int) -> int:
 
 TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
-# -- Gluon host descriptors (the Hopper kernels written in Gluon; imported on first use) ---------
-_GLUON_TYPES = {torch.bfloat16: ("bfloat16", "bf16"), torch.float8_e4m3fn: ("float8e4nv", "fp8e4nv")}
+# -- Gluon host descriptors (the Hopper kernels written in Gluon; imported on first use) --------
+_GLUON_TYPES = {torch.bfloat16: ("bfloat16", "bf16"),
+                torch.float8_e4m3fn: ("float8e4nv", "fp8e4nv")}
 
 
 def _gluon_layout(block: list, dtype: torch.dtype):

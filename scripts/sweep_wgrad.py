@@ -80,7 +80,8 @@ def main(fp8: bool, first: bool):
                                      errors, hidden=hidden, inter=inter, accumulate=False,
                                      dot_fp32=False)
                 _timed(f"{name} {cfg}", run, fsets, check_against(a_val, b_val), flops)
-            if block == 128 and gluon.fits_gluon_kernel(a, b, (9, 0)):
+            if block == 128 and gluon.fits_gluon_kernel(a, b,
+                                                        torch.cuda.get_device_capability()):
                 for gcfg in GLUON_CONFIGS:
                     def run_gluon(a, b, sa, sb, gcfg=gcfg):
                         gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, out, None,

@@ -332,7 +332,6 @@ def test_bound_dropout_calls_follow_the_seed(seed):
     assert torch.equal(masks[1], masks[3]) and not torch.equal(masks[0], masks[1])
 
 
-
 def _fill_fresh(t):
     if t.dtype == torch.uint8:   # E8M0 scales near 2^0
         t.copy_(torch.randint(124, 130, t.shape, device=t.device))

@@ -257,10 +257,10 @@ def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate
     w = init.clone() if accumulate else torch.full_like(init, float("nan"))
     ptrs = (torch.tensor([w[e].data_ptr() for e in range(len(counts))], device="cuda")
             if mode == "discrete" else None)
+    config = kernels_gluon.GluonConfig(early_scales=early_scales)
     kernels_gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, w, ptrs, out_dtype,
                                          error_flags(a.device), hidden=hidden, inter=inter,
-                                         accumulate=accumulate,
-                                         config=kernels_gluon.GluonConfig(early_scales=early_scales))
+                                         accumulate=accumulate, config=config)
     want = _fp64(a, b, sa, sb, counts)
     for e, n in enumerate(counts):
         expected = want[e] + init[e].double().cpu() if accumulate else want[e]
