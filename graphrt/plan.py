@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import importlib
 import inspect
 import os
 import threading
@@ -41,6 +42,18 @@ def _triton_available() -> bool:
 
 def triton_available() -> bool:
     return _triton_available()
+
+
+def hopper_module(package: str, module: str, capability):
+    """The Hopper-only kernel module ``package.module`` (a plan's own package), or None off
+    Hopper or when it does not import (Gluon kernels need a CUDA build of Triton, CuTe DSL ones
+    nvidia-cutlass-dsl)."""
+    if capability is None or capability[0] != 9:
+        return None
+    try:
+        return importlib.import_module(f".{module}", package)
+    except ImportError:
+        return None
 
 
 # os.environ.get decodes on every call; plan-store hits read the raw mapping, which setenv and

@@ -6,7 +6,7 @@ call back to back on the same inputs (for A/B runs, e.g. with and without GRAPHR
 Usage: python3 scripts/profile_kernels.py [--copies | --time] [op ...]
 (ops: rmsnorm mhc lmsd proj gemm wgrad_fp8; gemm is cuBLAS's x @ W^T at the proj shape, a peer;
 wgrad_fp8 is the 1x128 FP8 wgrad at its first case: the plan's Triton kernel, then the
-experimental Gluon kernel's two variants)
+warp-specialized Gluon kernel's ways of loading the scales)
 """
 import sys
 
@@ -55,7 +55,7 @@ def calls():
 
 def wgrad_fp8_calls():
     """The 1x128 FP8 wgrad at the first benchmark case: the functional call (Triton kernel) and
-    the experimental Gluon kernel, loading scales after and during each block's product."""
+    the warp-specialized Gluon kernel's ways of loading the scales."""
     import itertools
 
     from graphrt.bench.wgrad import _fp8_operands, random_counts
@@ -69,9 +69,8 @@ def wgrad_fp8_calls():
     label = f"wgrad fp8 1x128 {experts}x{hidden}x{inter} T{tokens}"
     calls = [(f"{label} plan", lambda: op("grouped_gemm_wgrad").functional()(
         a, b, offsets, a_scale=sa, b_scale=sb, check_offsets=False))]
-    for early in (False, True):
-        config = kernels_gluon.GluonConfig(early_scales=early)
-        calls.append((f"{label} Gluon early_scales={early}", lambda config=config:
+    for config in kernels_gluon.SCALE_VARIANTS:
+        calls.append((f"{label} Gluon {config}", lambda config=config:
                       kernels_gluon.launch_wgrad_fp8_gluon(
                           a, b, sa, sb, offsets, out, None, torch.bfloat16, error_flags(dev),
                           hidden=hidden, inter=inter, accumulate=False, config=config)))

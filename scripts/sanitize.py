@@ -6,6 +6,7 @@ import graphrt
 from graphrt.capture import uniform_
 from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon
+from graphrt.ops.grouped_gemm.kernels import fp8_config, launch_wgrad_fp8
 
 torch.manual_seed(0)
 # each shape twice: the second call replays the first's binding, at the new tensors' addresses
@@ -53,13 +54,18 @@ for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):
         sa, sb = (torch.ones(rows, blocks, device="cuda").to(scale_dtype) for rows in (136, 72))
         graphrt.ops.grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb.t())
         if block == 128 and kernels_gluon.fits_gluon_kernel(
-                a, b, torch.cuda.get_device_capability()):   # the experimental kernel
-            for early in (False, True):
+                a, b, torch.cuda.get_device_capability()):   # the warp-specialized kernel
+            # the plan ran it: the Triton kernel's aligned path too
+            launch_wgrad_fp8(fp8_config(False, 128), a, b, sa, sb.t(), offsets,
+                             torch.empty(5, 136, 72, dtype=torch.bfloat16, device="cuda"), None,
+                             torch.bfloat16, error_flags(a.device), hidden=136, inter=72,
+                             accumulate=False, dot_fp32=False)
+            for config in kernels_gluon.SCALE_VARIANTS:
                 kernels_gluon.launch_wgrad_fp8_gluon(
                     a, b, sa, sb.t(), offsets, torch.empty(5, 136, 72, dtype=torch.bfloat16,
                                                            device="cuda"),
                     None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72,
-                    accumulate=False, config=kernels_gluon.GluonConfig(early_scales=early))
+                    accumulate=False, config=config)
 # bad offsets through the plan (no host check): past tokens_sum, negative, decreasing, the
 # largest int32; the kernel must stay inside a and b and flag them
 a_bad = torch.randn(136, 40, dtype=torch.bfloat16, device="cuda")

@@ -1,7 +1,7 @@
 """Sweep grouped-wgrad tile configs on the GPU (device machine): each checked against FP32
 torch.mm per expert, then timed next to torch._grouped_mm. ``--fp8`` sweeps the FP8 kernels
 (MXFP8 and FP32 scales per 128 tokens) next to the BF16 plan on the same shapes, and for the
-1x128 recipe the experimental Gluon kernel (kernels_gluon.py) where it fits; ``--first`` only
+1x128 recipe the warp-specialized Gluon kernel (kernels_gluon.py) where it fits; ``--first`` only
 the first benchmark case."""
 import itertools
 import sys
@@ -28,7 +28,7 @@ FP8_CONFIGS = {
         (128, 64, 128, 4, 3, 8), (128, 64, 128, 4, 4, 8), (64, 128, 128, 4, 3, 8),
         (128, 128, 128, 8, 4, 8), (256, 64, 128, 8, 3, 8), (128, 64, 128, 4, 3, 8, 168)]]}
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [
-    (128, 5, False), (128, 5, True), (128, 6, True), (64, 6, True)]]
+    (128, 6, True), (128, 6, False), (128, 5, True), (128, 4, True), (64, 6, True)]]
 
 
 def _timed(name, run, sets, check, flops):

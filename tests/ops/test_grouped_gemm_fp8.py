@@ -170,23 +170,41 @@ def test_plan_key_holds_the_recipe_not_tokens_sum():
 
 
 # -- GPU --------------------------------------------------------------------------------------------
+# "fp32x128/triton": the 1x128 recipe with the warp-specialized kernel turned off, so that the
+# Triton kernel runs the aligned calls that the plan gives that kernel on Hopper
+GPU_RECIPES = ["mxfp8", "fp32x128", "fp32x128/triton"]
+
+
+def _recipe(recipe, monkeypatch):
+    if recipe.endswith("/triton"):
+        try:
+            from graphrt.ops.grouped_gemm import kernels_gluon
+        except ImportError:   # no Gluon in this Triton: the Triton kernel runs anyway
+            pass
+        else:
+            monkeypatch.setattr(kernels_gluon, "fits_gluon_kernel", lambda *args: False)
+    return recipe.split("/")[0]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
 @pytest.mark.parametrize("hidden", [1024, 1160])
 # tokens_sum 1600 (rows 16-byte aligned: 16 codes a load) and 1597; counts crossing blocks
 @pytest.mark.parametrize("counts", [[0, 300, 17, 0, 1024, 259], [0, 301, 17, 0, 1023, 256]])
 @pytest.mark.parametrize("scales_mn_major", [False, True])
-def test_gpu_matches_fp64(seed, recipe, hidden, counts, scales_mn_major):
-    _check(counts, hidden, 768, recipe, "cuda", scales_mn_major=scales_mn_major)
+def test_gpu_matches_fp64(seed, recipe, hidden, counts, scales_mn_major, monkeypatch):
+    _check(counts, hidden, 768, _recipe(recipe, monkeypatch), "cuda",
+           scales_mn_major=scales_mn_major)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
 @pytest.mark.parametrize("counts", [[0, 300, 17, 0, 1024, 259], [0, 301, 17, 0, 1023, 256]])
-def test_gpu_exact_on_integer_values(seed, recipe, counts):
+def test_gpu_exact_on_integer_values(seed, recipe, counts, monkeypatch):
     """Codes in [-3, 3] and power-of-two scales: every block's sum is an integer below 2^11
     and every total fits FP32's 24 bits, so any rounding or misplaced token shows as a
     difference from FP64, whatever precision the tensor cores keep while summing."""
+    recipe = _recipe(recipe, monkeypatch)
     a, b, sa, sb, offsets = _problem(counts, 1160, 768, recipe, "cuda")
     a = torch.randint(-3, 4, a.shape, device="cuda").to(FP8)
     b = torch.randint(-3, 4, (b.shape[1], b.shape[0]), device="cuda").to(FP8).t()
@@ -202,9 +220,10 @@ def test_gpu_exact_on_integer_values(seed, recipe, counts):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
-def test_gpu_output_modes_and_accumulate(seed, recipe):
-    _check([128, 0, 200, 312], 256, 384, recipe, "cuda", torch.bfloat16, "discrete", True)
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
+def test_gpu_output_modes_and_accumulate(seed, recipe, monkeypatch):
+    _check([128, 0, 200, 312], 256, 384, _recipe(recipe, monkeypatch), "cuda", torch.bfloat16,
+           "discrete", True)
 
 
 @pytest.mark.gpu
@@ -238,9 +257,9 @@ def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
 @pytest.mark.parametrize("counts", [[0, 300, 17, 0, 1024, 259], [37, 5, 100, 18, 0]])
 @pytest.mark.parametrize("out_dtype,mode,accumulate", [(torch.float32, "dense", False),
                                                        (torch.bfloat16, "discrete", True)])
-@pytest.mark.parametrize("early_scales", [False, True])
-def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate, early_scales):
-    """The experimental 1x128 kernel (kernels_gluon.py, not yet used by the plan): experts
+@pytest.mark.parametrize("variant", range(2))   # kernels_gluon.SCALE_VARIANTS
+def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate, variant):
+    """The warp-specialized 1x128 kernel (kernels_gluon.py), called directly: experts
     starting and ending inside scale blocks, one inside a single block, empty ones, a hidden
     and an intermediate size that are no multiple of the tile, NaN codes in the neighbours'
     tokens of shared blocks, and more tiles than SMs (programs take several)."""
@@ -257,7 +276,7 @@ def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate
     w = init.clone() if accumulate else torch.full_like(init, float("nan"))
     ptrs = (torch.tensor([w[e].data_ptr() for e in range(len(counts))], device="cuda")
             if mode == "discrete" else None)
-    config = kernels_gluon.GluonConfig(early_scales=early_scales)
+    config = kernels_gluon.SCALE_VARIANTS[variant]
     kernels_gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, w, ptrs, out_dtype,
                                          error_flags(a.device), hidden=hidden, inter=inter,
                                          accumulate=accumulate, config=config)

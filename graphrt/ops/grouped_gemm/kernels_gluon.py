@@ -1,5 +1,5 @@
-"""Experimental Hopper kernel (Gluon, Triton 3.6) for the 1x128 FP8 grouped wgrad: the tensor
-cores multiply one block of 128 tokens while the CUDA cores scale another.
+"""Hopper kernel (Gluon, Triton 3.6) for the 1x128 FP8 grouped wgrad: the tensor cores
+multiply one block of 128 tokens while the CUDA cores scale another.
 
 Triton keeps a dot asynchronous only when its result feeds nothing but the next dot, so the
 Triton kernel (kernels.py) waits for every block's product before scaling it, and a [128, 64]
@@ -14,10 +14,10 @@ A block the expert shares with a neighbour (its first and last, when they are no
 loaded whole and the other tokens are zeroed in shared memory in both operands (each warpgroup
 its half, joined by a barrier), so no neighbour's value (NaN included) reaches the sum.
 
-Not used by the plan: on the H200 it runs at 460 TFLOP/s against the Triton kernel's 706 at
-the first benchmark case (docs/perf/wgrad.md); ``scripts/sweep_wgrad.py --fp8`` times it and a
-GPU test compares it with the FP64 reference. It needs tokens_sum % 16 == 0 (16-byte TMA rows)
-and 16-byte aligned operands.
+The plan runs it for the calls ``fits_gluon_kernel`` accepts (tokens_sum % 16 == 0, 16-byte
+aligned operands, Hopper, Triton 3.6), the Triton kernel otherwise. On the H200 it runs at
+793-800 TFLOP/s against the Triton kernel's 684 at the first benchmark case
+(docs/perf/wgrad.md); ``scripts/sweep_wgrad.py --fp8`` times its configurations.
 """
 from __future__ import annotations
 
@@ -46,16 +46,17 @@ LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
 
 @dataclass(frozen=True)
 class GluonConfig:
-    """Output columns per tile (128 output rows), shared-memory stages, and whether a block's
-    scales load while its product runs (not yet measured; the measured kernel loads them
-    after)."""
+    """Output columns per tile (128 output rows), shared-memory stages, and whether the scales
+    of an expert's next block load while this block's product runs (rather than its own)."""
 
     block_n: int = 128
-    stages: int = 5
-    early_scales: bool = False
+    stages: int = 6
+    prefetch_scales: bool = True
 
 
 GLUON_CONFIG = GluonConfig()
+# the ways of loading the scales that the GPU test, the sanitizer run and the stall profile try
+SCALE_VARIANTS = (GluonConfig(), GluonConfig(prefetch_scales=False))
 
 # The program's tile, its expert's bounds (with their checks) and the output store are the
 # Triton kernels' own code, compiled as Gluon functions: both kernels walk tiles, flag bad
@@ -114,11 +115,14 @@ def _zero_outside(buf, lo, hi, k0, ROWS: gl.constexpr, COLS: gl.constexpr):
 
 
 @gluon.jit
-def _block_scales(A_SCALE, B_SCALE, block, m, n, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
-                  INTER: gl.constexpr):
-    """a_scale[m, block] and b_scale[block, n]."""
-    sa = gl.load(A_SCALE + m.to(gl.int64) * sa_m + block * sa_k, mask=m < HIDDEN, other=0.0)
-    sb = gl.load(B_SCALE + block * sb_k + n.to(gl.int64) * sb_n, mask=n < INTER, other=0.0)
+def _block_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
+                  HIDDEN: gl.constexpr, INTER: gl.constexpr):
+    """a_scale[m, block] and b_scale[block, n] (zeros where not ``valid``), loaded in the
+    layouts of ``m`` and ``n``."""
+    sa = gl.load(A_SCALE + m.to(gl.int64) * sa_m + block * sa_k, mask=(m < HIDDEN) & valid,
+                 other=0.0)
+    sb = gl.load(B_SCALE + block * sb_k + n.to(gl.int64) * sb_n, mask=(n < INTER) & valid,
+                 other=0.0)
     return sa, sb
 
 
@@ -127,15 +131,21 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                    ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
-                   EARLY_SCALES: gl.constexpr, ROW0: gl.constexpr):
-    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile. EARLY_SCALES: a block's
-    scales are loaded while its product runs, not after it."""
+                   PREFETCH_SCALES: gl.constexpr, ROW0: gl.constexpr):
+    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile.
+
+    A block's scales are loaded one value a thread (64 + BLOCK_N values over 128 threads) and
+    spread through shared memory to the threads that scale the product: each thread loading
+    the 34 it uses, with their 64-bit addresses, made the kernel issue-bound (460-490 TFLOP/s
+    against 705). PREFETCH_SCALES: the loads for the expert's next block are issued while this
+    block's product runs, rather than this block's own."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     BN: gl.constexpr = b_bufs.shape[1]
     HALF_N: gl.constexpr = BN // 2
     B_ROW0: gl.constexpr = ROW0 // 64 * HALF_N   # this warpgroup's half of B's rows to zero
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
     i = 0
     z = 0
@@ -144,9 +154,15 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                                            ROW0 == 0, HIDDEN, INTER, BN, GROUP)
         m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
         n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+        m_flat = m0 + ROW0 + gl.arange(0, 64, layout=flat)
+        n_flat = n0 + gl.arange(0, BN, layout=flat)
         total = gl.zeros([64, BN], gl.float32, layout)
         first = begin // BLOCK_K
-        for block in range(first, (end + BLOCK_K - 1) // BLOCK_K):
+        last = (end + BLOCK_K - 1) // BLOCK_K
+        if PREFETCH_SCALES:
+            sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first, first < last, m_flat,
+                                             n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+        for block in range(first, last):
             s = i % STAGES
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
             k0 = block * BLOCK_K
@@ -164,15 +180,19 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                                    b_bufs.index(s).permute((1, 0)),
                                    gl.zeros([64, BN], gl.float32, layout), use_acc=False,
                                    is_async=True)
-            if EARLY_SCALES:
-                sa, sb = _block_scales(A_SCALE, B_SCALE, block, m, n, sa_m, sa_k, sb_k, sb_n,
-                                       HIDDEN, INTER)
+            if PREFETCH_SCALES:
+                sa_flat, sb_flat = sa_next, sb_next
+                sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1, block + 1 < last,
+                                                 m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN,
+                                                 INTER)
+            else:
+                sa_flat, sb_flat = _block_scales(A_SCALE, B_SCALE, block, True, m_flat, n_flat,
+                                                 sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+            sa = gl.convert_layout(sa_flat, gl.SliceLayout(1, layout))
+            sb = gl.convert_layout(sb_flat, gl.SliceLayout(0, layout))
             done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
             gl.thread_barrier()
             mbarrier.arrive(empty.index(s))
-            if not EARLY_SCALES:
-                sa, sb = _block_scales(A_SCALE, B_SCALE, block, m, n, sa_m, sa_k, sb_k, sb_n,
-                                       HIDDEN, INTER)
             total += done * sa[:, None] * sb[None, :]
             i += 1
         if ACCUMULATE:
@@ -189,7 +209,7 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
                          experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
                          INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                          OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-                         EARLY_SCALES: gl.constexpr):
+                         PREFETCH_SCALES: gl.constexpr):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
@@ -204,28 +224,29 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, EARLY_SCALES, 0)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, PREFETCH_SCALES, 0)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN, INTER, GROUP)),
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, EARLY_SCALES, 64)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, PREFETCH_SCALES, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
 def fits_gluon_kernel(a, b, capability) -> bool:
-    """Whether the experimental kernel takes these FP8 operands: a Hopper GPU, Triton 3.6,
-    both tokens-major, tokens_sum % 16 == 0 and 16-byte aligned bases (TMA rows and
-    addresses)."""
+    """Whether this kernel takes these FP8 operands: a Hopper GPU, Triton 3.6, both
+    tokens-major, tokens_sum a positive multiple of 16, rows 16-byte strided and 16-byte
+    aligned bases (TMA's rows and addresses)."""
     return (GLUON_API_OK and capability is not None and capability[0] == 9
-            and a.stride(1) == 1 and b.stride(0) == 1 and a.shape[1] % 16 == 0
+            and a.stride(1) == 1 and b.stride(0) == 1 and a.shape[1] > 0
+            and a.shape[1] % 16 == 0 and a.stride(0) % 16 == 0 and b.stride(1) % 16 == 0
             and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
 
 
 def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype, errors,
                            *, hidden: int, inter: int, accumulate: bool,
                            config: GluonConfig = GLUON_CONFIG) -> None:
-    """The 1x128 FP8 wgrad through the experimental kernel: arguments as
+    """The 1x128 FP8 wgrad through this kernel: arguments as
     kernels.launch_wgrad_fp8's (a (hidden, T) and b (T, intermediate) both tokens-major,
     FP32 scales per 128 tokens), on operands ``fits_gluon_kernel`` accepts."""
     experts = offsets.numel()
@@ -239,8 +260,8 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
            b_scale, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], a_scale.stride(0),
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
-           STAGES=config.stages, GROUP=GROUP_M, EARLY_SCALES=config.early_scales, num_warps=4,
-           maxnreg=LAUNCH_REGS)
+           STAGES=config.stages, GROUP=GROUP_M, PREFETCH_SCALES=config.prefetch_scales,
+           num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
@@ -252,9 +273,9 @@ def compile_cases() -> list[CompileCase]:
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, early in ((False, False), (True, False), (False, True)):
-        cfg = GluonConfig(early_scales=early)
-        name = f"wgrad fp8 1x128 (Gluon) discrete={discrete} early_scales={early}"
+    for discrete, prefetch in ((False, True), (True, True), (False, False)):
+        cfg = GluonConfig(prefetch_scales=prefetch)
+        name = f"wgrad fp8 1x128 (Gluon) discrete={discrete} prefetch_scales={prefetch}"
         if not GLUON_API_OK:
             cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
                                                              f"{triton.__version__}"))
@@ -266,8 +287,9 @@ def compile_cases() -> list[CompileCase]:
             B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32", sb_n="i32",
             HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c,
-            EARLY_SCALES=c),
+            PREFETCH_SCALES=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
-                 OUT_DTYPE=gl.bfloat16, STAGES=cfg.stages, GROUP=GROUP_M, EARLY_SCALES=early),
+                 OUT_DTYPE=gl.bfloat16, STAGES=cfg.stages, GROUP=GROUP_M,
+                 PREFETCH_SCALES=prefetch),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases

@@ -9,7 +9,7 @@ from ...block_scaling import FP8
 from ...contract import TensorSpec
 from ...device_checks import OFFSETS_DECREASING, OFFSETS_OUT_OF_RANGE, error_flags
 from ...errors import ContractError
-from ...plan import Plan
+from ...plan import hopper_module, Plan
 from ...streams import is_capturing, on_stream
 from ...validate import (compact_operand, dtype_name, require_aligned,
                          require_disjoint, require_tensor, vector_operand)
@@ -167,6 +167,11 @@ class GroupedGemmWgrad(Plan):
             self.interpreted = self.contract.device_type != "cuda"
             self.config = (fp8_config(self.interpreted, self.scale_block) if self.fp8 else
                            gemm_config(self.interpreted))
+            # the 1x128 recipe on Hopper: the warp-specialized kernel, for the calls it fits
+            # (checked per call: tokens_sum and the addresses)
+            gluon = (hopper_module(__package__, "kernels_gluon", self.contract.capability)
+                     if self.fp8 and self.scale_block == 128 else None)
+            self.gluon = gluon if gluon is not None and gluon.GLUON_API_OK else None
 
     def execute(self, a, b, offsets, *, a_scale=None, b_scale=None, wgrad=None, wgrad_ptrs=None,
                 workspace=None, stream=None) -> None:
@@ -215,6 +220,13 @@ class GroupedGemmWgrad(Plan):
             return
         from .kernels import launch_wgrad, launch_wgrad_fp8
         with on_stream(stream):
+            if self.gluon is not None and self.gluon.fits_gluon_kernel(a, b,
+                                                                       self.contract.capability):
+                self.gluon.launch_wgrad_fp8_gluon(
+                    a, b, a_scale, b_scale, offsets, wgrad, wgrad_ptrs if discrete else None,
+                    out_dtype, errors, hidden=self.hidden, inter=self.inter,
+                    accumulate=accumulate)
+                return
             if self.fp8:
                 launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
                                  wgrad_ptrs if discrete else None, out_dtype, errors,

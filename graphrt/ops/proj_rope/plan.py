@@ -1,7 +1,6 @@
 """Plan for projection GEMM + YaRN RoPE + dual-direction MXFP8 quantize (DeepSeek MLA Q)."""
 from __future__ import annotations
 
-import importlib
 from functools import partial
 
 import torch
@@ -9,7 +8,7 @@ import torch
 from ...arena import align_up
 from ...errors import ContractError
 from ...notices import warn_once
-from ...plan import Plan, write_reference
+from ...plan import hopper_module, Plan, write_reference
 from ...streams import on_stream
 from ...validate import (compact_operand, dtype_name, require_disjoint,
                          require_tensor, workspace_as, workspace_operand)
@@ -17,18 +16,6 @@ from .reference import FP8, gemm_proj_rope_mxfp8_reference
 
 BF16 = torch.bfloat16
 X_CHUNK = 4096   # tokens of x dequantized per step on the MXFP8 path (a multiple of 32)
-
-
-def _hopper_kernels(module: str, capability):
-    """The Hopper-only kernel module ``module`` of this package, or None off Hopper or when it
-    does not import (kernels_ws needs a CUDA build of Triton with Gluon, kernels_cute needs
-    nvidia-cutlass-dsl)."""
-    if capability is None or capability[0] != 9:
-        return None
-    try:
-        return importlib.import_module(f".{module}", __package__)
-    except ImportError:
-        return None
 
 
 class GemmProjRopeMxfp8(Plan):
@@ -104,13 +91,13 @@ class GemmProjRopeMxfp8(Plan):
             nope, rope = c.flag("qk_nope_dim"), c.flag("qk_rope_dim")
             self.dot_fp32 = c.device_type != "cuda"
             kw = dict(k=self.k, heads=self.heads, nope=nope, rope=rope, w_out_in=c.flag("w_out_in"))
-            # _hopper_kernels imports a module only when the device is a Hopper GPU.
-            cute, ws = _hopper_kernels("kernels_cute", c.capability), None
+            # hopper_module imports a module only when the device is a Hopper GPU.
+            cute, ws = hopper_module(__package__, "kernels_cute", c.capability), None
             if cute is not None and cute.fits_cute_kernel(self.k, nope, rope, c.flag("w_out_in")):
                 cute.compiled(torch.cuda.current_device())  # compile now, not in the first call
                 self.kernel = "CuTe DSL (W multicast, epilogue warpgroup)"
                 self._gemm = partial(cute.launch_cute, heads=self.heads)
-            elif ((ws := _hopper_kernels("kernels_ws", c.capability)) is not None
+            elif ((ws := hopper_module(__package__, "kernels_ws", c.capability)) is not None
                   and ws.fits_ws_kernel(self.k, nope, rope)):
                 self.config, self.kernel = ws.WS_CONFIG, "warp-specialized (Gluon)"
                 self._gemm = partial(ws.launch_ws, ws.WS_CONFIG, **kw)
