@@ -88,7 +88,9 @@ def _fast_paths() -> dict:
     else:
         proj = "portable Triton kernel" + (" (nvidia-cutlass-dsl is not installed: the fast one needs it)"
                                           if on_hopper else "")
-    facts["kernels"] = f"rmsnorm, mhc, lmsd, wgrad: Triton; proj: {proj}"
+    wgrad = ("Triton, FP8 with 1x128 scales: warp-specialized Gluon kernel (Triton 3.6)"
+             if on_hopper and gluon else "Triton")
+    facts["kernels"] = f"rmsnorm, mhc, lmsd: Triton; wgrad: {wgrad}; proj: {proj}"
     return facts
 
 

@@ -15,8 +15,8 @@ from . import binding
 from .binding import Address, active_recording, RecordedDescriptor
 from .notices import warn_once
 
-# The Triton that graphrt's experimental Gluon kernel was written and measured with; other
-# versions take the portable kernels.
+# The Triton that graphrt's Gluon kernels were written and measured with; other versions
+# take the portable kernels.
 ON_TESTED_TRITON = tuple(int(v) for v in triton.__version__.split(".")[:2]) == (3, 6)
 
 
