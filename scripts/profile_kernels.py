@@ -6,7 +6,7 @@ call back to back on the same inputs (for A/B runs, e.g. with and without GRAPHR
 Usage: python3 scripts/profile_kernels.py [--copies | --time] [op ...]
 (ops: rmsnorm mhc lmsd proj gemm wgrad_fp8; gemm is cuBLAS's x @ W^T at the proj shape, a peer;
 wgrad_fp8 is the 1x128 FP8 wgrad at its first case: the plan's Triton kernel, then the
-warp-specialized Gluon kernel's ways of loading the scales)
+warp-specialized Gluon kernel's variants)
 """
 import sys
 
@@ -55,7 +55,7 @@ def calls():
 
 def wgrad_fp8_calls():
     """The 1x128 FP8 wgrad at the first benchmark case: the functional call (Triton kernel) and
-    the warp-specialized Gluon kernel's ways of loading the scales."""
+    the warp-specialized Gluon kernel's variants."""
     import itertools
 
     from graphrt.bench.wgrad import _fp8_operands, random_counts
@@ -69,7 +69,7 @@ def wgrad_fp8_calls():
     label = f"wgrad fp8 1x128 {experts}x{hidden}x{inter} T{tokens}"
     calls = [(f"{label} plan", lambda: op("grouped_gemm_wgrad").functional()(
         a, b, offsets, a_scale=sa, b_scale=sb, check_offsets=False))]
-    for config in kernels_gluon.SCALE_VARIANTS:
+    for config in kernels_gluon.VARIANTS:
         calls.append((f"{label} Gluon {config}", lambda config=config:
                       kernels_gluon.launch_wgrad_fp8_gluon(
                           a, b, sa, sb, offsets, out, None, torch.bfloat16, error_flags(dev),

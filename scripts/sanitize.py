@@ -60,7 +60,7 @@ for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):
                              torch.empty(5, 136, 72, dtype=torch.bfloat16, device="cuda"), None,
                              torch.bfloat16, error_flags(a.device), hidden=136, inter=72,
                              accumulate=False, dot_fp32=False)
-            for config in kernels_gluon.SCALE_VARIANTS:
+            for config in kernels_gluon.VARIANTS:
                 kernels_gluon.launch_wgrad_fp8_gluon(
                     a, b, sa, sb.t(), offsets, torch.empty(5, 136, 72, dtype=torch.bfloat16,
                                                            device="cuda"),

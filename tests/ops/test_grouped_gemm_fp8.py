@@ -262,7 +262,7 @@ def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
 @pytest.mark.parametrize("counts", [[0, 300, 17, 0, 1024, 259], [37, 5, 100, 18, 0]])
 @pytest.mark.parametrize("out_dtype,mode,accumulate", [(torch.float32, "dense", False),
                                                        (torch.bfloat16, "discrete", True)])
-@pytest.mark.parametrize("variant", range(2))   # kernels_gluon.SCALE_VARIANTS
+@pytest.mark.parametrize("variant", range(3))   # kernels_gluon.VARIANTS
 def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate, variant):
     """The warp-specialized 1x128 kernel (kernels_gluon.py), called directly: experts
     starting and ending inside scale blocks, one inside a single block, empty ones, a hidden
@@ -281,7 +281,7 @@ def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate
     w = init.clone() if accumulate else torch.full_like(init, float("nan"))
     ptrs = (torch.tensor([w[e].data_ptr() for e in range(len(counts))], device="cuda")
             if mode == "discrete" else None)
-    config = kernels_gluon.SCALE_VARIANTS[variant]
+    config = kernels_gluon.VARIANTS[variant]
     kernels_gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, w, ptrs, out_dtype,
                                          error_flags(a.device), hidden=hidden, inter=inter,
                                          accumulate=accumulate, config=config)

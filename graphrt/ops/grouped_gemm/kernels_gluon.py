@@ -46,17 +46,20 @@ LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
 
 @dataclass(frozen=True)
 class GluonConfig:
-    """Output columns per tile (128 output rows), shared-memory stages, and whether the scales
-    of an expert's next block load while this block's product runs (rather than its own)."""
+    """Output columns per tile (128 output rows), shared-memory stages, whether the scales of
+    an expert's next block load while this block's product runs (rather than its own), and
+    whether each MMA warpgroup issues two blocks' products before it scales the first
+    (compile-checked only: two products in flight)."""
 
     block_n: int = 128
     stages: int = 6
     prefetch_scales: bool = True
+    two_in_flight: bool = False
 
 
 GLUON_CONFIG = GluonConfig()
-# the ways of loading the scales that the GPU test, the sanitizer run and the stall profile try
-SCALE_VARIANTS = (GluonConfig(), GluonConfig(prefetch_scales=False))
+# the variants that the GPU test, the sanitizer run and the stall profile try
+VARIANTS = (GluonConfig(), GluonConfig(prefetch_scales=False), GluonConfig(two_in_flight=True))
 
 # The program's tile, its expert's bounds (with their checks) and the output store are the
 # Triton kernels' own code, compiled as Gluon functions: both kernels walk tiles, flag bad
@@ -127,22 +130,67 @@ def _block_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
 
 
 @gluon.jit
+def _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: gl.constexpr,
+                   layout: gl.constexpr):
+    """Waits for the i-th stage the loader filled (block ``block``), zeroes its tokens outside
+    [begin, end) when the expert shares the block (both halves, with the other warpgroup),
+    and issues this warpgroup's product of it: (the product in flight, the zeroings so far)."""
+    STAGES: gl.constexpr = a_bufs.shape[0]
+    BN: gl.constexpr = b_bufs.shape[1]
+    HALF_N: gl.constexpr = BN // 2
+    B_ROW0: gl.constexpr = ROW0 // 64 * HALF_N   # this warpgroup's half of B's rows to zero
+    s = i % STAGES
+    mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+    k0 = block * BLOCK_K
+    lo = gl.maximum(begin, k0)
+    hi = gl.minimum(end, k0 + BLOCK_K)
+    if (lo > k0) | (hi < k0 + BLOCK_K):
+        _zero_outside(a_bufs.index(s).slice(ROW0, 64, dim=0), lo, hi, k0, 64, BLOCK_K)
+        _zero_outside(b_bufs.index(s).slice(B_ROW0, HALF_N, dim=0), lo, hi, k0, HALF_N,
+                      BLOCK_K)
+        gl.thread_barrier()
+        mbarrier.arrive(zeroed)
+        mbarrier.wait(zeroed, z & 1)
+        z += 1
+    issued = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
+                           b_bufs.index(s).permute((1, 0)),
+                           gl.zeros([64, BN], gl.float32, layout), use_acc=False, is_async=True)
+    return issued, z
+
+
+@gluon.jit
+def _spread(sa_flat, sb_flat, layout: gl.constexpr):
+    """A block's scales, loaded one value a thread, in the product's row and column layouts
+    (through shared memory)."""
+    return (gl.convert_layout(sa_flat, gl.SliceLayout(1, layout)),
+            gl.convert_layout(sb_flat, gl.SliceLayout(0, layout)))
+
+
+@gluon.jit
+def _release(empty, i):
+    """Gives the i-th filled stage back to the loader, once this warpgroup's product of it
+    has finished."""
+    gl.thread_barrier()
+    mbarrier.arrive(empty.index(i % empty.shape[0]))
+
+
+@gluon.jit
 def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                    ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
-                   PREFETCH_SCALES: gl.constexpr, ROW0: gl.constexpr):
+                   PREFETCH_SCALES: gl.constexpr, TWO_IN_FLIGHT: gl.constexpr,
+                   ROW0: gl.constexpr):
     """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile.
 
     A block's scales are loaded one value a thread (64 + BLOCK_N values over 128 threads) and
     spread through shared memory to the threads that scale the product: each thread loading
     the 34 it uses, with their 64-bit addresses, made the kernel issue-bound (460-490 TFLOP/s
     against 705). PREFETCH_SCALES: the loads for the expert's next block are issued while this
-    block's product runs, rather than this block's own."""
-    STAGES: gl.constexpr = a_bufs.shape[0]
+    block's product runs, rather than this block's own. TWO_IN_FLIGHT: blocks go in pairs,
+    both products issued before the first is waited for and scaled, so the second runs
+    while the first is scaled."""
     BN: gl.constexpr = b_bufs.shape[1]
-    HALF_N: gl.constexpr = BN // 2
-    B_ROW0: gl.constexpr = ROW0 // 64 * HALF_N   # this warpgroup's half of B's rows to zero
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
@@ -159,42 +207,59 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
         total = gl.zeros([64, BN], gl.float32, layout)
         first = begin // BLOCK_K
         last = (end + BLOCK_K - 1) // BLOCK_K
-        if PREFETCH_SCALES:
-            sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first, first < last, m_flat,
-                                             n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-        for block in range(first, last):
-            s = i % STAGES
-            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-            k0 = block * BLOCK_K
-            lo = gl.maximum(begin, k0)
-            hi = gl.minimum(end, k0 + BLOCK_K)
-            if (lo > k0) | (hi < k0 + BLOCK_K):   # shared with a neighbour: both halves zeroed
-                _zero_outside(a_bufs.index(s).slice(ROW0, 64, dim=0), lo, hi, k0, 64, BLOCK_K)
-                _zero_outside(b_bufs.index(s).slice(B_ROW0, HALF_N, dim=0), lo, hi, k0,
-                              HALF_N, BLOCK_K)
-                gl.thread_barrier()
-                mbarrier.arrive(zeroed)
-                mbarrier.wait(zeroed, z & 1)
-                z += 1
-            issued = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
-                                   b_bufs.index(s).permute((1, 0)),
-                                   gl.zeros([64, BN], gl.float32, layout), use_acc=False,
-                                   is_async=True)
-            if PREFETCH_SCALES:
-                sa_flat, sb_flat = sa_next, sb_next
-                sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1, block + 1 < last,
-                                                 m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                                                 INTER)
-            else:
-                sa_flat, sb_flat = _block_scales(A_SCALE, B_SCALE, block, True, m_flat, n_flat,
+        if TWO_IN_FLIGHT:
+            # blocks in pairs: both products issued, the first scaled while the second runs;
+            # nothing in flight crosses an iteration (ptxas serializes the products when an
+            # accumulator in flight is carried around a loop)
+            for pair in range(first, last - 1, 2):
+                issued, z = _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, pair, begin,
+                                           end, ROW0, layout)
+                second, z = _issue_product(a_bufs, b_bufs, ready, zeroed, i + 1, z, pair + 1,
+                                           begin, end, ROW0, layout)
+                sa_flat, sb_flat = _block_scales(A_SCALE, B_SCALE, pair, True, m_flat, n_flat,
                                                  sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-            sa = gl.convert_layout(sa_flat, gl.SliceLayout(1, layout))
-            sb = gl.convert_layout(sb_flat, gl.SliceLayout(0, layout))
-            done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
-            gl.thread_barrier()
-            mbarrier.arrive(empty.index(s))
-            total += done * sa[:, None] * sb[None, :]
-            i += 1
+                sa2_flat, sb2_flat = _block_scales(A_SCALE, B_SCALE, pair + 1, True, m_flat,
+                                                   n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+                sa, sb = _spread(sa_flat, sb_flat, layout)
+                done = warpgroup_mma_wait(num_outstanding=1, deps=(issued,))
+                _release(empty, i)
+                total += done * sa[:, None] * sb[None, :]
+                sa, sb = _spread(sa2_flat, sb2_flat, layout)
+                done = warpgroup_mma_wait(num_outstanding=0, deps=(second,))
+                _release(empty, i + 1)
+                total += done * sa[:, None] * sb[None, :]
+                i += 2
+            if (last - first) % 2 == 1:   # the last block alone
+                issued, z = _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, last - 1, begin,
+                                           end, ROW0, layout)
+                sa_flat, sb_flat = _block_scales(A_SCALE, B_SCALE, last - 1, True, m_flat,
+                                                 n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+                sa, sb = _spread(sa_flat, sb_flat, layout)
+                done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
+                _release(empty, i)
+                total += done * sa[:, None] * sb[None, :]
+                i += 1
+        else:
+            if PREFETCH_SCALES:
+                sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first, first < last, m_flat,
+                                                 n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+            for block in range(first, last):
+                issued, z = _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, block, begin,
+                                           end, ROW0, layout)
+                if PREFETCH_SCALES:
+                    sa_flat, sb_flat = sa_next, sb_next
+                    sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1,
+                                                     block + 1 < last, m_flat, n_flat, sa_m,
+                                                     sa_k, sb_k, sb_n, HIDDEN, INTER)
+                else:
+                    sa_flat, sb_flat = _block_scales(A_SCALE, B_SCALE, block, True, m_flat,
+                                                     n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN,
+                                                     INTER)
+                sa, sb = _spread(sa_flat, sb_flat, layout)
+                done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
+                _release(empty, i)
+                total += done * sa[:, None] * sb[None, :]
+                i += 1
         if ACCUMULATE:
             if end > begin:
                 _store_tile(total, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
@@ -209,7 +274,7 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
                          experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
                          INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                          OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-                         PREFETCH_SCALES: gl.constexpr):
+                         PREFETCH_SCALES: gl.constexpr, TWO_IN_FLIGHT: gl.constexpr):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
@@ -224,12 +289,14 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, PREFETCH_SCALES, 0)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, PREFETCH_SCALES, TWO_IN_FLIGHT,
+                          0)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN, INTER, GROUP)),
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, PREFETCH_SCALES, 64)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, PREFETCH_SCALES, TWO_IN_FLIGHT,
+                          64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -261,7 +328,7 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
            STAGES=config.stages, GROUP=GROUP_M, PREFETCH_SCALES=config.prefetch_scales,
-           num_warps=4, maxnreg=LAUNCH_REGS)
+           TWO_IN_FLIGHT=config.two_in_flight, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
@@ -273,9 +340,12 @@ def compile_cases() -> list[CompileCase]:
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, prefetch in ((False, True), (True, True), (False, False)):
-        cfg = GluonConfig(prefetch_scales=prefetch)
-        name = f"wgrad fp8 1x128 (Gluon) discrete={discrete} prefetch_scales={prefetch}"
+    for discrete, cfg in ((False, GLUON_CONFIG), (True, GLUON_CONFIG),
+                          (False, GluonConfig(prefetch_scales=False)),
+                          (False, GluonConfig(two_in_flight=True)),
+                          (True, GluonConfig(two_in_flight=True))):
+        name = (f"wgrad fp8 1x128 (Gluon) discrete={discrete} prefetch_scales="
+                f"{cfg.prefetch_scales} two_in_flight={cfg.two_in_flight}")
         if not GLUON_API_OK:
             cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
                                                              f"{triton.__version__}"))
@@ -287,9 +357,9 @@ def compile_cases() -> list[CompileCase]:
             B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32", sb_n="i32",
             HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c,
-            PREFETCH_SCALES=c),
+            PREFETCH_SCALES=c, TWO_IN_FLIGHT=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
                  OUT_DTYPE=gl.bfloat16, STAGES=cfg.stages, GROUP=GROUP_M,
-                 PREFETCH_SCALES=prefetch),
+                 PREFETCH_SCALES=cfg.prefetch_scales, TWO_IN_FLIGHT=cfg.two_in_flight),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
