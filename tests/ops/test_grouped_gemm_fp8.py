@@ -225,10 +225,11 @@ def test_gpu_exact_on_integer_values(seed, recipe, counts, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", GPU_RECIPES)
-def test_gpu_output_modes_and_accumulate(seed, recipe, monkeypatch):
+@pytest.mark.parametrize("out_dtype,mode", [(torch.bfloat16, "discrete"),
+                                            (torch.float16, "dense")])
+def test_gpu_output_modes_and_accumulate(seed, recipe, out_dtype, mode, monkeypatch):
     recipe, rt = _recipe(recipe, monkeypatch)
-    _check([128, 0, 200, 312], 256, 384, recipe, "cuda", torch.bfloat16, "discrete", True,
-           runtime=rt)
+    _check([128, 0, 200, 312], 256, 384, recipe, "cuda", out_dtype, mode, True, runtime=rt)
 
 
 @pytest.mark.gpu
@@ -261,7 +262,8 @@ def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
 @pytest.mark.gpu
 @pytest.mark.parametrize("counts", [[0, 300, 17, 0, 1024, 259], [37, 5, 100, 18, 0]])
 @pytest.mark.parametrize("out_dtype,mode,accumulate", [(torch.float32, "dense", False),
-                                                       (torch.bfloat16, "discrete", True)])
+                                                       (torch.bfloat16, "discrete", True),
+                                                       (torch.float16, "dense", True)])
 @pytest.mark.parametrize("variant", range(3))   # kernels_gluon.VARIANTS
 def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate, variant):
     """The warp-specialized 1x128 kernel (kernels_gluon.py), called directly: experts
