@@ -1,5 +1,5 @@
 """Host time per call: every op's functional call and plan.execute beside torch.add, a bare
-3-argument Triton launch and bare launches of the RMSNorm kernels (Triton's kernel[grid] and
+3-argument Triton launch and bare launches of each op's own kernels (Triton's kernel[grid] and
 graphrt's launch); graphrt's, Liger's and torch's RMSNorm modules forward and forward+backward
 under autograd, and graphrt's against transformers' LlamaRMSNorm at the Hugging Face step's shape.
 
@@ -51,24 +51,9 @@ def host_us(fn, calls: int = 200, sleep: bool = True) -> float:
     return elapsed / calls * 1e6
 
 
-def through_triton(fn):
-    """``fn`` with graphrt's kernels launched through ``kernel[grid]``, Triton's public launch,
-    instead of graphrt's pre-bound one (switched with one attribute, so that the switch costs
-    next to nothing in the figure)."""
-    from ..kernel_utils import _launcher, direct_launch_enabled
-    enabled = direct_launch_enabled()
-
-    def call():
-        _launcher.supported = False
-        try:
-            fn()
-        finally:
-            _launcher.supported = enabled
-    return call
-
-
 def op_cases(device) -> dict:
-    """Functional call and plan.execute of every op in the registry, on its sample call."""
+    """Functional call and plan.execute of every op in the registry, on its sample call, and
+    the same kernels launched bare (see ``same_kernels``)."""
     import graphrt
     from ..ops.registry import OPS
     rt = graphrt.runtime(device)
@@ -89,37 +74,61 @@ def op_cases(device) -> dict:
             cases[f"{entry.name}: functional, check_offsets=False"] = (
                 lambda f=functional, i=inputs, c=config: f(*i, **c, check_offsets=False))
         cases[f"{entry.name}: plan.execute"] = execute
-    cases.update(bare_rmsnorm_launches(device, rt))
+        cases.update(same_kernels(entry.name, plan, inputs, keywords, workspace))
     return cases
 
 
-def bare_rmsnorm_launches(device, rt) -> dict:
-    """The RMSNorm plans' kernels launched with no plan around them (the same arguments the
-    plans pass), through Triton's own ``kernel[grid]`` and through graphrt's pre-bound
-    ``launch``: what "a bare launch of the same kernel" costs. (Calling ``plan.execute`` with
-    Triton's launch would not measure it: the plan replays its recorded launches.)"""
-    from ..ops.registry import op
-    from ..ops.rmsnorm import kernels as rms_kernels
-    from ..validate import sm_count
-    (x, w), config, out = op("rmsnorm_forward").sample(device)
-    fwd = rt.plan(op("rmsnorm_forward").plan_class(), x, w, **config)
-    (g, x, w, rstd), _, grads = op("rmsnorm_backward").sample(device)
-    bwd = rt.plan(op("rmsnorm_backward").plan_class(), g, x, w, rstd)
-    partial = torch.empty(bwd.workspace_bytes() // 4, device=device)
-    rows, hidden = x.shape
+def captured_launches(plan, inputs: tuple, keywords: dict, workspace) -> list | None:
+    """(kernel, grid, args, kwargs) of every launch one ``execute`` of ``plan`` makes through
+    ``kernel_utils.launch``, from a full execute (its checks and argument computation; no
+    binding replay); None when it also launched otherwise (another DSL's kernels), so that the
+    captured launches are not all of its work."""
+    from .. import binding, kernel_utils
+    real = kernel_utils._launcher
+    launches = []
+    recording = binding.Recording()   # marked incomplete by a launch not through ``launch``
 
-    def forward():
-        rms_kernels.launch_forward(fwd.config, sm_count(x.device), x, None, w, out["y"],
-                                   out["rstd"], None, rows, (hidden, 0, hidden, 0), 1e-6)
+    class Capture:
+        def __call__(self, kernel, grid, args, kwargs):
+            launches.append((kernel, grid, args, kwargs))
+            complete = recording.complete
+            try:
+                return real(kernel, grid, args, kwargs)
+            finally:   # what a launch through ``launch`` marks does not count
+                recording.complete = complete
 
-    def backward():
-        rms_kernels.launch_backward(bwd.config, bwd.n_programs, g, x, w, rstd, None, grads["dx"],
-                                    grads["dw"], partial, rows, (hidden, hidden, 0, hidden))
+        def __getattr__(self, name):
+            return getattr(real, name)
 
-    return {"rmsnorm_forward: bare launch, Triton's kernel[grid]": through_triton(forward),
-            "rmsnorm_forward: bare launch, graphrt's launch": forward,
-            "rmsnorm_backward: bare launches (2), Triton's kernel[grid]": through_triton(backward),
-            "rmsnorm_backward: bare launches (2), graphrt's launch": backward}
+    outer = binding.active_recording()
+    kernel_utils._launcher, binding._local.recording = Capture(), recording
+    try:
+        type(plan).execute.__wrapped__(plan, *inputs, **keywords, workspace=workspace)
+    finally:
+        kernel_utils._launcher, binding._local.recording = real, outer
+    return launches if recording.complete else None
+
+
+def same_kernels(name: str, plan, inputs: tuple, keywords: dict, workspace) -> dict:
+    """The kernels ``plan.execute`` launches, with the same arguments and no plan around them,
+    through Triton's own ``kernel[grid]`` and through graphrt's pre-bound ``launch``: what issue
+    26 calls "a bare launch of the same kernel". (Calling ``plan.execute`` with Triton's launch
+    would not measure it: the plan replays its recorded launches.)"""
+    from ..kernel_utils import launch
+    launches = captured_launches(plan, inputs, keywords, workspace)
+    if not launches:   # none, or not all through ``launch``
+        return {}
+    n = f" ({len(launches)})" if len(launches) > 1 else ""
+
+    def through_triton():
+        for kernel, grid, args, kwargs in launches:
+            kernel[grid](*args, **kwargs)
+
+    def through_graphrt():
+        for kernel, grid, args, kwargs in launches:
+            launch(kernel, grid, *args, **kwargs)
+    return {f"{name}: the same kernel{'s' if n else ''}{n}, Triton's kernel[grid]": through_triton,
+            f"{name}: the same kernel{'s' if n else ''}{n}, graphrt's launch": through_graphrt}
 
 
 def module_cases(rows: int, hidden: int, device) -> dict:
@@ -192,16 +201,21 @@ BARE_LAUNCH = "bare Triton launch, 3 arguments"
 PER_FURTHER_KERNEL_US = 5.0
 
 
-def _launch_goal(case, best: dict) -> dict:
-    """For a plan.execute case: its kernels (the launches its binding replays) and the goal
-    of issue 26, a bare launch plus 5 us per further kernel, from this run's bare launch."""
+def _launch_goal(name: str, case, best: dict) -> dict:
+    """For a plan.execute case: its kernels (the launches its binding replays), the goal of
+    issue 26 (a bare launch plus 5 us per further kernel, from this run's bare 3-argument
+    launch) and the same kernels launched bare through Triton's ``kernel[grid]``."""
     plan = getattr(case, "plan", None)
     bindings = getattr(plan, "_bindings", None)
     if bindings is None or not bindings.recorded:
         return {}
     kernels = max(len(b.launches) for b in list(bindings.recorded.values()))
+    op = name.split(":")[0]
+    same = [us for row, us in best.items()
+            if row.startswith(f"{op}: the same kernel") and row.endswith("Triton's kernel[grid]")]
     return {"kernels": kernels,
-            "goal us": best[BARE_LAUNCH] + PER_FURTHER_KERNEL_US * (kernels - 1)}
+            "goal us": best[BARE_LAUNCH] + PER_FURTHER_KERNEL_US * (kernels - 1),
+            **({"same kernels us": same[0]} if same else {})}
 
 
 def run(progress=print, rounds: int = 5) -> list[dict]:
@@ -222,7 +236,7 @@ def run(progress=print, rounds: int = 5) -> list[dict]:
     for _ in range(rounds):
         for name, fn in cases.items():
             best[name] = min(best[name], host_us(fn))
-    table = [{"call": name, "host us": us, **_launch_goal(cases[name], best)}
+    table = [{"call": name, "host us": us, **_launch_goal(name, cases[name], best)}
              for name, us in best.items()]
     for rows, hidden in MODULE_SHAPES:
         for name, fn in module_cases(rows, hidden, device).items():
@@ -282,9 +296,11 @@ def trace(name: str, progress=print) -> None:
 
 def main(progress=print) -> list[dict]:
     return report.publish("host", run(progress), progress,
-                          columns=["call", "host us", "kernels", "goal us"],
+                          columns=["call", "host us", "kernels", "goal us", "same kernels us"],
                           legend="goal us (plan.execute rows): issue 26's goal, this run's bare "
-                                 "3-argument launch plus 5 us per further kernel")
+                                 "3-argument launch plus 5 us per further kernel; same kernels "
+                                 "us: the plan's own kernels launched bare through Triton's "
+                                 "kernel[grid]")
 
 
 if __name__ == "__main__":
