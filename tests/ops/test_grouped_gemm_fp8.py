@@ -264,7 +264,7 @@ def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
 @pytest.mark.parametrize("out_dtype,mode,accumulate", [(torch.float32, "dense", False),
                                                        (torch.bfloat16, "discrete", True),
                                                        (torch.float16, "dense", True)])
-@pytest.mark.parametrize("variant", range(3))   # kernels_gluon.VARIANTS
+@pytest.mark.parametrize("variant", range(4))   # kernels_gluon.VARIANTS
 def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate, variant):
     """The warp-specialized 1x128 kernel (kernels_gluon.py), called directly: experts
     starting and ending inside scale blocks, one inside a single block, empty ones, a hidden
