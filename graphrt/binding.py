@@ -21,6 +21,7 @@ fields, and rebuilt over the new address on replay.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 
@@ -214,6 +215,18 @@ def active_recording() -> Recording | None:
     return getattr(_local, "recording", None)
 
 
+@contextlib.contextmanager
+def recording_into(recording: Recording):
+    """Launches made on this thread inside the block go to ``recording`` (the recording
+    around the block, if any, resumes after it)."""
+    outer = getattr(_local, "recording", None)
+    _local.recording = recording
+    try:
+        yield recording
+    finally:
+        _local.recording = outer
+
+
 class _OnlyLaunches(TorchDispatchMode):
     """Marks the recording incomplete at the first tensor operation that is not a view."""
 
@@ -262,14 +275,8 @@ class Bindings:
         """Runs ``execute`` (in full: every check) while recording its launches, and keeps
         them as a binding under ``key`` when nothing but launches happened and every address
         they pass lies inside one tensor argument."""
-        recording = Recording()
-        outer = getattr(_local, "recording", None)
-        _local.recording = recording
-        try:
-            with _OnlyLaunches(recording):
-                execute(plan, *args, **kwargs)
-        finally:
-            _local.recording = outer
+        with recording_into(Recording()) as recording, _OnlyLaunches(recording):
+            execute(plan, *args, **kwargs)
         if not (recording.complete and recording.launches):
             return
         values = (*args, *kwargs.values())

@@ -100,12 +100,12 @@ def captured_launches(plan, inputs: tuple, keywords: dict, workspace) -> list | 
         def __getattr__(self, name):
             return getattr(real, name)
 
-    outer = binding.active_recording()
-    kernel_utils._launcher, binding._local.recording = Capture(), recording
+    kernel_utils._launcher = Capture()
     try:
-        type(plan).execute.__wrapped__(plan, *inputs, **keywords, workspace=workspace)
+        with binding.recording_into(recording):
+            type(plan).execute.__wrapped__(plan, *inputs, **keywords, workspace=workspace)
     finally:
-        kernel_utils._launcher, binding._local.recording = real, outer
+        kernel_utils._launcher = real
     return launches if recording.complete else None
 
 

@@ -145,6 +145,18 @@ def _block_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
 
 
 @gluon.jit
+def _quarter_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
+                    HIDDEN: gl.constexpr, INTER: gl.constexpr, PN: gl.constexpr):
+    """``_block_scales`` for a tile of four quarters of PN columns from ``n``: the row scales
+    and each quarter's column scales."""
+    sa, sb0 = _block_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
+                            HIDDEN, INTER)
+    return (sa, sb0, _column_scales(B_SCALE, block, valid, n + PN, sb_k, sb_n, INTER),
+            _column_scales(B_SCALE, block, valid, n + 2 * PN, sb_k, sb_n, INTER),
+            _column_scales(B_SCALE, block, valid, n + 3 * PN, sb_k, sb_n, INTER))
+
+
+@gluon.jit
 def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: gl.constexpr):
     """Waits for the i-th stage the loader filled (block ``block``) and zeroes its tokens
     outside [begin, end) when the expert shares the block (both operands; each warpgroup its
@@ -254,29 +266,18 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
             total1 = gl.zeros([64, PN], gl.float32, layout)   # columns PN .. 2 PN - 1, ...
             total2 = gl.zeros([64, PN], gl.float32, layout)
             total3 = gl.zeros([64, PN], gl.float32, layout)
-            sa_next, sb0_next = _block_scales(A_SCALE, B_SCALE, first, first < last, m_flat,
-                                              n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-            sb1_next = _column_scales(B_SCALE, first, first < last, n_flat + PN, sb_k, sb_n,
-                                      INTER)
-            sb2_next = _column_scales(B_SCALE, first, first < last, n_flat + 2 * PN, sb_k, sb_n,
-                                      INTER)
-            sb3_next = _column_scales(B_SCALE, first, first < last, n_flat + 3 * PN, sb_k, sb_n,
-                                      INTER)
+            sa_next, sb0_next, sb1_next, sb2_next, sb3_next = _quarter_scales(
+                A_SCALE, B_SCALE, first, first < last, m_flat, n_flat, sa_m, sa_k, sb_k, sb_n,
+                HIDDEN, INTER, PN)
             for block in range(first, last):
                 s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end,
                                     ROW0)
                 p0 = _product(a_bufs, b_bufs, s, ROW0, 0, layout)
                 p1 = _product(a_bufs, b_bufs, s, ROW0, PN, layout)
                 sa_flat, sb0, sb1, sb2, sb3 = sa_next, sb0_next, sb1_next, sb2_next, sb3_next
-                more = block + 1 < last
-                sa_next, sb0_next = _block_scales(A_SCALE, B_SCALE, block + 1, more, m_flat,
-                                                  n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-                sb1_next = _column_scales(B_SCALE, block + 1, more, n_flat + PN, sb_k, sb_n,
-                                          INTER)
-                sb2_next = _column_scales(B_SCALE, block + 1, more, n_flat + 2 * PN, sb_k,
-                                          sb_n, INTER)
-                sb3_next = _column_scales(B_SCALE, block + 1, more, n_flat + 3 * PN, sb_k,
-                                          sb_n, INTER)
+                sa_next, sb0_next, sb1_next, sb2_next, sb3_next = _quarter_scales(
+                    A_SCALE, B_SCALE, block + 1, block + 1 < last, m_flat, n_flat, sa_m, sa_k,
+                    sb_k, sb_n, HIDDEN, INTER, PN)
                 sa = gl.convert_layout(sa_flat, gl.SliceLayout(1, layout))
                 done = warpgroup_mma_wait(num_outstanding=1, deps=(p0,))
                 total = _scaled_quarter(total, done, sa, sb0, layout)
