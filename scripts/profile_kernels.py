@@ -5,8 +5,8 @@ call back to back on the same inputs (for A/B runs, e.g. with and without GRAPHR
 
 Usage: python3 scripts/profile_kernels.py [--copies | --time] [op ...]
 (ops: rmsnorm mhc lmsd proj gemm wgrad_fp8; gemm is cuBLAS's x @ W^T at the proj shape, a peer;
-wgrad_fp8 is the 1x128 FP8 wgrad at its first case: the plan's Triton kernel, then the
-warp-specialized Gluon kernel's variants)
+wgrad_fp8 is the 1x128 FP8 wgrad at its first case: the plan (the warp-specialized Gluon
+kernel on Hopper with Triton 3.6, else the Triton kernel), then each of the Gluon variants)
 """
 import sys
 
@@ -54,8 +54,8 @@ def calls():
 
 
 def wgrad_fp8_calls():
-    """The 1x128 FP8 wgrad at the first benchmark case: the functional call (Triton kernel) and
-    the warp-specialized Gluon kernel's variants."""
+    """The 1x128 FP8 wgrad at the first benchmark case: the functional call and each variant
+    of the warp-specialized Gluon kernel."""
     import itertools
 
     from graphrt.bench.wgrad import _fp8_operands, random_counts
