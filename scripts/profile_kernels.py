@@ -6,7 +6,7 @@ call back to back on the same inputs (for A/B runs, e.g. with and without GRAPHR
 Usage: python3 scripts/profile_kernels.py [--copies | --time] [op ...]
 (ops: rmsnorm mhc lmsd proj gemm wgrad_fp8; gemm is cuBLAS's x @ W^T at the proj shape, a peer;
 wgrad_fp8 is the 1x128 FP8 wgrad at its first case: the plan (the warp-specialized Gluon
-kernel on Hopper with Triton 3.6, else the Triton kernel), then each of the Gluon variants)
+kernel on Hopper with Triton 3.6, else the Triton kernel), then the Gluon kernel directly)
 """
 import sys
 
@@ -54,8 +54,8 @@ def calls():
 
 
 def wgrad_fp8_calls():
-    """The 1x128 FP8 wgrad at the first benchmark case: the functional call and each variant
-    of the warp-specialized Gluon kernel."""
+    """The 1x128 FP8 wgrad at the first benchmark case: the functional call and the
+    warp-specialized Gluon kernel called directly."""
     import itertools
 
     from graphrt.bench.wgrad import _fp8_operands, random_counts
@@ -67,14 +67,11 @@ def wgrad_fp8_calls():
     a, b, sa, sb = _fp8_operands(tokens, hidden, inter, torch.float32, 128)
     out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device=dev)
     label = f"wgrad fp8 1x128 {experts}x{hidden}x{inter} T{tokens}"
-    calls = [(f"{label} plan", lambda: op("grouped_gemm_wgrad").functional()(
-        a, b, offsets, a_scale=sa, b_scale=sb, check_offsets=False))]
-    for config in kernels_gluon.VARIANTS:
-        calls.append((f"{label} Gluon {config}", lambda config=config:
-                      kernels_gluon.launch_wgrad_fp8_gluon(
-                          a, b, sa, sb, offsets, out, None, torch.bfloat16, error_flags(dev),
-                          hidden=hidden, inter=inter, accumulate=False, config=config)))
-    return calls
+    return [(f"{label} plan", lambda: op("grouped_gemm_wgrad").functional()(
+                a, b, offsets, a_scale=sa, b_scale=sb, check_offsets=False)),
+            (f"{label} Gluon", lambda: kernels_gluon.launch_wgrad_fp8_gluon(
+                a, b, sa, sb, offsets, out, None, torch.bfloat16, error_flags(dev),
+                hidden=hidden, inter=inter, accumulate=False))]
 
 
 def time_copies():

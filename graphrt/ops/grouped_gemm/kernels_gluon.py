@@ -46,30 +46,13 @@ LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
 
 @dataclass(frozen=True)
 class GluonConfig:
-    """Output columns per tile (128 output rows), shared-memory stages, whether the scales of
-    an expert's next block load while this block's product runs (rather than its own),
-    whether each MMA warpgroup issues two blocks' products before it scales the first
-    (compile-checked only: two products in flight), and whether a 256-column tile is
-    multiplied in four quarter-width products, each issued before the previous one is scaled
-    (compile-checked only: 48 KB of L2 reads per 8.4 MFLOP block against 32 KB per 4.2)."""
+    """Output columns per tile (128 output rows) and shared-memory stages."""
 
     block_n: int = 128
     stages: int = 6
-    prefetch_scales: bool = True
-    two_in_flight: bool = False
-    quarters: bool = False
-
-    def __post_init__(self):
-        if self.quarters and (self.block_n != 256 or self.two_in_flight):
-            raise ValueError("quarters: a 256-column tile (block_n=256), without two_in_flight")
 
 
 GLUON_CONFIG = GluonConfig()
-# a 128 x 256 tile: a quarter less L2 traffic per FLOP than 128 x 128
-WIDE_CONFIG = GluonConfig(block_n=256, stages=4, quarters=True)
-# the variants that the GPU test, the sanitizer run and the stall profile try
-VARIANTS = (GluonConfig(), GluonConfig(prefetch_scales=False), GluonConfig(two_in_flight=True),
-            WIDE_CONFIG)
 
 # The program's tile, its expert's bounds (with their checks) and the output store are the
 # Triton kernels' own code, compiled as Gluon functions: both kernels walk tiles, flag bad
@@ -128,32 +111,15 @@ def _zero_outside(buf, lo, hi, k0, ROWS: gl.constexpr, COLS: gl.constexpr):
 
 
 @gluon.jit
-def _column_scales(B_SCALE, block, valid, n, sb_k, sb_n, INTER: gl.constexpr):
-    """b_scale[block, n] (zeros where not ``valid``), loaded in the layout of ``n``."""
-    return gl.load(B_SCALE + block * sb_k + n.to(gl.int64) * sb_n, mask=(n < INTER) & valid,
-                   other=0.0)
-
-
-@gluon.jit
 def _block_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
                   HIDDEN: gl.constexpr, INTER: gl.constexpr):
     """a_scale[m, block] and b_scale[block, n] (zeros where not ``valid``), loaded in the
     layouts of ``m`` and ``n``."""
     sa = gl.load(A_SCALE + m.to(gl.int64) * sa_m + block * sa_k, mask=(m < HIDDEN) & valid,
                  other=0.0)
-    return sa, _column_scales(B_SCALE, block, valid, n, sb_k, sb_n, INTER)
-
-
-@gluon.jit
-def _quarter_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
-                    HIDDEN: gl.constexpr, INTER: gl.constexpr, PN: gl.constexpr):
-    """``_block_scales`` for a tile of four quarters of PN columns from ``n``: the row scales
-    and each quarter's column scales."""
-    sa, sb0 = _block_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
-                            HIDDEN, INTER)
-    return (sa, sb0, _column_scales(B_SCALE, block, valid, n + PN, sb_k, sb_n, INTER),
-            _column_scales(B_SCALE, block, valid, n + 2 * PN, sb_k, sb_n, INTER),
-            _column_scales(B_SCALE, block, valid, n + 3 * PN, sb_k, sb_n, INTER))
+    sb = gl.load(B_SCALE + block * sb_k + n.to(gl.int64) * sb_n, mask=(n < INTER) & valid,
+                 other=0.0)
+    return sa, sb
 
 
 @gluon.jit
@@ -182,29 +148,16 @@ def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: g
 
 
 @gluon.jit
-def _product(a_bufs, b_bufs, s, ROW0: gl.constexpr, N0: gl.constexpr, layout: gl.constexpr):
-    """This warpgroup's product of stage s's block for the tile's columns N0 .. N0 + the
-    layout's width - 1, issued (in flight)."""
-    PN: gl.constexpr = layout.instr_shape[1]
-    return warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
-                         b_bufs.index(s).slice(N0, PN, dim=0).permute((1, 0)),
-                         gl.zeros([64, PN], gl.float32, layout), use_acc=False, is_async=True)
-
-
-@gluon.jit
 def _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: gl.constexpr,
                    layout: gl.constexpr):
-    """``_stage_ready``, then this warpgroup's product of the whole block issued: (the
-    product in flight, the zeroings so far)."""
+    """``_stage_ready``, then this warpgroup's product of the block issued: (the product in
+    flight, the zeroings so far)."""
     s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
-    return _product(a_bufs, b_bufs, s, ROW0, 0, layout), z
-
-
-@gluon.jit
-def _scaled_quarter(total, done, sa, sb_flat, layout: gl.constexpr):
-    """total + a finished quarter-width product scaled by its rows' and columns' scales."""
-    sb = gl.convert_layout(sb_flat, gl.SliceLayout(0, layout))
-    return total + done * sa[:, None] * sb[None, :]
+    BN: gl.constexpr = b_bufs.shape[1]
+    issued = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
+                           b_bufs.index(s).permute((1, 0)), gl.zeros([64, BN], gl.float32, layout),
+                           use_acc=False, is_async=True)
+    return issued, z
 
 
 @gluon.jit
@@ -228,26 +181,17 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                    ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
-                   PREFETCH_SCALES: gl.constexpr, TWO_IN_FLIGHT: gl.constexpr,
-                   QUARTERS: gl.constexpr, ROW0: gl.constexpr):
+                   ROW0: gl.constexpr):
     """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile.
 
     A block's scales are loaded one value a thread (64 + BLOCK_N values over 128 threads) and
     spread through shared memory to the threads that scale the product: each thread loading
     the 34 it uses, with their 64-bit addresses, made the kernel issue-bound (460-490 TFLOP/s
-    against 705). PREFETCH_SCALES: the loads for the expert's next block are issued while this
-    block's product runs, rather than this block's own. TWO_IN_FLIGHT: blocks go in pairs,
-    both products issued before the first is waited for and scaled, so the second runs
-    while the first is scaled. QUARTERS: the tile's columns in four quarter-width products,
-    each issued before the previous one is scaled (a whole 64 x 256 product and its running
-    sum would not fit the registers); its scales always load a block ahead."""
+    against 705). The loads for the expert's next block are issued while this block's
+    product runs (705 -> 797 TFLOP/s)."""
     BN: gl.constexpr = b_bufs.shape[1]
-    if QUARTERS:
-        PN: gl.constexpr = BN // 4   # columns of one product
-    else:
-        PN: gl.constexpr = BN
     layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, PN, 32])
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
     i = 0
@@ -256,124 +200,40 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
         expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
                                            ROW0 == 0, HIDDEN, INTER, BN, GROUP)
         m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
-        n = n0 + gl.arange(0, PN, layout=gl.SliceLayout(0, layout))
+        n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
         m_flat = m0 + ROW0 + gl.arange(0, 64, layout=flat)
-        n_flat = n0 + gl.arange(0, PN, layout=flat)
-        total = gl.zeros([64, PN], gl.float32, layout)
+        n_flat = n0 + gl.arange(0, BN, layout=flat)
+        total = gl.zeros([64, BN], gl.float32, layout)
         first = begin // BLOCK_K
         last = (end + BLOCK_K - 1) // BLOCK_K
-        if QUARTERS:
-            total1 = gl.zeros([64, PN], gl.float32, layout)   # columns PN .. 2 PN - 1, ...
-            total2 = gl.zeros([64, PN], gl.float32, layout)
-            total3 = gl.zeros([64, PN], gl.float32, layout)
-            sa_next, sb0_next, sb1_next, sb2_next, sb3_next = _quarter_scales(
-                A_SCALE, B_SCALE, first, first < last, m_flat, n_flat, sa_m, sa_k, sb_k, sb_n,
-                HIDDEN, INTER, PN)
-            for block in range(first, last):
-                s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end,
-                                    ROW0)
-                p0 = _product(a_bufs, b_bufs, s, ROW0, 0, layout)
-                p1 = _product(a_bufs, b_bufs, s, ROW0, PN, layout)
-                sa_flat, sb0, sb1, sb2, sb3 = sa_next, sb0_next, sb1_next, sb2_next, sb3_next
-                sa_next, sb0_next, sb1_next, sb2_next, sb3_next = _quarter_scales(
-                    A_SCALE, B_SCALE, block + 1, block + 1 < last, m_flat, n_flat, sa_m, sa_k,
-                    sb_k, sb_n, HIDDEN, INTER, PN)
-                sa = gl.convert_layout(sa_flat, gl.SliceLayout(1, layout))
-                done = warpgroup_mma_wait(num_outstanding=1, deps=(p0,))
-                total = _scaled_quarter(total, done, sa, sb0, layout)
-                p2 = _product(a_bufs, b_bufs, s, ROW0, 2 * PN, layout)
-                done = warpgroup_mma_wait(num_outstanding=1, deps=(p1,))
-                total1 = _scaled_quarter(total1, done, sa, sb1, layout)
-                p3 = _product(a_bufs, b_bufs, s, ROW0, 3 * PN, layout)
-                done = warpgroup_mma_wait(num_outstanding=1, deps=(p2,))
-                total2 = _scaled_quarter(total2, done, sa, sb2, layout)
-                done = warpgroup_mma_wait(num_outstanding=0, deps=(p3,))
-                _release(empty, i)
-                total3 = _scaled_quarter(total3, done, sa, sb3, layout)
-                i += 1
-        elif TWO_IN_FLIGHT:
-            # blocks in pairs: both products issued, the first scaled while the second runs;
-            # nothing in flight crosses an iteration (ptxas serializes the products when an
-            # accumulator in flight is carried around a loop)
-            for pair in range(first, last - 1, 2):
-                issued, z = _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, pair, begin,
-                                           end, ROW0, layout)
-                second, z = _issue_product(a_bufs, b_bufs, ready, zeroed, i + 1, z, pair + 1,
-                                           begin, end, ROW0, layout)
-                sa_flat, sb_flat = _block_scales(A_SCALE, B_SCALE, pair, True, m_flat, n_flat,
-                                                 sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-                sa2_flat, sb2_flat = _block_scales(A_SCALE, B_SCALE, pair + 1, True, m_flat,
-                                                   n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-                sa, sb = _spread(sa_flat, sb_flat, layout)
-                done = warpgroup_mma_wait(num_outstanding=1, deps=(issued,))
-                _release(empty, i)
-                total += done * sa[:, None] * sb[None, :]
-                sa, sb = _spread(sa2_flat, sb2_flat, layout)
-                done = warpgroup_mma_wait(num_outstanding=0, deps=(second,))
-                _release(empty, i + 1)
-                total += done * sa[:, None] * sb[None, :]
-                i += 2
-            if (last - first) % 2 == 1:   # the last block alone
-                issued, z = _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, last - 1, begin,
-                                           end, ROW0, layout)
-                sa_flat, sb_flat = _block_scales(A_SCALE, B_SCALE, last - 1, True, m_flat,
-                                                 n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-                sa, sb = _spread(sa_flat, sb_flat, layout)
-                done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
-                _release(empty, i)
-                total += done * sa[:, None] * sb[None, :]
-                i += 1
-        else:
-            if PREFETCH_SCALES:
-                sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first, first < last, m_flat,
-                                                 n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-            for block in range(first, last):
-                issued, z = _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, block, begin,
-                                           end, ROW0, layout)
-                if PREFETCH_SCALES:
-                    sa_flat, sb_flat = sa_next, sb_next
-                    sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1,
-                                                     block + 1 < last, m_flat, n_flat, sa_m,
-                                                     sa_k, sb_k, sb_n, HIDDEN, INTER)
-                else:
-                    sa_flat, sb_flat = _block_scales(A_SCALE, B_SCALE, block, True, m_flat,
-                                                     n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                                                     INTER)
-                sa, sb = _spread(sa_flat, sb_flat, layout)
-                done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
-                _release(empty, i)
-                total += done * sa[:, None] * sb[None, :]
-                i += 1
+        sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first, first < last, m_flat, n_flat,
+                                         sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+        for block in range(first, last):
+            issued, z = _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end,
+                                       ROW0, layout)
+            sa_flat, sb_flat = sa_next, sb_next
+            sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1, block + 1 < last,
+                                             m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN,
+                                             INTER)
+            sa, sb = _spread(sa_flat, sb_flat, layout)
+            done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
+            _release(empty, i)
+            total += done * sa[:, None] * sb[None, :]
+            i += 1
         if ACCUMULATE:
             if end > begin:
                 _store_tile(total, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
                             ACCUMULATE, OUT_DTYPE)
-                if QUARTERS:
-                    _store_tile(total1, OUT, OUT_PTRS, expert, m, n + PN, HIDDEN, INTER,
-                                DISCRETE, ACCUMULATE, OUT_DTYPE)
-                    _store_tile(total2, OUT, OUT_PTRS, expert, m, n + 2 * PN, HIDDEN, INTER,
-                                DISCRETE, ACCUMULATE, OUT_DTYPE)
-                    _store_tile(total3, OUT, OUT_PTRS, expert, m, n + 3 * PN, HIDDEN, INTER,
-                                DISCRETE, ACCUMULATE, OUT_DTYPE)
         else:
             _store_tile(total, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
                         OUT_DTYPE)
-            if QUARTERS:
-                _store_tile(total1, OUT, OUT_PTRS, expert, m, n + PN, HIDDEN, INTER, DISCRETE,
-                            ACCUMULATE, OUT_DTYPE)
-                _store_tile(total2, OUT, OUT_PTRS, expert, m, n + 2 * PN, HIDDEN, INTER,
-                            DISCRETE, ACCUMULATE, OUT_DTYPE)
-                _store_tile(total3, OUT, OUT_PTRS, expert, m, n + 3 * PN, HIDDEN, INTER,
-                            DISCRETE, ACCUMULATE, OUT_DTYPE)
 
 
 @gluon.jit(do_not_specialize=["experts", "tokens_sum", "sa_m", "sa_k", "sb_k", "sb_n"])
 def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS,
                          experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
                          INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-                         PREFETCH_SCALES: gl.constexpr, TWO_IN_FLIGHT: gl.constexpr,
-                         QUARTERS: gl.constexpr):
+                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
@@ -388,14 +248,12 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, PREFETCH_SCALES, TWO_IN_FLIGHT,
-                          QUARTERS, 0)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN, INTER, GROUP)),
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, PREFETCH_SCALES, TWO_IN_FLIGHT,
-                          QUARTERS, 64)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -426,9 +284,7 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
            b_scale, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], a_scale.stride(0),
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
-           STAGES=config.stages, GROUP=GROUP_M, PREFETCH_SCALES=config.prefetch_scales,
-           TWO_IN_FLIGHT=config.two_in_flight, QUARTERS=config.quarters, num_warps=4,
-           maxnreg=LAUNCH_REGS)
+           STAGES=config.stages, GROUP=GROUP_M, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
@@ -440,14 +296,8 @@ def compile_cases() -> list[CompileCase]:
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, cfg in ((False, GLUON_CONFIG), (True, GLUON_CONFIG),
-                          (False, GluonConfig(prefetch_scales=False)),
-                          (False, GluonConfig(two_in_flight=True)),
-                          (True, GluonConfig(two_in_flight=True)),
-                          (False, WIDE_CONFIG), (True, WIDE_CONFIG)):
-        name = (f"wgrad fp8 1x128 (Gluon) discrete={discrete} prefetch_scales="
-                f"{cfg.prefetch_scales} two_in_flight={cfg.two_in_flight} "
-                f"quarters={cfg.quarters}")
+    for discrete in (False, True):
+        name = f"wgrad fp8 1x128 (Gluon) discrete={discrete}"
         if not GLUON_API_OK:
             cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
                                                              f"{triton.__version__}"))
@@ -455,14 +305,11 @@ def compile_cases() -> list[CompileCase]:
         fp8 = torch.float8_e4m3fn
         cases.append(CompileCase(name, _wgrad_fp8_ws_kernel, dict(
             a_desc=gluon_descriptor_type([BLOCK_M.value, BLOCK_K.value], fp8),
-            b_desc=gluon_descriptor_type([cfg.block_n, BLOCK_K.value], fp8), A_SCALE="*fp32",
+            b_desc=gluon_descriptor_type([GLUON_CONFIG.block_n, BLOCK_K.value], fp8), A_SCALE="*fp32",
             B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32", sb_n="i32",
-            HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c,
-            PREFETCH_SCALES=c, TWO_IN_FLIGHT=c, QUARTERS=c),
+            HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
-                 OUT_DTYPE=gl.bfloat16, STAGES=cfg.stages, GROUP=GROUP_M,
-                 PREFETCH_SCALES=cfg.prefetch_scales, TWO_IN_FLIGHT=cfg.two_in_flight,
-                 QUARTERS=cfg.quarters),
+                 OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
