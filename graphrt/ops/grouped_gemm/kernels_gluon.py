@@ -305,9 +305,10 @@ def compile_cases() -> list[CompileCase]:
         fp8 = torch.float8_e4m3fn
         cases.append(CompileCase(name, _wgrad_fp8_ws_kernel, dict(
             a_desc=gluon_descriptor_type([BLOCK_M.value, BLOCK_K.value], fp8),
-            b_desc=gluon_descriptor_type([GLUON_CONFIG.block_n, BLOCK_K.value], fp8), A_SCALE="*fp32",
-            B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
-            experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32", sb_n="i32",
+            b_desc=gluon_descriptor_type([GLUON_CONFIG.block_n, BLOCK_K.value], fp8),
+            A_SCALE="*fp32", B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
+            ERRORS="*i32", experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32",
+            sb_n="i32",
             HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
                  OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M),
