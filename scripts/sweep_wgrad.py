@@ -1,15 +1,17 @@
 """Sweep grouped-wgrad tile configs on the GPU (device machine): each checked against FP32
 torch.mm per expert, then timed next to torch._grouped_mm. ``--fp8`` sweeps the FP8 kernels
 (MXFP8 and FP32 scales per 128 tokens) next to the BF16 plan on the same shapes, and for the
-1x128 recipe the warp-specialized Gluon kernel (kernels_gluon.py) where it fits; ``--first`` only
-the first benchmark case."""
+1x128 recipe the warp-specialized Gluon kernel (kernels_gluon.py) where it fits; ``--ragged``
+sweeps tensor_ragged inputs (per-expert blocks, tokens unit-stride) with counts in multiples of
+256 and moved off multiples of 8 (``odd``: rows not 16-byte aligned, two-byte loads), with and
+without ``ragged_prefetch``; ``--first`` only the first benchmark case."""
 import itertools
 import sys
 
 import torch
 
 from graphrt.bench.timing import rotating, stream_time_us
-from graphrt.bench.wgrad import CASES, FP8_RECIPES, _fp8_operands, random_counts
+from graphrt.bench.wgrad import CASES, FP8_RECIPES, _fp8_operands, odd_counts, random_counts
 from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon as gluon
@@ -28,6 +30,11 @@ FP8_CONFIGS = {
         (128, 64, 128, 4, 3, 8), (128, 64, 128, 4, 4, 8), (64, 128, 128, 4, 3, 8),
         (128, 128, 128, 8, 4, 8), (256, 64, 128, 8, 3, 8), (128, 64, 128, 4, 3, 8, 168)]]}
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
+# the plan's tile first; with ragged_prefetch (sm_90a, Triton 3.6) 128 x 256 spills 252 B,
+# 128 x 128 on 8 warps takes 176 registers and spills none (on 4 warps 616 B)
+RAGGED_CONFIGS = [GemmConfig(*c) for c in [
+    (128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 3, 8, None, True), (128, 128, 64, 8, 3, 8),
+    (128, 128, 64, 8, 3, 8, None, True)]]
 
 
 def _timed(name, run, sets, check, flops):
@@ -91,5 +98,41 @@ def main(fp8: bool, first: bool):
             del a_val, b_val
 
 
+def main_ragged(first: bool):
+    gen = torch.Generator().manual_seed(0)
+    errors = error_flags(torch.device("cuda", 0))
+    for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
+        aligned = random_counts(experts, tokens, gen)
+        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+        flops = 2.0 * hidden * inter * tokens
+        # K-major buffers holding the experts' blocks one after another
+        sets = [(torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda"),
+                 torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda").t())
+                for _ in range(2)]
+        for label, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen))):
+            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
+                                   device="cuda")
+            a_flat, b_flat = sets[0][0].reshape(-1), sets[0][1].t().reshape(-1)
+            ref, begin = [], 0
+            for n in counts:
+                block_a = a_flat[hidden * begin:hidden * (begin + n)].view(hidden, n).float()
+                block_b = b_flat[inter * begin:inter * (begin + n)].view(inter, n).float()
+                ref.append(block_a @ block_b.t())
+                begin += n
+            ref = torch.stack(ref)
+            print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
+                  flush=True)
+            for cfg in RAGGED_CONFIGS:
+                def run(a, b, cfg=cfg, offsets=offsets):
+                    launch_wgrad(cfg, a, b, offsets, out, None, torch.bfloat16, errors,
+                                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
+                                 ragged=True, accumulate=False, dot_fp32=False)
+                _timed(f"bf16 {cfg}", run, sets,
+                       lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
+
+
 if __name__ == "__main__":
-    main("--fp8" in sys.argv[1:], "--first" in sys.argv[1:])
+    if "--ragged" in sys.argv[1:]:
+        main_ragged("--first" in sys.argv[1:])
+    else:
+        main("--fp8" in sys.argv[1:], "--first" in sys.argv[1:])

@@ -110,6 +110,32 @@ def test_ragged_aligned_and_odd_experts_interpreted(hidden):
         _check_ragged_aligned_and_odd([16, 0, 8, 5, 24, 3], hidden, 24, "cpu")
 
 
+def _check_ragged_kernel(counts, hidden, inter, device, cfg):
+    """The BF16 kernel called directly with ``cfg`` on tensor_ragged buffers, FP32 output
+    poisoned, against the tensor2d reference."""
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm.kernels import launch_wgrad
+    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, device)
+    w = torch.full((len(counts), hidden, inter), float("nan"), device=device)
+    launch_wgrad(cfg, a, b, offsets, w, None, torch.float32, error_flags(a.device),
+                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
+                 accumulate=False, dot_fp32=device == "cpu")
+    _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
+
+
+@needs_interpreter
+def test_ragged_prefetched_loop_interpreted():
+    """``ragged_prefetch`` (the next step's two-byte loads issued before this step's product):
+    counts below, at, between and above whole steps (16 tokens here), none a multiple of 8 but
+    one, and an empty expert."""
+    import dataclasses
+
+    from graphrt.ops.grouped_gemm.kernels import gemm_config
+    torch.manual_seed(2)
+    cfg = dataclasses.replace(gemm_config(True), ragged_prefetch=True)
+    _check_ragged_kernel([16, 0, 5, 33, 17, 3], 36, 24, "cpu", cfg)
+
+
 @needs_interpreter
 def test_one_plan_across_token_counts_and_last_expert_empty():
     with env(GRAPHRT_BACKEND="triton"):
@@ -313,6 +339,15 @@ def test_gpu_matches_reference(seed, a_major, b_major, dtype, hidden, counts):
                                     [0, 304, 17, 0, 1023, 256]])
 def test_gpu_ragged_matches_reference(seed, hidden, counts):
     _check_ragged_aligned_and_odd(counts, hidden, 768, "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_n", [128, 256])
+def test_gpu_ragged_prefetched_loop(seed, block_n):
+    """``ragged_prefetch`` on the GPU (an option the sweep times; the plan does not use it)."""
+    from graphrt.ops.grouped_gemm.kernels import GemmConfig
+    cfg = GemmConfig(128, block_n, 64, 8, 3, 8, ragged_prefetch=True)
+    _check_ragged_kernel([0, 301, 17, 0, 1023, 259], 1156, 768, "cuda", cfg)
 
 
 @pytest.mark.gpu

@@ -34,6 +34,9 @@ class GemmConfig:
     num_stages: int
     group_m: int = 8   # row tiles walked together, so neighbouring programs share B columns
     max_registers: int | None = None   # per thread, so that more programs share an SM
+    # ragged experts whose rows are not 16-byte aligned: load each step's tiles while the
+    # previous step's product runs (the compiler pipelines only loads of 4 bytes and more)
+    ragged_prefetch: bool = False
 
     def launch_options(self) -> dict:
         """The launch's num_warps, and maxnreg where a register cap is set."""
@@ -88,6 +91,23 @@ def _k_loop(acc, a_base, b_base, lo, hi, m, n, m_mask, n_mask, a_sm, a_sk, b_sk,
         kk = k0 + k
         acc += _tile(a_base, b_base, m, n, kk, m_mask, n_mask, kk < hi, a_sm, a_sk, b_sk, b_sn,
                      DOT_FP32)
+    return acc
+
+
+@triton.jit
+def _k_loop_prefetched(acc, a_base, b_base, lo, hi, m, n, m_mask, n_mask, a_sm, a_sk, b_sk,
+                       b_sn, DOT_FP32: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``_k_loop`` for loads the compiler does not pipeline (two bytes wide): each step's tiles
+    are loaded before the previous step's product is issued, so their latency overlaps it."""
+    k = tl.arange(0, BLOCK_K)
+    a, b = _load_tiles(a_base, b_base, m, n, lo + k, m_mask, n_mask, lo + k < hi, a_sm, a_sk,
+                       b_sk, b_sn)
+    for k0 in tl.range(lo, hi, BLOCK_K, num_stages=1):
+        kk = k0 + BLOCK_K + k
+        a_next, b_next = _load_tiles(a_base, b_base, m, n, kk, m_mask, n_mask, kk < hi, a_sm,
+                                     a_sk, b_sk, b_sn)
+        acc += mma(a, b, DOT_FP32)
+        a, b = a_next, b_next
     return acc
 
 
@@ -169,9 +189,9 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
                   HIDDEN: tl.constexpr, INTER: tl.constexpr, A_K_MAJOR: tl.constexpr,
                   B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
-                  K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
-                  GROUP_M: tl.constexpr):
+                  K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
+                  RAGGED_PREFETCH: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
     expert, m, n, m_mask, n_mask, begin, count = _program_tile(
         OFFSETS, ERRORS, tokens_sum, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
     if ACCUMULATE:
@@ -187,6 +207,9 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
             rows = count // 8 * 8
             acc = _k_loop(acc, A + a_off // 8 * 8, B + b_off // 8 * 8, 0, rows, m, n, m_mask,
                           n_mask, rows, 1, 1, rows, DOT_FP32, BLOCK_K, NUM_STAGES)
+        elif RAGGED_PREFETCH:
+            acc = _k_loop_prefetched(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask,
+                                     count, 1, 1, count, DOT_FP32, BLOCK_K)
         else:
             acc = _k_loop(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask, count, 1,
                           1, count, DOT_FP32, BLOCK_K, NUM_STAGES)
@@ -421,9 +444,9 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, RAGGED=ragged,
         DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
         OUT_DTYPE=TL_DTYPES[out_dtype], K_ALIGNED=k_aligned,
-        RAGGED_ALIGNED=ragged and aligned_bases, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
-        **cfg.launch_options())
+        RAGGED_ALIGNED=ragged and aligned_bases, RAGGED_PREFETCH=ragged and cfg.ragged_prefetch,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, **cfg.launch_options())
 
 
 def launch_wgrad_fp8(cfg: GemmConfig, a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype,
@@ -462,19 +485,28 @@ def compile_cases() -> list[CompileCase]:
     bf16 = dict(A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                 ERRORS="*i32", tokens_sum="i32", HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c,
                 RAGGED=c, DISCRETE=c, ACCUMULATE=c, DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c,
-                RAGGED_ALIGNED=c, BLOCK_M=c, BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c, GROUP_M=c)
+                RAGGED_ALIGNED=c, RAGGED_PREFETCH=c, BLOCK_M=c, BLOCK_N=c, BLOCK_K=c,
+                NUM_STAGES=c, GROUP_M=c)
+    plan_cfg = gemm_config(False)
     cases = [CompileCase(
         f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc} "
-        f"aligned={aligned}", _wgrad_kernel, bf16,
-        dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
-             DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
-             K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged, BLOCK_M=128,
-             BLOCK_N=128, BLOCK_K=64, NUM_STAGES=3, GROUP_M=8), num_warps=8)
-        for a_k, b_k, ragged, discrete, acc, aligned in (
-            (False, False, False, False, False, False), (True, False, False, False, False, False),
-            (True, False, False, False, False, True), (True, True, False, False, False, True),
-            (False, True, False, True, True, True), (False, True, False, True, True, False),
-            (True, False, True, False, False, False), (True, True, True, False, False, True))]
+        f"aligned={aligned}{' ragged_prefetch (plan tile)' if prefetch else ''}", _wgrad_kernel,
+        bf16, dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
+                   DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
+                   K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
+                   RAGGED_PREFETCH=prefetch, BLOCK_M=128,
+                   BLOCK_N=plan_cfg.block_n if prefetch else 128, BLOCK_K=64, NUM_STAGES=3,
+                   GROUP_M=8), num_warps=8)
+        for a_k, b_k, ragged, discrete, acc, aligned, prefetch in (
+                (False, False, False, False, False, False, False),
+                (True, False, False, False, False, False, False),
+                (True, False, False, False, False, True, False),
+                (True, True, False, False, False, True, False),
+                (False, True, False, True, True, True, False),
+                (False, True, False, True, True, False, False),
+                (True, False, True, False, False, False, False),
+                (True, True, True, False, False, True, False),
+                (True, True, True, False, False, True, True))]
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                ERRORS="*i32", tokens_sum="i32", sa_m="i64", sa_k="i64", sb_k="i64", sb_n="i64",
                HIDDEN=c, INTER=c, SCALES_MN_MAJOR=c, ROWS_ALIGNED=c, DISCRETE=c, ACCUMULATE=c,
