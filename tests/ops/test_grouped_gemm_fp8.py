@@ -140,6 +140,34 @@ def test_nan_codes_stay_in_their_expert_interpreted(recipe):
         _nan_codes_stay_in_their_expert(recipe, "cpu")
 
 
+def _nan_scales_leave_empty_experts_zero(recipe, device, launch=None):
+    """A NaN scale (E8M0 255, or FP32 NaN) in a block an empty expert sits inside: the experts
+    owning tokens of that block are NaN, as their dequantized values are; the empty one is
+    zeros. ``launch(a, b, sa, sb, offsets, w)``: the kernel called directly (default: the
+    functional call)."""
+    counts = [37, 0, 5, 118]   # expert 1 empty at token 37; tokens_sum 160, rows 16-byte aligned
+    a, b, sa, sb, offsets = _problem(counts, 24, 40, recipe, device)
+    if recipe == "mxfp8":
+        sa[:, 1] = 255   # the block of tokens 32-63
+    else:
+        sa[:, 0] = float("nan")   # tokens 0-127
+    w = torch.full((4, 24, 40), float("nan"), device=device)
+    if launch is None:
+        grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb, wgrad=w,
+                           wgrad_dtype=torch.float32)
+    else:
+        launch(a, b, sa, sb, offsets, w)
+    assert torch.equal(w[1].cpu(), torch.zeros(24, 40))
+    assert w[2].isnan().all()
+
+
+@needs_interpreter
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+def test_nan_scales_leave_empty_experts_zero_interpreted(recipe):
+    with env(GRAPHRT_BACKEND="triton"):
+        _nan_scales_leave_empty_experts_zero(recipe, "cpu")
+
+
 def _errors(device):
     a, b, sa, sb, offsets = _problem([40, 24], 8, 8, "fp32x128", device)
     w = torch.full((2, 8, 8), float("nan"), dtype=torch.bfloat16, device=device)
@@ -235,6 +263,27 @@ def test_gpu_exact_on_integer_values(seed, recipe, counts, monkeypatch):
 def test_gpu_output_modes_and_accumulate(seed, recipe, out_dtype, mode, monkeypatch):
     recipe, rt = _recipe(recipe, monkeypatch)
     _check([128, 0, 200, 312], 256, 384, recipe, "cuda", out_dtype, mode, True, runtime=rt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+@pytest.mark.parametrize("direct", [False, True])
+def test_gpu_nan_scales_leave_empty_experts_zero(seed, recipe, direct):
+    """Through the plan (the Gluon kernel for 1x128 on Hopper) and the Gluon kernel called
+    directly (both recipes)."""
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm import kernels_gluon
+    launch = None
+    if direct:
+        if (not kernels_gluon.GLUON_API_OK
+                or torch.cuda.get_device_capability()[0] != 9):
+            pytest.skip("the Gluon kernel needs a Hopper GPU and Triton 3.6")
+
+        def launch(a, b, sa, sb, offsets, w):
+            kernels_gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, w, None, torch.float32,
+                                                 error_flags(a.device), hidden=24, inter=40,
+                                                 accumulate=False)
+    _nan_scales_leave_empty_experts_zero(recipe, "cuda", launch)
 
 
 @pytest.mark.gpu

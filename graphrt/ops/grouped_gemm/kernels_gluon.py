@@ -200,7 +200,7 @@ def _mx_blocks(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, total, i,
     BN: gl.constexpr = b_bufs.shape[1]
     SUBS: gl.constexpr = BLOCK_K // MX_BLOCK
     q_first = begin // MX_BLOCK
-    q_last = (end + MX_BLOCK - 1) // MX_BLOCK
+    q_last = gl.where(end > begin, (end + MX_BLOCK - 1) // MX_BLOCK, q_first)   # none if empty
     q = first * SUBS
     sa_next, sb_next = _mx_scales(A_SCALE, B_SCALE, q, (q >= q_first) & (q < q_last), m_flat,
                                   n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
@@ -262,8 +262,11 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                                      total, i, z, first, last, begin, end, m_flat, n_flat, sa_m,
                                      sa_k, sb_k, sb_n, HIDDEN, INTER, ROW0, layout)
         else:
-            sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first, first < last, m_flat,
-                                             n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+            # an empty expert inside a block still runs that block, on zeroed tokens: scale
+            # 0, so that a neighbour's NaN or infinite scale leaves its zeros alone
+            sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first,
+                                             (first < last) & (end > begin), m_flat, n_flat,
+                                             sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
             for block in range(first, last):
                 issued, z = _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, block, begin,
                                            end, ROW0, layout)
