@@ -478,7 +478,8 @@ def launch_wgrad_fp8(cfg: GemmConfig, a, b, a_scale, b_scale, offsets, out, out_
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles at the first benchmark case's hidden and
     intermediate sizes: BF16 layouts with and without the 8-token loads (ragged: its aligned
-    experts' loop), output modes; FP8 with both scale blocks and scale layouts."""
+    experts' loop; and the ``ragged_prefetch`` loop at the plan's tile), output modes; FP8 with
+    both scale blocks and scale layouts."""
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
