@@ -126,8 +126,8 @@ def _check_ragged_kernel(counts, hidden, inter, device, cfg):
 @needs_interpreter
 def test_ragged_prefetched_loop_interpreted():
     """``ragged_prefetch`` (the next step's two-byte loads issued before this step's product):
-    counts below, at, between and above whole steps (16 tokens here), none a multiple of 8 but
-    one, and an empty expert."""
+    counts below, at, between and above whole steps (16 tokens here), most not multiples of 8
+    (the one that is takes the aligned loop), and an empty expert."""
     import dataclasses
 
     from graphrt.ops.grouped_gemm.kernels import gemm_config
