@@ -92,11 +92,20 @@ def _ragged_problem(counts, hidden, inter, device):
     return ragged_a, ragged_b, torch.cat(blocks_a, 1), torch.cat(blocks_b, 1).t(), offsets
 
 
-def _check_ragged_aligned_and_odd(counts, hidden, inter, device):
+def _check_ragged_aligned_and_odd(counts, hidden, inter, device, cfg=None):
+    """tensor_ragged buffers through the functional call, or with ``cfg`` the BF16 kernel
+    called directly; FP32 output poisoned, against the tensor2d reference."""
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm.kernels import launch_wgrad
     a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, device)
     w = torch.full((len(counts), hidden, inter), float("nan"), device=device)
-    grouped_gemm_wgrad(a, b, offsets, wgrad=w, wgrad_dtype=torch.float32,
-                       input_order="tensor_ragged")
+    if cfg is None:
+        grouped_gemm_wgrad(a, b, offsets, wgrad=w, wgrad_dtype=torch.float32,
+                           input_order="tensor_ragged")
+    else:
+        launch_wgrad(cfg, a, b, offsets, w, None, torch.float32, error_flags(a.device),
+                     hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
+                     accumulate=False, dot_fp32=device == "cpu")
     _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
 
 
@@ -110,19 +119,6 @@ def test_ragged_aligned_and_odd_experts_interpreted(hidden):
         _check_ragged_aligned_and_odd([16, 0, 8, 5, 24, 3], hidden, 24, "cpu")
 
 
-def _check_ragged_kernel(counts, hidden, inter, device, cfg):
-    """The BF16 kernel called directly with ``cfg`` on tensor_ragged buffers, FP32 output
-    poisoned, against the tensor2d reference."""
-    from graphrt.device_checks import error_flags
-    from graphrt.ops.grouped_gemm.kernels import launch_wgrad
-    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, device)
-    w = torch.full((len(counts), hidden, inter), float("nan"), device=device)
-    launch_wgrad(cfg, a, b, offsets, w, None, torch.float32, error_flags(a.device),
-                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
-                 accumulate=False, dot_fp32=device == "cpu")
-    _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
-
-
 @needs_interpreter
 def test_ragged_prefetched_loop_interpreted():
     """``ragged_prefetch`` (the next step's two-byte loads issued before this step's product):
@@ -133,7 +129,7 @@ def test_ragged_prefetched_loop_interpreted():
     from graphrt.ops.grouped_gemm.kernels import gemm_config
     torch.manual_seed(2)
     cfg = dataclasses.replace(gemm_config(True), ragged_prefetch=True)
-    _check_ragged_kernel([16, 0, 5, 33, 17, 3], 36, 24, "cpu", cfg)
+    _check_ragged_aligned_and_odd([16, 0, 5, 33, 17, 3], 36, 24, "cpu", cfg)
 
 
 @needs_interpreter
@@ -347,7 +343,7 @@ def test_gpu_ragged_prefetched_loop(seed, block_n):
     """``ragged_prefetch`` on the GPU (an option the sweep times; the plan does not use it)."""
     from graphrt.ops.grouped_gemm.kernels import GemmConfig
     cfg = GemmConfig(128, block_n, 64, 8, 3, 8, ragged_prefetch=True)
-    _check_ragged_kernel([0, 301, 17, 0, 1023, 259], 1156, 768, "cuda", cfg)
+    _check_ragged_aligned_and_odd([0, 301, 17, 0, 1023, 259], 1156, 768, "cuda", cfg)
 
 
 @pytest.mark.gpu

@@ -128,13 +128,15 @@ def _block_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
 
 
 @gluon.jit
-def _mx_scales(A_SCALE, B_SCALE, q, valid, m, n, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
-               INTER: gl.constexpr):
-    """``_block_scales`` for the E8M0 scales of MX block ``q``, decoded to FP32 (2^(s - 127);
-    2^-127 where not ``valid``, whose products are zero)."""
+def _scale_values(A_SCALE, B_SCALE, q, valid, m, n, sa_m, sa_k, sb_k, sb_n,
+                  HIDDEN: gl.constexpr, INTER: gl.constexpr, MX: gl.constexpr):
+    """``_block_scales`` of scale block ``q`` as FP32 values: E8M0 bytes decoded to 2^(s - 127)
+    when ``MX`` (2^-127 where not ``valid``), FP32 scales as loaded (0 where not ``valid``)."""
     sa, sb = _block_scales(A_SCALE, B_SCALE, q, valid, m, n, sa_m, sa_k, sb_k, sb_n, HIDDEN,
                            INTER)
-    return _pow2(sa.to(gl.int32) - 127), _pow2(sb.to(gl.int32) - 127)
+    if MX:
+        sa, sb = _pow2(sa.to(gl.int32) - 127), _pow2(sb.to(gl.int32) - 127)
+    return sa, sb
 
 
 @gluon.jit
@@ -163,19 +165,6 @@ def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: g
 
 
 @gluon.jit
-def _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: gl.constexpr,
-                   layout: gl.constexpr):
-    """``_stage_ready``, then this warpgroup's product of the block issued: (the product in
-    flight, the zeroings so far)."""
-    s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
-    BN: gl.constexpr = b_bufs.shape[1]
-    issued = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
-                           b_bufs.index(s).permute((1, 0)), gl.zeros([64, BN], gl.float32, layout),
-                           use_acc=False, is_async=True)
-    return issued, z
-
-
-@gluon.jit
 def _spread(sa_flat, sb_flat, layout: gl.constexpr):
     """A block's scales, loaded one value a thread, in the product's row and column layouts
     (through shared memory)."""
@@ -192,40 +181,6 @@ def _release(empty, i):
 
 
 @gluon.jit
-def _mx_blocks(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, total, i, z, first, last,
-               begin, end, m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
-               INTER: gl.constexpr, ROW0: gl.constexpr, layout: gl.constexpr):
-    """The MXFP8 loop of ``_mma_partition``: staged blocks first .. last - 1 in 32-token
-    products, the next MX block's scales loaded while each runs: (total, i, z)."""
-    BN: gl.constexpr = b_bufs.shape[1]
-    SUBS: gl.constexpr = BLOCK_K // MX_BLOCK
-    q_first = begin // MX_BLOCK
-    q_last = gl.where(end > begin, (end + MX_BLOCK - 1) // MX_BLOCK, q_first)   # none if empty
-    q = first * SUBS
-    sa_next, sb_next = _mx_scales(A_SCALE, B_SCALE, q, (q >= q_first) & (q < q_last), m_flat,
-                                  n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-    for block in range(first, last):
-        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
-        a_rows = a_bufs.index(s).slice(ROW0, 64, dim=0)
-        for j in gl.static_range(SUBS):
-            issued = warpgroup_mma(
-                a_rows.slice(j * MX_BLOCK, MX_BLOCK, dim=1),
-                b_bufs.index(s).slice(j * MX_BLOCK, MX_BLOCK, dim=1).permute((1, 0)),
-                gl.zeros([64, BN], gl.float32, layout), use_acc=False, is_async=True)
-            sa_flat, sb_flat = sa_next, sb_next
-            q = block * SUBS + j + 1
-            sa_next, sb_next = _mx_scales(A_SCALE, B_SCALE, q, (q >= q_first) & (q < q_last),
-                                          m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-            sa, sb = _spread(sa_flat, sb_flat, layout)
-            done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
-            if j == SUBS - 1:
-                _release(empty, i)
-            total += done * sa[:, None] * sb[None, :]
-        i += 1
-    return total, i, z
-
-
-@gluon.jit
 def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
@@ -238,9 +193,13 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
     the 34 it uses, with their 64-bit addresses, made the kernel issue-bound (460-490 TFLOP/s
     against 705). The loads for the expert's next block are issued while this block's
     product runs (705 -> 797 TFLOP/s). MX (E8M0 scales per 32 tokens): each staged block is
-    multiplied in four 32-token products, each scaled as it finishes; MX blocks outside the
-    expert get scale 2^-127 (their tokens are zeroed, and a neighbour's NaN scale stays out)."""
+    multiplied in four 32-token products, each scaled as it finishes."""
     BN: gl.constexpr = b_bufs.shape[1]
+    if MX:
+        SCALE_TOKENS: gl.constexpr = MX_BLOCK
+    else:
+        SCALE_TOKENS: gl.constexpr = BLOCK_K
+    SUBS: gl.constexpr = BLOCK_K // SCALE_TOKENS   # scale blocks (products) a staged block
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
@@ -257,28 +216,35 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
         total = gl.zeros([64, BN], gl.float32, layout)
         first = begin // BLOCK_K
         last = (end + BLOCK_K - 1) // BLOCK_K
-        if MX:
-            total, i, z = _mx_blocks(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE,
-                                     total, i, z, first, last, begin, end, m_flat, n_flat, sa_m,
-                                     sa_k, sb_k, sb_n, HIDDEN, INTER, ROW0, layout)
-        else:
-            # an empty expert inside a block still runs that block, on zeroed tokens: scale
-            # 0, so that a neighbour's NaN or infinite scale leaves its zeros alone
-            sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first,
-                                             (first < last) & (end > begin), m_flat, n_flat,
-                                             sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-            for block in range(first, last):
-                issued, z = _issue_product(a_bufs, b_bufs, ready, zeroed, i, z, block, begin,
-                                           end, ROW0, layout)
+        # scale blocks q_first .. q_last - 1 hold the expert's tokens (none when it is empty:
+        # an empty expert inside a block still runs that block, on zeroed tokens, and its
+        # scales load as 0 (1x128) or 2^-127 (MXFP8), so that a neighbour's NaN or infinite
+        # scale leaves its zeros alone)
+        q_first = begin // SCALE_TOKENS
+        q_last = gl.where(end > begin, (end + SCALE_TOKENS - 1) // SCALE_TOKENS, q_first)
+        q = first * SUBS
+        sa_next, sb_next = _scale_values(A_SCALE, B_SCALE, q, (q >= q_first) & (q < q_last),
+                                         m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER,
+                                         MX)
+        for block in range(first, last):
+            s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
+            for j in gl.static_range(SUBS):
+                issued = warpgroup_mma(
+                    a_bufs.index(s).slice(ROW0, 64, dim=0).slice(j * SCALE_TOKENS, SCALE_TOKENS,
+                                                                 dim=1),
+                    b_bufs.index(s).slice(j * SCALE_TOKENS, SCALE_TOKENS, dim=1).permute((1, 0)),
+                    gl.zeros([64, BN], gl.float32, layout), use_acc=False, is_async=True)
                 sa_flat, sb_flat = sa_next, sb_next
-                sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1, block + 1 < last,
-                                                 m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                                                 INTER)
+                q = block * SUBS + j + 1
+                sa_next, sb_next = _scale_values(A_SCALE, B_SCALE, q,
+                                                 (q >= q_first) & (q < q_last), m_flat, n_flat,
+                                                 sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER, MX)
                 sa, sb = _spread(sa_flat, sb_flat, layout)
                 done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
-                _release(empty, i)
+                if j == SUBS - 1:
+                    _release(empty, i)
                 total += done * sa[:, None] * sb[None, :]
-                i += 1
+            i += 1
         if ACCUMULATE:
             if end > begin:
                 _store_tile(total, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
