@@ -286,34 +286,26 @@ TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float
 
 # -- Gluon host descriptors (the Hopper kernels written in Gluon; imported on first use) --------
 _GLUON_TYPES = {torch.bfloat16: ("bfloat16", "bf16"),
-                torch.float8_e4m3fn: ("float8e4nv", "fp8e4nv"),
-                torch.float32: ("float32", "fp32"),
-                torch.uint8: ("uint8", "u8")}
+                torch.float8_e4m3fn: ("float8e4nv", "fp8e4nv")}
 
 
-def _gluon_layout(block: list, dtype: torch.dtype, swizzled: bool):
+def _gluon_layout(block: list, dtype: torch.dtype):
     from triton.experimental.gluon import language as gl
-    if not swizzled:
-        return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=dtype.itemsize * 8,
-                                    rank=len(block))
     return gl.NVMMASharedLayout.get_default_for(block, getattr(gl, _GLUON_TYPES[dtype][0]))
 
 
-def gluon_descriptor(t: torch.Tensor, block: list, swizzled: bool = True):
+def gluon_descriptor(t: torch.Tensor, block: list):
     """A Gluon host TMA descriptor over ``t`` for ``block``-shaped copies, in the default
-    swizzled shared-memory layout of ``t``'s dtype (BF16 or E4M3, the tensor cores' operands),
-    or row-major without swizzle (``swizzled=False``: data the CUDA cores read, such as
-    scales)."""
+    swizzled shared-memory layout of ``t``'s dtype (BF16 or E4M3)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    return TensorDescriptor.from_tensor(t, block, _gluon_layout(block, t.dtype, swizzled))
+    return TensorDescriptor.from_tensor(t, block, _gluon_layout(block, t.dtype))
 
 
-def gluon_descriptor_type(block: list, dtype: torch.dtype, swizzled: bool = True) -> str:
+def gluon_descriptor_type(block: list, dtype: torch.dtype) -> str:
     """The type of ``gluon_descriptor``'s result for ``block`` and ``dtype``, as a
     CompileCase signature spells it."""
     name = _GLUON_TYPES[dtype][1]
-    return (f"tensordesc<{name}[{block[0]},{block[1]}],"
-            f"{_gluon_layout(block, dtype, swizzled)!r}>")
+    return f"tensordesc<{name}[{block[0]},{block[1]}],{_gluon_layout(block, dtype)!r}>"
 
 
 def next_power_of_2(n: int) -> int:

@@ -144,8 +144,7 @@ def _nan_scales_leave_empty_experts_zero(recipe, device, launch=None, scales_mn_
     """A NaN scale (E8M0 255, or FP32 NaN) in a block an empty expert sits inside: the experts
     owning tokens of that block are NaN, as their dequantized values are; the empty one is
     zeros. ``launch(a, b, sa, sb, offsets, w)``: the kernel called directly (default: the
-    functional call). Sizes 32 x 48, so that MN-major scales of either dtype are staged by
-    TMA in the Gluon kernel."""
+    functional call)."""
     counts = [37, 0, 5, 118]   # expert 1 empty at token 37; tokens_sum 160, rows 16-byte aligned
     a, b, sa, sb, offsets = _problem(counts, 32, 48, recipe, device, scales_mn_major)
     if recipe == "mxfp8":
@@ -272,7 +271,7 @@ def test_gpu_output_modes_and_accumulate(seed, recipe, out_dtype, mode, monkeypa
 @pytest.mark.parametrize("scales_mn_major", [False, True])
 def test_gpu_nan_scales_leave_empty_experts_zero(seed, recipe, direct, scales_mn_major):
     """Through the plan (the Gluon kernel for 1x128 on Hopper) and the Gluon kernel called
-    directly (both recipes), with scales it loads itself and scales staged by TMA."""
+    directly (both recipes), both scale layouts."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm import kernels_gluon
     launch = None
@@ -325,20 +324,18 @@ def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
 def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate, recipe,
                                        scales_mn_major):
     """The warp-specialized kernel (kernels_gluon.py), called directly, for the 1x128 recipe
-    (the plan's) and MXFP8 (not yet the plan's), with scales it loads itself (row-major) and
-    scales staged by TMA (MN-major, 16-byte strided): experts starting and ending inside scale
-    blocks, one inside a single block, empty ones, a hidden and an intermediate size that are
-    no multiple of the tile, NaN codes in the neighbours' tokens of shared blocks, and more
+    (the plan's) and MXFP8 (not the plan's), both scale layouts: experts starting and ending
+    inside scale blocks, one inside a single block, empty ones, a hidden and an intermediate
+    size that are no multiple of the tile, NaN codes in the neighbours' tokens of shared blocks, and more
     tiles than SMs (programs take several). Both sum each block's products on the FP8 tensor
     cores, hence the 1x128 tolerance for both."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm import kernels_gluon
-    hidden, inter = (1168, 1008) if scales_mn_major else (1160, 1000)
+    hidden, inter = 1160, 1000
     a, b, sa, sb, offsets = _problem(counts, hidden, inter, recipe, "cuda", scales_mn_major,
                                      narrow_scales=out_dtype == torch.float16)
     if not kernels_gluon.fits_gluon_kernel(a, b, torch.cuda.get_device_capability()):
         pytest.skip("the Gluon kernel needs a Hopper GPU and Triton 3.6")
-    assert kernels_gluon.scales_fit_tma(sa, sb) == scales_mn_major
     a.view(torch.uint8)[:, 38] = 0x7F     # in the second expert's tokens (or the first's)
     b.view(torch.uint8)[41, :] = 0xFF
     nan_expert = next(e for e, end in enumerate(offsets.tolist()) if end > 41)
