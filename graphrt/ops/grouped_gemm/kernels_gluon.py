@@ -284,6 +284,202 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
+# -- MXFP8 on BF16 tensor cores ------------------------------------------------------------------
+# E4M3 codes times E8M0 scales are exact in BF16, so a converting warpgroup can turn each staged
+# FP8 block into scaled BF16 operands (zeroing tokens outside the expert as it goes) and the MMA
+# warps sum the expert's BF16 products without any per-block scaling, as the BF16 kernel does.
+MX_STEP = gl.constexpr(64)   # tokens a step: two E8M0 scale blocks
+
+
+@dataclass(frozen=True)
+class MxConfig:
+    """Output columns per tile (128 rows), FP8 stages (loader -> converter) and BF16 stages
+    (converter -> MMA warps) of the MXFP8 kernel."""
+
+    block_n: int = 128
+    fp8_stages: int = 4
+    bf16_stages: int = 3
+
+
+MX_CONFIG = MxConfig()
+# Warps: the converter (the default partition, at the launch's share), the loader padded to a
+# warpgroup, the MMA warps (8); setmaxnreg moves the loader's registers to the MMA warps.
+MX_LAUNCH_REGS = register_share(4 + 4 + 8)
+MX_LOADER_REGS, MX_MMA_REGS = gl.constexpr(24), gl.constexpr(176)
+
+
+@gluon.jit
+def _mx_load_partition(a_desc, b_desc, a8, b8, ready8, empty8, OFFSETS, ERRORS, experts,
+                       tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                       GROUP: gl.constexpr):
+    STAGES: gl.constexpr = a8.shape[0]
+    BN: gl.constexpr = b_desc.block_type.shape[0]
+    NBYTES: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
+    i = 0
+    for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
+        expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum, False,
+                                           HIDDEN, INTER, BN, GROUP)
+        for step in range(begin // MX_STEP, (end + MX_STEP - 1) // MX_STEP):
+            s = i % STAGES
+            mbarrier.wait(empty8.index(s), ((i // STAGES) & 1) ^ 1)
+            bar = ready8.index(s)
+            mbarrier.expect(bar, NBYTES)
+            k0 = (step * MX_STEP).to(gl.int32)
+            tma.async_copy_global_to_shared(a_desc, [m0, k0], bar, a8.index(s))
+            tma.async_copy_global_to_shared(b_desc, [n0, k0], bar, b8.index(s))
+            i += 1
+
+
+@gluon.jit
+def _mx_convert_half(src, dst, SCALE, rows, row_stride, block_stride, q, begin, end,
+                     ROWS: gl.constexpr, layout: gl.constexpr):
+    """One 32-token half of a staged operand: codes [ROWS, 32] (one row a thread) times their
+    rows' E8M0 scales of block ``q``, tokens outside [begin, end) zeroed, stored as BF16."""
+    codes = src.load(layout)
+    k0 = q * MX_BLOCK
+    # a block at or past the expert's end may be past the last scale block too
+    e = gl.load(SCALE + rows.to(gl.int64) * row_stride + q * block_stride,
+                mask=(rows < ROWS) & (k0 < end), other=127)
+    values = codes.to(gl.float32) * _pow2(e.to(gl.int32) - 127)[:, None]
+    if (k0 < begin) | (k0 + MX_BLOCK > end):   # the expert's first or last block
+        k = k0 + gl.arange(0, MX_BLOCK, layout=gl.SliceLayout(0, layout))
+        values = gl.where(((k >= begin) & (k < end))[None, :], values, 0.0)
+    dst.store(values.to(gl.bfloat16))
+
+
+@gluon.jit
+def _mx_convert_partition(a8, b8, a16, b16, ready8, empty8, ready16, empty16, A_SCALE, B_SCALE,
+                          OFFSETS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
+                          HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
+    S8: gl.constexpr = a8.shape[0]
+    S16: gl.constexpr = a16.shape[0]
+    BN: gl.constexpr = b8.shape[1]
+    rows_a: gl.constexpr = gl.BlockedLayout([1, 32], [32, 1], [4, 1], [1, 0])
+    rows_b: gl.constexpr = gl.BlockedLayout([BN // 128, 32], [32, 1], [4, 1], [1, 0])
+    work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
+    i = 0
+    for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
+        expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum, False,
+                                           HIDDEN, INTER, BN, GROUP)
+        m = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rows_a))
+        n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, rows_b))
+        for step in range(begin // MX_STEP, (end + MX_STEP - 1) // MX_STEP):
+            s8 = i % S8
+            s16 = i % S16
+            mbarrier.wait(ready8.index(s8), (i // S8) & 1)
+            mbarrier.wait(empty16.index(s16), ((i // S16) & 1) ^ 1)
+            for j in gl.static_range(2):
+                q = step * 2 + j
+                _mx_convert_half(a8.index(s8).slice(j * MX_BLOCK, MX_BLOCK, dim=1),
+                                 a16.index(s16).slice(j * MX_BLOCK, MX_BLOCK, dim=1), A_SCALE, m,
+                                 sa_m, sa_k, q, begin, end, HIDDEN, rows_a)
+                _mx_convert_half(b8.index(s8).slice(j * MX_BLOCK, MX_BLOCK, dim=1),
+                                 b16.index(s16).slice(j * MX_BLOCK, MX_BLOCK, dim=1), B_SCALE, n,
+                                 sb_n, sb_k, q, begin, end, INTER, rows_b)
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(empty8.index(s8))
+            mbarrier.arrive(ready16.index(s16))
+            i += 1
+
+
+@gluon.jit
+def _mx_mma_partition(a16, b16, ready16, empty16, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
+                      tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                      DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                      OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr):
+    """Both MMA warpgroups (8 warps, 64 rows each): the expert's BF16 products summed on the
+    tensor cores, one product in flight while the previous one's stage is given back."""
+    S16: gl.constexpr = a16.shape[0]
+    BN: gl.constexpr = b16.shape[1]
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, BN, 16])
+    work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
+    i = 0
+    for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
+        expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum, True,
+                                           HIDDEN, INTER, BN, GROUP)
+        m = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+        n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+        acc = gl.zeros([BLOCK_M, BN], gl.float32, layout)
+        first = begin // MX_STEP
+        last = (end + MX_STEP - 1) // MX_STEP
+        for step in range(first, last):
+            s = i % S16
+            mbarrier.wait(ready16.index(s), (i // S16) & 1)
+            acc = warpgroup_mma(a16.index(s), b16.index(s).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+            if step > first:   # the previous step's product has finished, in both warpgroups
+                _release(empty16, i + S16 - 1)
+            i += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        if last > first:
+            _release(empty16, i + S16 - 1)
+        if ACCUMULATE:
+            if end > begin:
+                _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
+                            ACCUMULATE, OUT_DTYPE)
+        else:
+            _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                        OUT_DTYPE)
+
+
+@gluon.jit(do_not_specialize=["experts", "tokens_sum", "sa_m", "sa_k", "sb_k", "sb_n"])
+def _wgrad_mxfp8_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS,
+                        experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
+                        INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                        OUT_DTYPE: gl.constexpr, S8: gl.constexpr, S16: gl.constexpr,
+                        GROUP: gl.constexpr):
+    BN: gl.constexpr = b_desc.block_type.shape[0]
+    a8 = gl.allocate_shared_memory(a_desc.dtype, [S8] + a_desc.block_type.shape, a_desc.layout)
+    b8 = gl.allocate_shared_memory(b_desc.dtype, [S8] + b_desc.block_type.shape, b_desc.layout)
+    a16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, MX_STEP],
+                                                                    gl.bfloat16)
+    b16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, MX_STEP], gl.bfloat16)
+    a16 = gl.allocate_shared_memory(gl.bfloat16, [S16, BLOCK_M, MX_STEP], a16_layout)
+    b16 = gl.allocate_shared_memory(gl.bfloat16, [S16, BN, MX_STEP], b16_layout)
+    ready8 = gl.allocate_shared_memory(gl.int64, [S8, 1], mbarrier.MBarrierLayout())
+    empty8 = gl.allocate_shared_memory(gl.int64, [S8, 1], mbarrier.MBarrierLayout())
+    ready16 = gl.allocate_shared_memory(gl.int64, [S16, 1], mbarrier.MBarrierLayout())
+    empty16 = gl.allocate_shared_memory(gl.int64, [S16, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(S8):
+        mbarrier.init(ready8.index(s), count=1)
+        mbarrier.init(empty8.index(s), count=1)
+    for s in gl.static_range(S16):
+        mbarrier.init(ready16.index(s), count=1)
+        mbarrier.init(empty16.index(s), count=1)
+    gl.warp_specialize([
+        (_mx_convert_partition, (a8, b8, a16, b16, ready8, empty8, ready16, empty16, A_SCALE,
+                                 B_SCALE, OFFSETS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k,
+                                 sb_n, HIDDEN, INTER, GROUP)),
+        (_mx_load_partition, (a_desc, b_desc, a8, b8, ready8, empty8, OFFSETS, ERRORS, experts,
+                              tokens_sum, HIDDEN, INTER, GROUP)),
+        (_mx_mma_partition, (a16, b16, ready16, empty16, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
+                             tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP)),
+    ], [1, 8], [MX_LOADER_REGS, MX_MMA_REGS])
+
+
+def launch_wgrad_mxfp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype, errors,
+                             *, hidden: int, inter: int, accumulate: bool,
+                             config: MxConfig = MX_CONFIG) -> None:
+    """MXFP8 (uint8 E8M0 scales per 32 tokens) through the BF16-product kernel: arguments as
+    ``launch_wgrad_fp8_gluon``'s, on operands ``fits_gluon_kernel`` accepts."""
+    experts = offsets.numel()
+    if experts == 0:
+        return
+    a_desc = gluon_descriptor(a, [BLOCK_M.value, MX_STEP.value])
+    b_desc = gluon_descriptor(b.t(), [config.block_n, MX_STEP.value])
+    work = cdiv(hidden, BLOCK_M.value) * cdiv(inter, config.block_n) * experts
+    out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
+    launch(_wgrad_mxfp8_kernel, (min(work, sm_count(a.device)),), a_desc, b_desc, a_scale,
+           b_scale, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], a_scale.stride(0),
+           a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
+           DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
+           S8=config.fp8_stages, S16=config.bf16_stages, GROUP=GROUP_M, num_warps=4,
+           maxnreg=MX_LAUNCH_REGS)
+
+
 def fits_gluon_kernel(a, b, capability) -> bool:
     """Whether this kernel takes these FP8 operands: a Hopper GPU, Triton 3.6, both
     tokens-major, tokens_sum a positive multiple of 16, rows 16-byte strided and 16-byte
@@ -296,10 +492,18 @@ def fits_gluon_kernel(a, b, capability) -> bool:
 
 def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype, errors,
                            *, hidden: int, inter: int, accumulate: bool,
-                           config: GluonConfig = GLUON_CONFIG) -> None:
-    """The FP8 wgrad through this kernel: arguments as kernels.launch_wgrad_fp8's (a (hidden,
-    T) and b (T, intermediate) both tokens-major; FP32 scales per 128 tokens, or uint8 E8M0
-    per 32), on operands ``fits_gluon_kernel`` accepts."""
+                           config: GluonConfig | MxConfig | None = None) -> None:
+    """The FP8 wgrad on Hopper: arguments as kernels.launch_wgrad_fp8's (a (hidden, T) and b
+    (T, intermediate) both tokens-major; FP32 scales per 128 tokens, or uint8 E8M0 per 32), on
+    operands ``fits_gluon_kernel`` accepts. By default 1x128 runs the FP8-product kernel and
+    MXFP8 the BF16-product one; a ``GluonConfig`` picks the FP8-product kernel for either."""
+    if config is None:
+        config = MX_CONFIG if a_scale.dtype == torch.uint8 else GLUON_CONFIG
+    if isinstance(config, MxConfig):
+        launch_wgrad_mxfp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype,
+                                 errors, hidden=hidden, inter=inter, accumulate=accumulate,
+                                 config=config)
+        return
     experts = offsets.numel()
     if experts == 0:
         return
@@ -343,4 +547,22 @@ def compile_cases() -> list[CompileCase]:
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
                  OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M, MX=mx),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
+    for discrete in (False, True):
+        name = f"wgrad mxfp8 BF16 products (Gluon) discrete={discrete}"
+        if not GLUON_API_OK:
+            cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
+                                                             f"{triton.__version__}"))
+            continue
+        fp8 = torch.float8_e4m3fn
+        cases.append(CompileCase(name, _wgrad_mxfp8_kernel, dict(
+            a_desc=gluon_descriptor_type([BLOCK_M.value, MX_STEP.value], fp8),
+            b_desc=gluon_descriptor_type([MX_CONFIG.block_n, MX_STEP.value], fp8),
+            A_SCALE="*u8", B_SCALE="*u8", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
+            ERRORS="*i32", experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32",
+            sb_n="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, S8=c, S16=c,
+            GROUP=c),
+            dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
+                 OUT_DTYPE=gl.bfloat16, S8=MX_CONFIG.fp8_stages, S16=MX_CONFIG.bf16_stages,
+                 GROUP=GROUP_M),
+            num_warps=4, maxnreg=MX_LAUNCH_REGS, gluon=True))
     return cases
