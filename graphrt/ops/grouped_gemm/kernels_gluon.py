@@ -332,16 +332,20 @@ def _mx_load_partition(a_desc, b_desc, a8, b8, ready8, empty8, OFFSETS, ERRORS, 
 
 
 @gluon.jit
-def _mx_convert_half(src, dst, SCALE, rows, row_stride, block_stride, q, begin, end,
-                     ROWS: gl.constexpr, layout: gl.constexpr):
-    """One 32-token half of a staged operand: codes [ROWS, 32] (one row a thread) times their
-    rows' E8M0 scales of block ``q``, tokens outside [begin, end) zeroed, stored as BF16."""
+def _mx_scale_codes(SCALE, rows, row_stride, block_stride, q, end, ROWS: gl.constexpr):
+    """The rows' E8M0 scale bytes of block ``q`` (127, a scale of 1, for blocks at or past the
+    expert's end, which may be past the last scale block)."""
+    return gl.load(SCALE + rows.to(gl.int64) * row_stride + q * block_stride,
+                   mask=(rows < ROWS) & (q * MX_BLOCK < end), other=127)
+
+
+@gluon.jit
+def _mx_convert_half(src, dst, e, q, begin, end, layout: gl.constexpr):
+    """One 32-token half of a staged operand: codes [ROWS, 32] times their rows' E8M0 scales
+    ``e`` (of block ``q``), tokens outside [begin, end) zeroed, stored as BF16."""
     codes = src.load(layout)
-    k0 = q * MX_BLOCK
-    # a block at or past the expert's end may be past the last scale block too
-    e = gl.load(SCALE + rows.to(gl.int64) * row_stride + q * block_stride,
-                mask=(rows < ROWS) & (k0 < end), other=127)
     values = codes.to(gl.float32) * _pow2(e.to(gl.int32) - 127)[:, None]
+    k0 = q * MX_BLOCK
     if (k0 < begin) | (k0 + MX_BLOCK > end):   # the expert's first or last block
         k = k0 + gl.arange(0, MX_BLOCK, layout=gl.SliceLayout(0, layout))
         values = gl.where(((k >= begin) & (k < end))[None, :], values, 0.0)
@@ -355,6 +359,8 @@ def _mx_convert_partition(a8, b8, a16, b16, ready8, empty8, ready16, empty16, A_
     S8: gl.constexpr = a8.shape[0]
     S16: gl.constexpr = a16.shape[0]
     BN: gl.constexpr = b8.shape[1]
+    # a row a thread (one scale each); 8 tokens a thread, 4 threads a row, ran slower (2026-12-02:
+    # 175-183 TFLOP/s against 203-215): four scale loads a thread instead of one
     rows_a: gl.constexpr = gl.BlockedLayout([1, 32], [32, 1], [4, 1], [1, 0])
     rows_b: gl.constexpr = gl.BlockedLayout([BN // 128, 32], [32, 1], [4, 1], [1, 0])
     work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
@@ -364,19 +370,36 @@ def _mx_convert_partition(a8, b8, a16, b16, ready8, empty8, ready16, empty16, A_
                                            HIDDEN, INTER, BN, GROUP)
         m = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rows_a))
         n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, rows_b))
-        for step in range(begin // MX_STEP, (end + MX_STEP - 1) // MX_STEP):
+        first = begin // MX_STEP
+        # each step's scale bytes are loaded a step ahead, so their latency runs under the
+        # previous step's conversion
+        ea0 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, 2 * first, end, HIDDEN)
+        ea1 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, 2 * first + 1, end, HIDDEN)
+        eb0 = _mx_scale_codes(B_SCALE, n, sb_n, sb_k, 2 * first, end, INTER)
+        eb1 = _mx_scale_codes(B_SCALE, n, sb_n, sb_k, 2 * first + 1, end, INTER)
+        for step in range(first, (end + MX_STEP - 1) // MX_STEP):
             s8 = i % S8
             s16 = i % S16
+            q = 2 * step + 2
+            na0 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, q, end, HIDDEN)
+            na1 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, q + 1, end, HIDDEN)
+            nb0 = _mx_scale_codes(B_SCALE, n, sb_n, sb_k, q, end, INTER)
+            nb1 = _mx_scale_codes(B_SCALE, n, sb_n, sb_k, q + 1, end, INTER)
             mbarrier.wait(ready8.index(s8), (i // S8) & 1)
             mbarrier.wait(empty16.index(s16), ((i // S16) & 1) ^ 1)
-            for j in gl.static_range(2):
-                q = step * 2 + j
-                _mx_convert_half(a8.index(s8).slice(j * MX_BLOCK, MX_BLOCK, dim=1),
-                                 a16.index(s16).slice(j * MX_BLOCK, MX_BLOCK, dim=1), A_SCALE, m,
-                                 sa_m, sa_k, q, begin, end, HIDDEN, rows_a)
-                _mx_convert_half(b8.index(s8).slice(j * MX_BLOCK, MX_BLOCK, dim=1),
-                                 b16.index(s16).slice(j * MX_BLOCK, MX_BLOCK, dim=1), B_SCALE, n,
-                                 sb_n, sb_k, q, begin, end, INTER, rows_b)
+            a_src, b_src = a8.index(s8), b8.index(s8)
+            a_dst, b_dst = a16.index(s16), b16.index(s16)
+            _mx_convert_half(a_src.slice(0, MX_BLOCK, dim=1), a_dst.slice(0, MX_BLOCK, dim=1),
+                             ea0, 2 * step, begin, end, rows_a)
+            _mx_convert_half(b_src.slice(0, MX_BLOCK, dim=1), b_dst.slice(0, MX_BLOCK, dim=1),
+                             eb0, 2 * step, begin, end, rows_b)
+            _mx_convert_half(a_src.slice(MX_BLOCK, MX_BLOCK, dim=1),
+                             a_dst.slice(MX_BLOCK, MX_BLOCK, dim=1), ea1, 2 * step + 1, begin,
+                             end, rows_a)
+            _mx_convert_half(b_src.slice(MX_BLOCK, MX_BLOCK, dim=1),
+                             b_dst.slice(MX_BLOCK, MX_BLOCK, dim=1), eb1, 2 * step + 1, begin,
+                             end, rows_b)
+            ea0, ea1, eb0, eb1 = na0, na1, nb0, nb1
             fence_async_shared()
             gl.thread_barrier()
             mbarrier.arrive(empty8.index(s8))
