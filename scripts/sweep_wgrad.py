@@ -31,7 +31,7 @@ FP8_CONFIGS = {
         (128, 128, 128, 8, 4, 8), (256, 64, 128, 8, 3, 8), (128, 64, 128, 4, 3, 8, 168)]]}
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
 # MXFP8 on BF16 tensor cores (the default for E8M0 scales)
-MX_CONFIGS = [gluon.MxConfig(*c) for c in [(128, 4, 3), (128, 3, 2), (128, 6, 2)]]
+MX_CONFIGS = [gluon.MxConfig(*c) for c in [(128, 4, 3), (128, 6, 2), (128, 4, 3, False)]]
 # the plan's tile first; with ragged_prefetch (sm_90a, Triton 3.6) 128 x 256 spills 252 B,
 # 128 x 128 on 8 warps takes 176 registers and spills none (on 4 warps 616 B)
 RAGGED_CONFIGS = [GemmConfig(*c) for c in [

@@ -294,11 +294,13 @@ MX_STEP = gl.constexpr(64)   # tokens a step: two E8M0 scale blocks
 @dataclass(frozen=True)
 class MxConfig:
     """Output columns per tile (128 rows), FP8 stages (loader -> converter) and BF16 stages
-    (converter -> MMA warps) of the MXFP8 kernel."""
+    (converter -> MMA warps) of the MXFP8 kernel; ``split``: the MMA warps convert A
+    themselves and the converting warpgroup only B."""
 
     block_n: int = 128
     fp8_stages: int = 4
     bf16_stages: int = 3
+    split: bool = True
 
 
 MX_CONFIG = MxConfig()
@@ -353,9 +355,22 @@ def _mx_convert_half(src, dst, e, q, begin, end, layout: gl.constexpr):
 
 
 @gluon.jit
+def _mx_convert_step(src, dst, e0, e1, step, begin, end, layout: gl.constexpr):
+    """Both 32-token halves of one staged operand (scale bytes ``e0``, ``e1``) into BF16."""
+    _mx_convert_half(src.slice(0, MX_BLOCK, dim=1), dst.slice(0, MX_BLOCK, dim=1), e0, 2 * step,
+                     begin, end, layout)
+    _mx_convert_half(src.slice(MX_BLOCK, MX_BLOCK, dim=1), dst.slice(MX_BLOCK, MX_BLOCK, dim=1),
+                     e1, 2 * step + 1, begin, end, layout)
+
+
+@gluon.jit
 def _mx_convert_partition(a8, b8, a16, b16, ready8, empty8, ready16, empty16, A_SCALE, B_SCALE,
                           OFFSETS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
-                          HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
+                          HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr,
+                          SPLIT: gl.constexpr):
+    """Converts each staged step's B (and A unless ``SPLIT``) into the BF16 stages. Each
+    step's scale bytes are loaded a step ahead, so that their latency runs under the previous
+    step's conversion (203-215 -> 273-280 TFLOP/s)."""
     S8: gl.constexpr = a8.shape[0]
     S16: gl.constexpr = a16.shape[0]
     BN: gl.constexpr = b8.shape[1]
@@ -370,36 +385,29 @@ def _mx_convert_partition(a8, b8, a16, b16, ready8, empty8, ready16, empty16, A_
                                            HIDDEN, INTER, BN, GROUP)
         m = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rows_a))
         n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, rows_b))
-        first = begin // MX_STEP
-        # each step's scale bytes are loaded a step ahead, so their latency runs under the
-        # previous step's conversion
-        ea0 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, 2 * first, end, HIDDEN)
-        ea1 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, 2 * first + 1, end, HIDDEN)
-        eb0 = _mx_scale_codes(B_SCALE, n, sb_n, sb_k, 2 * first, end, INTER)
-        eb1 = _mx_scale_codes(B_SCALE, n, sb_n, sb_k, 2 * first + 1, end, INTER)
-        for step in range(first, (end + MX_STEP - 1) // MX_STEP):
+        q = begin // MX_STEP * 2
+        if not SPLIT:
+            ea0 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, q, end, HIDDEN)
+            ea1 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, q + 1, end, HIDDEN)
+        eb0 = _mx_scale_codes(B_SCALE, n, sb_n, sb_k, q, end, INTER)
+        eb1 = _mx_scale_codes(B_SCALE, n, sb_n, sb_k, q + 1, end, INTER)
+        for step in range(begin // MX_STEP, (end + MX_STEP - 1) // MX_STEP):
             s8 = i % S8
             s16 = i % S16
             q = 2 * step + 2
-            na0 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, q, end, HIDDEN)
-            na1 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, q + 1, end, HIDDEN)
+            if not SPLIT:
+                na0 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, q, end, HIDDEN)
+                na1 = _mx_scale_codes(A_SCALE, m, sa_m, sa_k, q + 1, end, HIDDEN)
             nb0 = _mx_scale_codes(B_SCALE, n, sb_n, sb_k, q, end, INTER)
             nb1 = _mx_scale_codes(B_SCALE, n, sb_n, sb_k, q + 1, end, INTER)
             mbarrier.wait(ready8.index(s8), (i // S8) & 1)
             mbarrier.wait(empty16.index(s16), ((i // S16) & 1) ^ 1)
-            a_src, b_src = a8.index(s8), b8.index(s8)
-            a_dst, b_dst = a16.index(s16), b16.index(s16)
-            _mx_convert_half(a_src.slice(0, MX_BLOCK, dim=1), a_dst.slice(0, MX_BLOCK, dim=1),
-                             ea0, 2 * step, begin, end, rows_a)
-            _mx_convert_half(b_src.slice(0, MX_BLOCK, dim=1), b_dst.slice(0, MX_BLOCK, dim=1),
-                             eb0, 2 * step, begin, end, rows_b)
-            _mx_convert_half(a_src.slice(MX_BLOCK, MX_BLOCK, dim=1),
-                             a_dst.slice(MX_BLOCK, MX_BLOCK, dim=1), ea1, 2 * step + 1, begin,
-                             end, rows_a)
-            _mx_convert_half(b_src.slice(MX_BLOCK, MX_BLOCK, dim=1),
-                             b_dst.slice(MX_BLOCK, MX_BLOCK, dim=1), eb1, 2 * step + 1, begin,
-                             end, rows_b)
-            ea0, ea1, eb0, eb1 = na0, na1, nb0, nb1
+            if not SPLIT:
+                _mx_convert_step(a8.index(s8), a16.index(s16), ea0, ea1, step, begin, end,
+                                 rows_a)
+                ea0, ea1 = na0, na1
+            _mx_convert_step(b8.index(s8), b16.index(s16), eb0, eb1, step, begin, end, rows_b)
+            eb0, eb1 = nb0, nb1
             fence_async_shared()
             gl.thread_barrier()
             mbarrier.arrive(empty8.index(s8))
@@ -408,16 +416,20 @@ def _mx_convert_partition(a8, b8, a16, b16, ready8, empty8, ready16, empty16, A_
 
 
 @gluon.jit
-def _mx_mma_partition(a16, b16, ready16, empty16, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
-                      tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                      DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                      OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr):
+def _mx_mma_partition(a8, a16, b16, ready8, empty8, ready16, empty16, A_SCALE, OFFSETS, OUT,
+                      OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, HIDDEN: gl.constexpr,
+                      INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                      OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, SPLIT: gl.constexpr):
     """Both MMA warpgroups (8 warps, 64 rows each): the expert's BF16 products summed on the
-    tensor cores, one product in flight while the previous one's stage is given back."""
+    tensor cores, one product in flight while the previous one's stage is given back; with
+    ``SPLIT`` they first convert each step's A themselves (its BF16 stage is free: the
+    product that read it, S16 >= 2 steps back, has finished)."""
+    S8: gl.constexpr = a8.shape[0]
     S16: gl.constexpr = a16.shape[0]
     BN: gl.constexpr = b16.shape[1]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, BN, 16])
+    rows_a: gl.constexpr = gl.BlockedLayout([1, 16], [16, 2], [8, 1], [1, 0])
     work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
     i = 0
     for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
@@ -428,8 +440,22 @@ def _mx_mma_partition(a16, b16, ready16, empty16, OFFSETS, OUT, OUT_PTRS, ERRORS
         acc = gl.zeros([BLOCK_M, BN], gl.float32, layout)
         first = begin // MX_STEP
         last = (end + MX_STEP - 1) // MX_STEP
+        if SPLIT:
+            m_rows = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rows_a))
+            ea0 = _mx_scale_codes(A_SCALE, m_rows, sa_m, sa_k, 2 * first, end, HIDDEN)
+            ea1 = _mx_scale_codes(A_SCALE, m_rows, sa_m, sa_k, 2 * first + 1, end, HIDDEN)
         for step in range(first, last):
             s = i % S16
+            if SPLIT:
+                na0 = _mx_scale_codes(A_SCALE, m_rows, sa_m, sa_k, 2 * step + 2, end, HIDDEN)
+                na1 = _mx_scale_codes(A_SCALE, m_rows, sa_m, sa_k, 2 * step + 3, end, HIDDEN)
+                s8 = i % S8
+                mbarrier.wait(ready8.index(s8), (i // S8) & 1)
+                _mx_convert_step(a8.index(s8), a16.index(s), ea0, ea1, step, begin, end, rows_a)
+                ea0, ea1 = na0, na1
+                fence_async_shared()
+                gl.thread_barrier()
+                mbarrier.arrive(empty8.index(s8))
             mbarrier.wait(ready16.index(s), (i // S16) & 1)
             acc = warpgroup_mma(a16.index(s), b16.index(s).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
@@ -453,7 +479,7 @@ def _wgrad_mxfp8_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS
                         experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
                         INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                         OUT_DTYPE: gl.constexpr, S8: gl.constexpr, S16: gl.constexpr,
-                        GROUP: gl.constexpr):
+                        GROUP: gl.constexpr, SPLIT: gl.constexpr):
     BN: gl.constexpr = b_desc.block_type.shape[0]
     a8 = gl.allocate_shared_memory(a_desc.dtype, [S8] + a_desc.block_type.shape, a_desc.layout)
     b8 = gl.allocate_shared_memory(b_desc.dtype, [S8] + b_desc.block_type.shape, b_desc.layout)
@@ -468,18 +494,19 @@ def _wgrad_mxfp8_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS
     empty16 = gl.allocate_shared_memory(gl.int64, [S16, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(S8):
         mbarrier.init(ready8.index(s), count=1)
-        mbarrier.init(empty8.index(s), count=1)
+        mbarrier.init(empty8.index(s), count=2 if SPLIT else 1)   # the readers of the stage
     for s in gl.static_range(S16):
         mbarrier.init(ready16.index(s), count=1)
         mbarrier.init(empty16.index(s), count=1)
     gl.warp_specialize([
         (_mx_convert_partition, (a8, b8, a16, b16, ready8, empty8, ready16, empty16, A_SCALE,
                                  B_SCALE, OFFSETS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k,
-                                 sb_n, HIDDEN, INTER, GROUP)),
+                                 sb_n, HIDDEN, INTER, GROUP, SPLIT)),
         (_mx_load_partition, (a_desc, b_desc, a8, b8, ready8, empty8, OFFSETS, ERRORS, experts,
                               tokens_sum, HIDDEN, INTER, GROUP)),
-        (_mx_mma_partition, (a16, b16, ready16, empty16, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
-                             tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP)),
+        (_mx_mma_partition, (a8, a16, b16, ready8, empty8, ready16, empty16, A_SCALE, OFFSETS,
+                             OUT, OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, HIDDEN,
+                             INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, SPLIT)),
     ], [1, 8], [MX_LOADER_REGS, MX_MMA_REGS])
 
 
@@ -499,8 +526,8 @@ def launch_wgrad_mxfp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out
            b_scale, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], a_scale.stride(0),
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
-           S8=config.fp8_stages, S16=config.bf16_stages, GROUP=GROUP_M, num_warps=4,
-           maxnreg=MX_LAUNCH_REGS)
+           S8=config.fp8_stages, S16=config.bf16_stages, GROUP=GROUP_M, SPLIT=config.split,
+           num_warps=4, maxnreg=MX_LAUNCH_REGS)
 
 
 def fits_gluon_kernel(a, b, capability) -> bool:
@@ -570,8 +597,8 @@ def compile_cases() -> list[CompileCase]:
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
                  OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M, MX=mx),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
-    for discrete in (False, True):
-        name = f"wgrad mxfp8 BF16 products (Gluon) discrete={discrete}"
+    for discrete, split in ((False, True), (True, True), (False, False)):
+        name = f"wgrad mxfp8 BF16 products (Gluon) discrete={discrete} split={split}"
         if not GLUON_API_OK:
             cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
                                                              f"{triton.__version__}"))
@@ -583,9 +610,9 @@ def compile_cases() -> list[CompileCase]:
             A_SCALE="*u8", B_SCALE="*u8", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
             ERRORS="*i32", experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32",
             sb_n="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, S8=c, S16=c,
-            GROUP=c),
+            GROUP=c, SPLIT=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
                  OUT_DTYPE=gl.bfloat16, S8=MX_CONFIG.fp8_stages, S16=MX_CONFIG.bf16_stages,
-                 GROUP=GROUP_M),
+                 GROUP=GROUP_M, SPLIT=split),
             num_warps=4, maxnreg=MX_LAUNCH_REGS, gluon=True))
     return cases
