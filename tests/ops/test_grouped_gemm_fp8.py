@@ -326,9 +326,9 @@ def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate
     """The warp-specialized kernel (kernels_gluon.py), called directly, for the 1x128 recipe
     (the plan's) and MXFP8 (not the plan's), both scale layouts: experts starting and ending
     inside scale blocks, one inside a single block, empty ones, a hidden and an intermediate
-    size that are no multiple of the tile, NaN codes in the neighbours' tokens of shared blocks, and more
-    tiles than SMs (programs take several). Both sum each block's products on the FP8 tensor
-    cores, hence the 1x128 tolerance for both."""
+    size that are no multiple of the tile, NaN codes in the neighbours' tokens of shared
+    blocks, and more tiles than SMs (programs take several). Both sum each block's products
+    on the FP8 tensor cores, hence the 1x128 tolerance for both."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm import kernels_gluon
     hidden, inter = 1160, 1000
