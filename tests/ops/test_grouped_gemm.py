@@ -340,7 +340,8 @@ def test_gpu_ragged_matches_reference(seed, hidden, counts):
 @pytest.mark.gpu
 @pytest.mark.parametrize("block_n", [128, 256])
 def test_gpu_ragged_prefetched_loop(seed, block_n):
-    """``ragged_prefetch`` on the GPU (an option the sweep times; the plan does not use it)."""
+    """``ragged_prefetch`` on the GPU, called directly: at the plan's tile (128 x 256, which
+    the plan runs with it since 2026-12-02) and at 128 x 128 (which the sweep also times)."""
     from graphrt.ops.grouped_gemm.kernels import GemmConfig
     cfg = GemmConfig(128, block_n, 64, 8, 3, 8, ragged_prefetch=True)
     _check_ragged_aligned_and_odd([0, 301, 17, 0, 1023, 259], 1156, 768, "cuda", cfg)
