@@ -53,14 +53,14 @@ for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):
         b = torch.randn(72, tokens, device="cuda").to(torch.float8_e4m3fn).t()
         sa, sb = (torch.ones(rows, blocks, device="cuda").to(scale_dtype) for rows in (136, 72))
         graphrt.ops.grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb.t())
-        if kernels_gluon.fits_gluon_kernel(a, b, torch.cuda.get_device_capability()):
+        if block == 128 and kernels_gluon.fits_gluon_kernel(a, b,
+                                                            torch.cuda.get_device_capability()):
             # the warp-specialized kernel (the plan's for 1x128, which then leaves the Triton
-            # kernel's aligned path to run here; MXFP8 not the plan's)
-            if block == 128:
-                launch_wgrad_fp8(fp8_config(False, 128), a, b, sa, sb.t(), offsets,
-                                 torch.empty(5, 136, 72, dtype=torch.bfloat16, device="cuda"),
-                                 None, torch.bfloat16, error_flags(a.device), hidden=136,
-                                 inter=72, accumulate=False, dot_fp32=False)
+            # kernel's aligned path to run here)
+            launch_wgrad_fp8(fp8_config(False, 128), a, b, sa, sb.t(), offsets,
+                             torch.empty(5, 136, 72, dtype=torch.bfloat16, device="cuda"),
+                             None, torch.bfloat16, error_flags(a.device), hidden=136,
+                             inter=72, accumulate=False, dot_fp32=False)
             kernels_gluon.launch_wgrad_fp8_gluon(
                 a, b, sa, sb.t(), offsets, torch.empty(5, 136, 72, dtype=torch.bfloat16,
                                                        device="cuda"),

@@ -1,7 +1,7 @@
 """Sweep grouped-wgrad tile configs on the GPU (device machine): each checked against FP32
 torch.mm per expert, then timed next to torch._grouped_mm. ``--fp8`` sweeps the FP8 kernels
 (MXFP8 and FP32 scales per 128 tokens) next to the BF16 plan on the same shapes, and the
-warp-specialized Gluon kernel (kernels_gluon.py) for both where it fits; ``--ragged``
+warp-specialized Gluon kernel (kernels_gluon.py) for 1x128 where it fits; ``--ragged``
 sweeps tensor_ragged inputs (per-expert blocks, tokens unit-stride) with counts in multiples of
 256 and moved off multiples of 8 (``odd``: rows not 16-byte aligned, two-byte loads), with and
 without ``ragged_prefetch``; ``--first`` only the first benchmark case."""
@@ -86,7 +86,8 @@ def main(fp8: bool, first: bool):
                                      errors, hidden=hidden, inter=inter, accumulate=False,
                                      dot_fp32=False)
                 _timed(f"{name} {cfg}", run, fsets, check_against(a_val, b_val), flops)
-            if gluon.fits_gluon_kernel(a, b, torch.cuda.get_device_capability()):
+            if block == 128 and gluon.fits_gluon_kernel(a, b,
+                                                        torch.cuda.get_device_capability()):
                 for gcfg in GLUON_CONFIGS:
                     def run_gluon(a, b, sa, sb, gcfg=gcfg):
                         gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, out, None,

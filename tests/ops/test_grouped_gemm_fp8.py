@@ -266,12 +266,12 @@ def test_gpu_output_modes_and_accumulate(seed, recipe, out_dtype, mode, monkeypa
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
-@pytest.mark.parametrize("direct", [False, True])
+@pytest.mark.parametrize("recipe,direct", [("mxfp8", False), ("fp32x128", False),
+                                           ("fp32x128", True)])
 @pytest.mark.parametrize("scales_mn_major", [False, True])
 def test_gpu_nan_scales_leave_empty_experts_zero(seed, recipe, direct, scales_mn_major):
     """Through the plan (the Gluon kernel for 1x128 on Hopper) and the Gluon kernel called
-    directly (both recipes), both scale layouts."""
+    directly, both scale layouts."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm import kernels_gluon
     launch = None
@@ -319,21 +319,18 @@ def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
 @pytest.mark.parametrize("out_dtype,mode,accumulate", [(torch.float32, "dense", False),
                                                        (torch.bfloat16, "discrete", True),
                                                        (torch.float16, "dense", True)])
-@pytest.mark.parametrize("recipe", ["fp32x128", "mxfp8"])
 @pytest.mark.parametrize("scales_mn_major", [False, True])
-def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate, recipe,
+def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate,
                                        scales_mn_major):
-    """The warp-specialized kernel (kernels_gluon.py), called directly, for the 1x128 recipe
-    (the plan's) and MXFP8 (not the plan's), both scale layouts: experts starting and ending
-    inside scale blocks, one inside a single block, empty ones, a hidden and an intermediate
-    size that are no multiple of the tile, NaN codes in the neighbours' tokens of shared
-    blocks, and more tiles than SMs (programs take several). Both sum each block's products
-    on the FP8 tensor cores, hence the 1x128 tolerance for both."""
+    """The warp-specialized 1x128 kernel (kernels_gluon.py), called directly, both scale
+    layouts: experts starting and ending inside scale blocks, one inside a single block, empty
+    ones, a hidden and an intermediate size that are no multiple of the tile, NaN codes in the
+    neighbours' tokens of shared blocks, and more tiles than SMs (programs take several)."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm import kernels_gluon
     hidden, inter = 1160, 1000
-    a, b, sa, sb, offsets = _problem(counts, hidden, inter, recipe, "cuda", scales_mn_major,
-                                     narrow_scales=out_dtype == torch.float16)
+    a, b, sa, sb, offsets = _problem(counts, hidden, inter, "fp32x128", "cuda",
+                                     scales_mn_major)
     if not kernels_gluon.fits_gluon_kernel(a, b, torch.cuda.get_device_capability()):
         pytest.skip("the Gluon kernel needs a Hopper GPU and Triton 3.6")
     a.view(torch.uint8)[:, 38] = 0x7F     # in the second expert's tokens (or the first's)

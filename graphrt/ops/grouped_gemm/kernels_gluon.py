@@ -1,5 +1,5 @@
-"""Hopper kernel (Gluon, Triton 3.6) for the FP8 grouped wgrad with block scales: the tensor
-cores multiply one block of tokens while the CUDA cores scale another.
+"""Hopper kernel (Gluon, Triton 3.6) for the 1x128 FP8 grouped wgrad: the tensor cores
+multiply one block of 128 tokens while the CUDA cores scale another.
 
 Triton keeps a dot asynchronous only when its result feeds nothing but the next dot, so the
 Triton kernel (kernels.py) waits for every block's product before scaling it, and a [128, 64]
@@ -14,17 +14,15 @@ A block the expert shares with a neighbour (its first and last, when they are no
 loaded whole and the other tokens are zeroed in shared memory in both operands (each warpgroup
 its half, joined by a barrier), so no neighbour's value (NaN included) reaches the sum.
 
-For the 1x128 recipe (FP32 scales per 128 tokens) the plan runs it for the calls
-``fits_gluon_kernel`` accepts (tokens_sum % 16 == 0, 16-byte aligned operands, Hopper, Triton
-3.6), the Triton kernel otherwise. On the H200 it runs at 775-800 TFLOP/s against the Triton
-kernel's 684-729 at the first benchmark case (docs/perf/wgrad.md). With E8M0 scales per 32
-tokens (MXFP8) each staged block is multiplied in four 32-token products, each waited for and
-scaled: correct on the H200 but slower than the Triton kernel (315 against 345 TFLOP/s), so
-the plan does not run it. ``scripts/sweep_wgrad.py --fp8`` times both.
+The plan runs it for the calls ``fits_gluon_kernel`` accepts (tokens_sum % 16 == 0, 16-byte
+aligned operands, Hopper, Triton 3.6), the Triton kernel otherwise. On the H200 it runs at
+757-800 TFLOP/s against the Triton kernel's 684-729 at the first benchmark case
+(docs/perf/wgrad.md); ``scripts/sweep_wgrad.py --fp8`` times its configurations. MXFP8 (E8M0
+scales per 32 tokens) stays with the Triton kernel: the same design with four 32-token products
+a block ran at 315 TFLOP/s against its 345 (2026-12-02), and was taken out again.
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import torch
@@ -34,7 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 
 from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, gluon_descriptor, gluon_descriptor_type,
-                             launch, ON_TESTED_TRITON, pow2, register_share, TL_DTYPES)
+                             launch, ON_TESTED_TRITON, register_share, TL_DTYPES)
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 
@@ -64,8 +62,6 @@ GLUON_CONFIG = GluonConfig()
 _tile_origin = gluon.jit(_triton_kernels._tile_origin.fn)
 _expert_tokens = gluon.jit(_triton_kernels._expert_tokens.fn)
 _store_tile = gluon.jit(_triton_kernels._store_tile.fn)   # its tensors carry their layouts
-_pow2 = gluon.jit(pow2.fn)
-MX_BLOCK = gl.constexpr(32)   # tokens per E8M0 scale (MXFP8)
 
 
 @gluon.jit
@@ -129,18 +125,6 @@ def _block_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
 
 
 @gluon.jit
-def _scale_values(A_SCALE, B_SCALE, q, valid, m, n, sa_m, sa_k, sb_k, sb_n,
-                  HIDDEN: gl.constexpr, INTER: gl.constexpr, MX: gl.constexpr):
-    """``_block_scales`` of scale block ``q`` as FP32 values: E8M0 bytes decoded to 2^(s - 127)
-    when ``MX`` (2^-127 where not ``valid``), FP32 scales as loaded (0 where not ``valid``)."""
-    sa, sb = _block_scales(A_SCALE, B_SCALE, q, valid, m, n, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                           INTER)
-    if MX:
-        sa, sb = _pow2(sa.to(gl.int32) - 127), _pow2(sb.to(gl.int32) - 127)
-    return sa, sb
-
-
-@gluon.jit
 def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: gl.constexpr):
     """Waits for the i-th stage the loader filled (block ``block``) and zeroes its tokens
     outside [begin, end) when the expert shares the block (both operands; each warpgroup its
@@ -186,21 +170,15 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                    ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
-                   MX: gl.constexpr, ROW0: gl.constexpr):
+                   ROW0: gl.constexpr):
     """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile.
 
     A block's scales are loaded one value a thread (64 + BLOCK_N values over 128 threads) and
     spread through shared memory to the threads that scale the product: each thread loading
     the 34 it uses, with their 64-bit addresses, made the kernel issue-bound (460-490 TFLOP/s
     against 705). The loads for the expert's next block are issued while this block's
-    product runs (705 -> 797 TFLOP/s). MX (E8M0 scales per 32 tokens): each staged block is
-    multiplied in four 32-token products, each scaled as it finishes."""
+    product runs (705 -> 797 TFLOP/s)."""
     BN: gl.constexpr = b_bufs.shape[1]
-    if MX:
-        SCALE_TOKENS: gl.constexpr = MX_BLOCK
-    else:
-        SCALE_TOKENS: gl.constexpr = BLOCK_K
-    SUBS: gl.constexpr = BLOCK_K // SCALE_TOKENS   # scale blocks (products) a staged block
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
@@ -217,34 +195,26 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
         total = gl.zeros([64, BN], gl.float32, layout)
         first = begin // BLOCK_K
         last = (end + BLOCK_K - 1) // BLOCK_K
-        # scale blocks q_first .. q_last - 1 hold the expert's tokens (none when it is empty:
-        # an empty expert inside a block still runs that block, on zeroed tokens, and its
-        # scales load as 0 (1x128) or 2^-127 (MXFP8), so that a neighbour's NaN or infinite
-        # scale leaves its zeros alone)
-        q_first = begin // SCALE_TOKENS
-        q_last = gl.where(end > begin, (end + SCALE_TOKENS - 1) // SCALE_TOKENS, q_first)
-        q = first * SUBS
-        sa_next, sb_next = _scale_values(A_SCALE, B_SCALE, q, (q >= q_first) & (q < q_last),
-                                         m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER,
-                                         MX)
+        # blocks first .. scaled - 1 hold the expert's tokens (none when it is empty: an empty
+        # expert inside a block still runs that block, on zeroed tokens, and its scales load
+        # as 0, so that a neighbour's NaN or infinite scale leaves its zeros alone)
+        scaled = gl.where(end > begin, last, first)
+        sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first, first < scaled, m_flat,
+                                         n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
         for block in range(first, last):
             s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
-            for j in gl.static_range(SUBS):
-                issued = warpgroup_mma(
-                    a_bufs.index(s).slice(ROW0, 64, dim=0).slice(j * SCALE_TOKENS, SCALE_TOKENS,
-                                                                 dim=1),
-                    b_bufs.index(s).slice(j * SCALE_TOKENS, SCALE_TOKENS, dim=1).permute((1, 0)),
-                    gl.zeros([64, BN], gl.float32, layout), use_acc=False, is_async=True)
-                sa_flat, sb_flat = sa_next, sb_next
-                q = block * SUBS + j + 1
-                sa_next, sb_next = _scale_values(A_SCALE, B_SCALE, q,
-                                                 (q >= q_first) & (q < q_last), m_flat, n_flat,
-                                                 sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER, MX)
-                sa, sb = _spread(sa_flat, sb_flat, layout)
-                done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
-                if j == SUBS - 1:
-                    _release(empty, i)
-                total += done * sa[:, None] * sb[None, :]
+            issued = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
+                                   b_bufs.index(s).permute((1, 0)),
+                                   gl.zeros([64, BN], gl.float32, layout), use_acc=False,
+                                   is_async=True)
+            sa_flat, sb_flat = sa_next, sb_next
+            sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1, block + 1 < scaled,
+                                             m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN,
+                                             INTER)
+            sa, sb = _spread(sa_flat, sb_flat, layout)
+            done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
+            _release(empty, i)
+            total += done * sa[:, None] * sb[None, :]
             i += 1
         if ACCUMULATE:
             if end > begin:
@@ -259,8 +229,7 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
 def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS,
                          experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
                          INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-                         MX: gl.constexpr):
+                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
@@ -275,12 +244,12 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, MX, 0)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN, INTER, GROUP)),
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, MX, 64)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -297,9 +266,9 @@ def fits_gluon_kernel(a, b, capability) -> bool:
 def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype, errors,
                            *, hidden: int, inter: int, accumulate: bool,
                            config: GluonConfig = GLUON_CONFIG) -> None:
-    """The FP8 wgrad through this kernel: arguments as kernels.launch_wgrad_fp8's (a (hidden,
-    T) and b (T, intermediate) both tokens-major; FP32 scales per 128 tokens, or uint8 E8M0
-    per 32), on operands ``fits_gluon_kernel`` accepts."""
+    """The 1x128 FP8 wgrad through this kernel: arguments as kernels.launch_wgrad_fp8's (a
+    (hidden, T) and b (T, intermediate) both tokens-major, FP32 scales per 128 tokens), on
+    operands ``fits_gluon_kernel`` accepts."""
     experts = offsets.numel()
     if experts == 0:
         return
@@ -311,36 +280,33 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
            b_scale, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], a_scale.stride(0),
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
-           STAGES=config.stages, GROUP=GROUP_M, MX=a_scale.dtype == torch.uint8, num_warps=4,
-           maxnreg=LAUNCH_REGS)
+           STAGES=config.stages, GROUP=GROUP_M, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: dense and discrete output at the first
-    benchmark case's sizes, for FP32 scales per 128 tokens (the plan's) and E8M0 scales per 32
-    (MXFP8, which the plan does not run here yet)."""
+    benchmark case's sizes."""
     import triton
 
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for mx, discrete in itertools.product((False, True), (False, True)):
-        name = f"wgrad fp8 {'mxfp8' if mx else '1x128'} (Gluon) discrete={discrete}"
+    for discrete in (False, True):
+        name = f"wgrad fp8 1x128 (Gluon) discrete={discrete}"
         if not GLUON_API_OK:
             cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
                                                              f"{triton.__version__}"))
             continue
         fp8 = torch.float8_e4m3fn
-        scale = "*u8" if mx else "*fp32"
         cases.append(CompileCase(name, _wgrad_fp8_ws_kernel, dict(
             a_desc=gluon_descriptor_type([BLOCK_M.value, BLOCK_K.value], fp8),
             b_desc=gluon_descriptor_type([GLUON_CONFIG.block_n, BLOCK_K.value], fp8),
-            A_SCALE=scale, B_SCALE=scale, OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
+            A_SCALE="*fp32", B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
             ERRORS="*i32", experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32",
             sb_n="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c,
-            GROUP=c, MX=c),
+            GROUP=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
-                 OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M, MX=mx),
+                 OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
