@@ -160,11 +160,11 @@ class Binding:
         self.outputs = outputs     # (tensor index, extent) of each non-empty output
         self.inputs = inputs       # the same, inputs
         self.names = names         # each tensor argument's name
-        # per launch: the template with its literal arguments in place, and the positions
-        # that take an address or a descriptor on each replay (fewer steps than a pass that
-        # tests every argument's kind)
+        # per launch: the call's leading arguments, the template with its literal arguments
+        # in place, and the positions that take an address or a descriptor on each replay
+        # (fewer steps than a pass that tests every argument's kind)
         self._replays = tuple(
-            (run, grid[0], grid[1], grid[2], stream, function, metadata, tuple(template),
+            (*_call_form(run, grid, stream, function, metadata), tuple(template),
              tuple((i, a[0], a[1]) for i, a in enumerate(template) if type(a) is tuple),
              tuple((i, a) for i, a in enumerate(template) if type(a) is DescriptorAt))
             for run, grid, function, metadata, stream, template in launches)
@@ -194,14 +194,26 @@ class Binding:
     def launch(self, addresses: list) -> None:
         """The launches alone, at these addresses (outputs the caller just allocated cannot
         overlap anything)."""
-        for run, g0, g1, g2, stream, function, metadata, template, at, described \
-                in self._replays:
+        for run, leading, packed, template, at, described in self._replays:
             args = list(template)
             for i, index, offset in at:
                 args[i] = addresses[index] + offset
             for i, descriptor in described:
                 args[i] = descriptor.at(addresses)
-            run(g0, g1, g2, stream, function, metadata, None, None, None, *args)
+            if packed:
+                run(*leading, tuple(args))
+            else:
+                run(*leading, *args)
+
+
+def _call_form(run, grid: tuple, stream: int, function, metadata) -> tuple:
+    """(function, leading arguments, packed) of a recorded launch: ``run``'s own form where it
+    has one (kernel_utils.DirectRun), else Triton's ``compiled.run`` call with no launch
+    metadata or hooks."""
+    form = getattr(run, "form", None)
+    if form is not None:
+        return form(grid, stream, function, metadata)
+    return run, (*grid, stream, function, metadata, None, None, None), False
 
 
 def launch_hooks_active() -> bool:

@@ -541,3 +541,33 @@ def test_the_pre_bound_launch_recognizes_the_installed_triton():
     except ImportError:   # a Triton without Gluon
         return
     assert launcher._plain_run(GluonJITFunction)
+
+
+def test_the_direct_c_launch_passes_what_tritons_launcher_passes(monkeypatch):
+    """DirectRun calls Triton's C launch itself for kernels without scratch: through
+    ``compiled.run``, through its replay form and through the installed Triton's own
+    ``CudaLauncher.__call__``, the C launch must receive the same arguments."""
+    import triton
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    from graphrt.kernel_utils import DirectRun, c_launch_layout, direct_run
+    assert c_launch_layout(CudaLauncher) is not None, triton.__version__
+    monkeypatch.setattr(triton.runtime.driver, "_active", object(), raising=False)  # no GPU here
+    received = []
+    launcher = object.__new__(CudaLauncher)
+    vars(launcher).update(launch=lambda *a: received.append(a), num_ctas=1,
+                          global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
+                          profile_scratch_align=1, launch_cooperative_grid=False, launch_pdl=True,
+                          arg_annotations=("annotations",), kernel_signature=b"signature",
+                          gsan_enabled=False)
+    compiled = type("Compiled", (), {"run": launcher})()
+    kernel_args = (4096, 0.5, 1 << 40, None)
+    launcher(3, 2, 1, 77, "function", "metadata", None, None, None, *kernel_args)
+    run = direct_run(compiled)
+    assert isinstance(run, DirectRun)
+    run(3, 2, 1, 77, "function", "metadata", None, None, None, *kernel_args)
+    c_launch, leading, packed = run.form((3, 2, 1), 77, "function", "metadata")
+    c_launch(*leading, kernel_args) if packed else c_launch(*leading, *kernel_args)
+    assert len(received) == 3 and received[0] == received[1] == received[2]
+    launcher.global_scratch_size = 128   # a kernel that needs scratch keeps Triton's path
+    assert direct_run(compiled) is launcher
