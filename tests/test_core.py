@@ -164,6 +164,17 @@ def test_arena_nested_scopes_release_their_own_regions():
     assert arena.stats()["in_use"] == 0
 
 
+def test_arena_keeps_no_record_per_call_without_a_stream():
+    """Regions taken with no stream (every CPU call) leave nothing behind once released: the
+    arena's record of last users stays empty however many calls run."""
+    arena = WorkspaceArena(1 << 16, "cpu")
+    for _ in range(1000):
+        with arena.scope():
+            arena.take_address(512)
+            arena.take(100)
+    assert arena._last_use == [] and arena.stats()["live_regions"] == 0
+
+
 def test_arena_nested_holds_keep_their_own_regions():
     """An inner hold that took nothing closes itself, not an equal-looking outer one: regions
     the outer block takes afterwards belong to the outer hold."""

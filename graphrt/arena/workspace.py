@@ -19,7 +19,7 @@ def align_up(n: int, a: int = ALIGNMENT) -> int:
     return (n + a - 1) // a * a
 
 
-@dataclass
+@dataclass(eq=False, slots=True)   # told apart by identity: list.remove finds the one given
 class _Region:
     start: int
     end: int
@@ -204,7 +204,8 @@ class WorkspaceArena:
         keep = []
         for (lo, hi, prior) in self._last_use:
             if lo < end and start < hi:
-                if prior is not None and prior != stream and not is_capturing(self.device):
+                if (prior is not None and prior is not stream and prior != stream
+                        and not is_capturing(self.device)):
                     # an event recorded now covers all the earlier user's work on its stream
                     event = torch.cuda.Event()
                     event.record(prior)
@@ -232,12 +233,17 @@ class WorkspaceArena:
                 self._holds.remove(h)
 
     def _release(self, regions: list[_Region]) -> None:
+        if not regions:
+            return
         with self._lock:
             for r in regions:
                 if not r.released:
                     r.released = True
-                    self._last_use.append((r.start, r.end, r.stream))
-            self._regions = [r for r in self._regions if not r.released]
+                    self._regions.remove(r)
+                    # a later taker on another stream waits for this one (no stream: nothing
+                    # to wait for, and nothing kept)
+                    if r.stream is not None:
+                        self._last_use.append((r.start, r.end, r.stream))
 
     # -- reporting -----------------------------------------------------------------------------
     def stats(self) -> dict:
