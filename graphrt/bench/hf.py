@@ -5,7 +5,9 @@ graph_step, and graph_step of the compiled model, all with torch.optim.AdamW(cap
 then with the optimizer's step fused: graphrt.optim.AdamW under graph_step, and as the peer
 torch's own AdamW(fused=True) under reduce-overhead. Needs transformers.
 
-Run one variant alone: ``python -m graphrt.bench.hf VARIANT BATCHxSEQ`` (prints one JSON line).
+Run one variant alone: ``python -m graphrt.bench.hf VARIANT BATCHxSEQ`` (prints one JSON line;
+``eager_paired``, stock and graphrt norms timed in alternating blocks in one process, prints
+two).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import torch
 from . import report
 from ..models import eager_step_fn, lm_loss
 
-VARIANTS = ("eager", "eager_graphrt_norms", "compile", "compile_reduce_overhead",
+VARIANTS = ("eager", "eager_graphrt_norms", "eager_paired", "compile", "compile_reduce_overhead",
             "graphed_layers", "graph_step", "graph_step_compiled",
             "compile_reduce_overhead+torch_fused_adamw", "graph_step+graphrt_adamw",
             "graph_step_compiled+graphrt_adamw")
@@ -39,6 +41,47 @@ def _model():
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).train()
+
+
+PAIRED_BLOCKS, PAIRED_BLOCK_STEPS = 12, 5
+
+
+def measure_paired(batch: int, seq: int) -> list[dict]:
+    """The eager step with stock norms and with graphrt's, in one process on one host: two
+    models with the same weights, each with its own AdamW, timed in alternating blocks of
+    steps so that the host's drift over the run falls on both alike. A row per variant with
+    the median of its blocks' ms per step, and its blocks' range."""
+    import statistics
+
+    import graphrt
+
+    models = {"eager (paired)": _model(), "eager_graphrt_norms (paired)": _model()}
+    graphrt.nn.replace_norms(models["eager_graphrt_norms (paired)"])
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    data = [tuple(torch.randint(0, CONFIG["vocab_size"], (batch, seq), device="cuda",
+                                generator=gen) for _ in range(2)) for _ in range(4)]
+    steps, times, losses = {}, {}, {}
+    for name, model in models.items():
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, capturable=True)
+        steps[name] = eager_step_fn(model, opt, lm_loss)
+        for i in range(6):
+            steps[name](*data[i % 4])
+        times[name] = []
+    torch.cuda.synchronize()
+    for block in range(PAIRED_BLOCKS):
+        order = list(steps) if block % 2 == 0 else list(reversed(steps))
+        for name in order:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for i in range(PAIRED_BLOCK_STEPS):
+                losses[name] = steps[name](*data[i % 4])
+            torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - t0) * 1e3 / PAIRED_BLOCK_STEPS)
+    return [{"variant": name, "tokens": f"{batch}x{seq}",
+             "ms_per_step": statistics.median(times[name]),
+             "ms_range": f"{min(times[name]):.2f}-{max(times[name]):.2f}",
+             "peak_reserved_MiB": torch.cuda.max_memory_reserved() / 2**20,
+             "loss": float(losses[name])} for name in models]
 
 
 def measure(variant: str, batch: int, seq: int) -> dict:
@@ -125,8 +168,9 @@ def run(progress=print) -> list[dict]:
                 progress(f"  failed: {' | '.join(tail)}")
                 rows.append({"variant": variant, "tokens": f"{batch}x{seq}", "error": tail[-1:]})
                 continue
-            rows.append(json.loads(lines[-1]))
-            progress(f"  {lines[-1]}")
+            for line in lines:   # the paired variant prints a row per model
+                rows.append(json.loads(line))
+                progress(f"  {line}")
         base = next((r for r in rows if r.get("variant") == "compile_reduce_overhead"
                      and r["tokens"] == f"{batch}x{seq}" and "ms_per_step" in r), None)
         eager_mem = next((r["peak_reserved_MiB"] for r in rows if r.get("variant") == "eager"
@@ -147,7 +191,8 @@ def main(progress=print) -> list[dict]:
         raise SystemExit("graphrt bench hf: needs transformers (pip install graphrt[hf])")
     return report.publish(
         "hf", run(progress), progress,
-        columns=["variant", "tokens", "ms_per_step", "vs_reduce_overhead", "peak_reserved_MiB",
+        columns=["variant", "tokens", "ms_per_step", "ms_range", "vs_reduce_overhead",
+                 "peak_reserved_MiB",
                  "memory_vs_eager", "setup_s", "loss"],
         legend="Llama (hidden 2048, 4 layers, 16/8 heads, intermediate 5632, vocab 32000), bf16, "
                "SDPA, AdamW(capturable) (+...: the optimizer's step fused); ms_per_step: wall "
@@ -158,4 +203,8 @@ def main(progress=print) -> list[dict]:
 
 if __name__ == "__main__":
     b, s = (int(v) for v in sys.argv[2].split("x"))
-    print(json.dumps(measure(sys.argv[1], b, s)))
+    if sys.argv[1] == "eager_paired":
+        for row in measure_paired(b, s):
+            print(json.dumps(row))
+    else:
+        print(json.dumps(measure(sys.argv[1], b, s)))
