@@ -105,8 +105,8 @@ def _direct_launch_supported() -> bool:
 
 # Triton's compiled kernel launches through ``CudaLauncher.__call__``, Python that allocates the
 # kernel's scratch buffers and passes them with its fixed fields to a C launch. For a kernel
-# that needs no scratch, ``DirectRun`` calls that C launch itself (about 1 us less host time a
-# launch on an H200 host). The two layouts of the call it knows (Triton 3.6's arguments spread,
+# that needs no scratch, ``DirectRun`` calls that C launch itself (less host time a launch:
+# docs/perf/capture.md). The two layouts of the call it knows (Triton 3.6's arguments spread,
 # 3.9's packed in a tuple) are checked in Triton's source; any other takes ``compiled.run``.
 _C_LAUNCH_CALLS = {
     False: "self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, "
