@@ -149,7 +149,7 @@ def test_discrete_without_outputs_allocates_stacked_buffer_and_pointers():
     _close(w, _expected(a, b, offsets, "tensor2d", torch.float32), torch.float32)
 
 
-def _errors(device):
+def _errors(device, check_offsets=True):
     a, b, offsets = _problem([4, 4], 8, 8, device=device)
     w = torch.full((2, 8, 8), float("nan"), dtype=BF16, device=device)
     cases = [
@@ -166,11 +166,25 @@ def _errors(device):
         (dict(accumulate_on_output=True, wgrad=None), "accumulate_on_output"),
     ]
     assert_rejected(grouped_gemm_wgrad, ("a", "b", "offsets"),
-                    dict(a=a, b=b, offsets=offsets, wgrad=w), cases, (w,))
+                    dict(a=a, b=b, offsets=offsets, wgrad=w, check_offsets=check_offsets),
+                    cases, (w,))
 
 
-def test_error_paths_write_nothing_cpu():
-    _errors("cpu")
+@pytest.mark.parametrize("check_offsets", [True, False])
+def test_error_paths_write_nothing_cpu(check_offsets):
+    _errors("cpu", check_offsets)
+
+
+def test_unchecked_offsets_take_one_plan_lookup_a_call():
+    """check_offsets=False skips the host read and with it the early plan lookup that puts
+    contract errors before it: the call's own lookup is the only one."""
+    rt = graphrt.Runtime("cpu")
+    a, b, offsets = _problem([4, 4], 8, 8)
+    for check, lookups in ((True, 2), (False, 1)):
+        before = rt.plans.stats()
+        grouped_gemm_wgrad(a, b, offsets, check_offsets=check, runtime=rt)
+        after = rt.plans.stats()
+        assert after["hits"] + after["misses"] - before["hits"] - before["misses"] == lookups
 
 
 def test_bad_offsets_rejected_under_the_validate_flag():
@@ -361,8 +375,9 @@ def test_gpu_capture_replays_new_routing_bitwise(seed):
 
 
 @pytest.mark.gpu
-def test_gpu_error_paths_write_nothing():
-    _errors("cuda")
+@pytest.mark.parametrize("check_offsets", [True, False])
+def test_gpu_error_paths_write_nothing(check_offsets):
+    _errors("cuda", check_offsets)
 
 
 @pytest.mark.gpu
