@@ -13,7 +13,7 @@ from . import binding
 from .plan import Plan, PlanStore, env_backend
 from .result import Result
 from .rng import RngState
-from .streams import StreamTracker, resolve_stream
+from .streams import StreamTracker, current_stream, resolve_stream
 
 DEFAULT_ARENA_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 DEFAULT_PLAN_CACHE_SIZE = 256
@@ -57,7 +57,7 @@ class _BoundCall:
                      for name, shape, dtype, device in self.outputs}
         nbytes = plan.workspace_bytes()
         with rt.arena.scope() if nbytes else _no_scope:
-            workspace = (rt.arena.take_address(nbytes, resolve_stream(None, rt.device))
+            workspace = (rt.arena.take_address(nbytes, current_stream(rt.device))
                          if nbytes else 0)
             addresses = [inputs[s] if type(s) is int else
                          allocated[s].data_ptr() if s is not None else workspace
@@ -107,6 +107,7 @@ class Runtime:
     def __init__(self, device=None, arena_bytes: int | None = None,
                  plan_cache_size: int = DEFAULT_PLAN_CACHE_SIZE):
         self.device = _as_device(device)
+        self._on_cuda = self.device.type == "cuda"
         if arena_bytes is None:
             arena_bytes = DEFAULT_ARENA_BYTES.get(self.device.type, 16 << 20)
         self.plans = PlanStore(plan_cache_size)
@@ -160,7 +161,7 @@ class Runtime:
         A call on the current stream of a kind seen before (see ``_BoundCall``) skips the
         plan lookup and the checks, but the overlap check of outputs the caller passed."""
         key = None
-        if stream is None and plan_cls.records_launches and self.device.type == "cuda":
+        if stream is None and plan_cls.records_launches and self._on_cuda:
             keyed = _call_key(plan_cls, args, kwargs)
             if keyed is not None:
                 key, inputs = keyed
