@@ -247,7 +247,7 @@ class Runtime:
 _default_runtimes: dict[torch.device, Runtime] = {}
 _default_lock = threading.Lock()
 # the default runtimes of CUDA devices by index: a functional call finds its runtime without
-# building a torch.device (about 1 us of every call's host time)
+# building a torch.device (0.6 us of every call's host time on a fast CPU)
 _cuda_runtimes: dict[int, Runtime] = {}
 
 
