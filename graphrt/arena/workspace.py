@@ -132,7 +132,7 @@ class WorkspaceArena:
 
     def _active_hold(self) -> ArenaHold | None:
         if self._on_cuda:
-            if not torch.cuda.is_current_stream_capturing():
+            if not is_capturing(self.device):
                 return None
             return self._holds[-1] if self._holds else self._pinned
         me = threading.get_ident()

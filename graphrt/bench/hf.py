@@ -43,6 +43,13 @@ def _model():
     return transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).train()
 
 
+def _batches(batch: int, seq: int) -> list[tuple]:
+    """Four (input ids, labels) batches of random tokens, the same in every process."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    return [tuple(torch.randint(0, CONFIG["vocab_size"], (batch, seq), device="cuda",
+                                generator=gen) for _ in range(2)) for _ in range(4)]
+
+
 PAIRED_BLOCKS, PAIRED_BLOCK_STEPS = 12, 5
 
 
@@ -57,9 +64,7 @@ def measure_paired(batch: int, seq: int) -> list[dict]:
 
     models = {"eager (paired)": _model(), "eager_graphrt_norms (paired)": _model()}
     graphrt.nn.replace_norms(models["eager_graphrt_norms (paired)"])
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    data = [tuple(torch.randint(0, CONFIG["vocab_size"], (batch, seq), device="cuda",
-                                generator=gen) for _ in range(2)) for _ in range(4)]
+    data = _batches(batch, seq)
     steps, times, losses = {}, {}, {}
     for name, model in models.items():
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, capturable=True)
@@ -80,8 +85,7 @@ def measure_paired(batch: int, seq: int) -> list[dict]:
     return [{"variant": name, "tokens": f"{batch}x{seq}",
              "ms_per_step": statistics.median(times[name]),
              "ms_range": f"{min(times[name]):.2f}-{max(times[name]):.2f}",
-             "peak_reserved_MiB": torch.cuda.max_memory_reserved() / 2**20,
-             "loss": float(losses[name])} for name in models]
+             "loss": float(losses[name])} for name in models]   # no peak memory: one process
 
 
 def measure(variant: str, batch: int, seq: int) -> dict:
@@ -98,9 +102,7 @@ def measure(variant: str, batch: int, seq: int) -> dict:
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, capturable=True,
                                 fused=optimizer == "torch_fused_adamw" or None)
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    data = [tuple(torch.randint(0, CONFIG["vocab_size"], (batch, seq), device="cuda",
-                                generator=gen) for _ in range(2)) for _ in range(4)]
+    data = _batches(batch, seq)
     t0 = time.perf_counter()
     if variant.startswith("graph_step"):
         target = torch.compile(model) if variant == "graph_step_compiled" else model
