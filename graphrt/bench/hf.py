@@ -181,7 +181,7 @@ def run(progress=print) -> list[dict]:
             if r["tokens"] == f"{batch}x{seq}" and "ms_per_step" in r:
                 if base:
                     r["vs_reduce_overhead"] = base["ms_per_step"] / r["ms_per_step"]
-                if eager_mem:
+                if eager_mem and "peak_reserved_MiB" in r:   # paired rows have none
                     r["memory_vs_eager"] = r["peak_reserved_MiB"] / eager_mem
     return rows
 
