@@ -37,10 +37,6 @@ class GemmConfig:
     # ragged experts whose rows are not 16-byte aligned: load each step's tiles while the
     # previous step's product runs (the compiler pipelines only loads of 4 bytes and more)
     ragged_prefetch: bool = False
-    # ragged experts whose rows are not 16-byte aligned: tokens a step (0: off) of a loop that
-    # reads 8-byte words (pipelined) and shifts each row's tokens into place in registers,
-    # instead of loading two bytes at a time
-    ragged_shift: int = 0
 
     def launch_options(self) -> dict:
         """The launch's num_warps, and maxnreg where a register cap is set."""
@@ -114,54 +110,6 @@ def _k_loop_prefetched(acc, a_base, b_base, lo, hi, m, n, m_mask, n_mask, a_sm, 
                                      a_sk, b_sk, b_sn)
         acc += mma(a, b, DOT_FP32)
         a, b = a_next, b_next
-    return acc
-
-
-@triton.jit
-def _word_lane(words, bits: tl.constexpr, dtype: tl.constexpr):
-    """The 2-byte values at bit ``bits`` of 8-byte words, as ``dtype``."""
-    return ((words >> bits) & 0xFFFF).to(tl.uint16).to(dtype, bitcast=True)
-
-
-@triton.jit
-def _shifted_rows(X, row_start, row_end, k0, row_mask, BLOCK_K: tl.constexpr):
-    """[rows, BLOCK_K] of the 2-byte tensor X: its elements row_start + k0 + j, zero from row_end
-    on, for rows that start at any 2-byte offset. Each row's tokens are read as the 8-byte words
-    that hold them (8-byte aligned loads, which the compiler pipelines) and shifted into place.
-    X must be 8-byte aligned with an element count that is a multiple of 4, so that no word
-    holding an element before ``row_end`` reaches past the tensor's end."""
-    words = X.to(tl.pointer_type(tl.uint64))
-    first = row_start + k0
-    w = (first >> 2)[:, None] + tl.arange(0, BLOCK_K // 4)[None, :]
-    ends = row_end[:, None]
-    low = tl.load(words + w, mask=row_mask[:, None] & (w * 4 < ends), other=0)
-    high = tl.load(words + w + 1, mask=row_mask[:, None] & (w * 4 + 4 < ends), other=0)
-    shift = ((first & 3) * 16).to(tl.uint64)[:, None]
-    # (high << 1) << (63 - shift): no shift by 64, which LLVM leaves undefined
-    packed = tl.where(shift == 0, low, (low >> shift) | ((high << 1) << (63 - shift)))
-    t0 = _word_lane(packed, 0, X.dtype.element_ty)
-    t1 = _word_lane(packed, 16, X.dtype.element_ty)
-    t2 = _word_lane(packed, 32, X.dtype.element_ty)
-    t3 = _word_lane(packed, 48, X.dtype.element_ty)
-    rows: tl.constexpr = packed.shape[0]
-    # join(join(t0, t2), join(t1, t3))[r, i, p, q] is t(2p + q)[r, i]: token 4i + 2p + q
-    values = tl.reshape(tl.join(tl.join(t0, t2), tl.join(t1, t3)), (rows, BLOCK_K))
-    kk = first[:, None] + tl.arange(0, BLOCK_K)[None, :]
-    return tl.where(kk < ends, values, tl.zeros_like(values))
-
-
-@triton.jit
-def _k_loop_shifted(acc, A, B, a_first, b_first, count, m, n, m_mask, n_mask,
-                    DOT_FP32: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
-    """acc + A_e[m, 0:count] @ B_e[n, 0:count]^T for one ragged expert whose blocks start at
-    elements a_first and b_first (rows ``count`` apart, at any alignment), BLOCK_K tokens per
-    pipelined step (see _shifted_rows)."""
-    a_rows = a_first + m.to(tl.int64) * count
-    b_rows = b_first + n.to(tl.int64) * count
-    for k0 in tl.range(0, count, BLOCK_K, num_stages=NUM_STAGES):
-        a = _shifted_rows(A, a_rows, a_rows + count, k0, m_mask, BLOCK_K)
-        b = _shifted_rows(B, b_rows, b_rows + count, k0, n_mask, BLOCK_K)
-        acc += mma(a, tl.trans(b), DOT_FP32)
     return acc
 
 
@@ -244,9 +192,8 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
                   B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
                   K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
-                  RAGGED_PREFETCH: tl.constexpr, RAGGED_SHIFT: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
+                  RAGGED_PREFETCH: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
     expert, m, n, m_mask, n_mask, begin, count = _program_tile(
         OFFSETS, ERRORS, tokens_sum, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
     if ACCUMULATE:
@@ -262,9 +209,6 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
             rows = count // 8 * 8
             acc = _k_loop(acc, A + a_off // 8 * 8, B + b_off // 8 * 8, 0, rows, m, n, m_mask,
                           n_mask, rows, 1, 1, rows, DOT_FP32, BLOCK_K, NUM_STAGES)
-        elif RAGGED_SHIFT > 0:
-            acc = _k_loop_shifted(acc, A, B, a_off, b_off, count, m, n, m_mask, n_mask, DOT_FP32,
-                                  RAGGED_SHIFT, NUM_STAGES)
         elif RAGGED_PREFETCH:
             acc = _k_loop_prefetched(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask,
                                      count, 1, 1, count, DOT_FP32, BLOCK_K)
@@ -498,16 +442,12 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     # (ragged: the experts whose blocks turn out aligned on the device take it)
     aligned_bases = cfg.block_k >= 16 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
     k_aligned = (a_k_major or b_k_major) and not ragged and tokens_sum % 8 == 0 and aligned_bases
-    # the word loads need 8-byte aligned bases and element counts that are multiples of 4
-    word_loads = (ragged and hidden % 4 == 0 and inter % 4 == 0 and a.data_ptr() % 8 == 0
-                  and b.data_ptr() % 8 == 0)
     launch(_wgrad_kernel, grid, a, b, offsets, out_arg, ptrs_arg, errors, tokens_sum,
         HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, RAGGED=ragged,
         DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
         OUT_DTYPE=TL_DTYPES[out_dtype], K_ALIGNED=k_aligned,
         RAGGED_ALIGNED=ragged and aligned_bases, RAGGED_PREFETCH=ragged and cfg.ragged_prefetch,
-        RAGGED_SHIFT=cfg.ragged_shift if word_loads else 0, BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, **cfg.launch_options())
 
 
@@ -548,30 +488,28 @@ def compile_cases() -> list[CompileCase]:
     bf16 = dict(A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                 ERRORS="*i32", tokens_sum="i32", HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c,
                 RAGGED=c, DISCRETE=c, ACCUMULATE=c, DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c,
-                RAGGED_ALIGNED=c, RAGGED_PREFETCH=c, RAGGED_SHIFT=c, BLOCK_M=c, BLOCK_N=c, BLOCK_K=c,
+                RAGGED_ALIGNED=c, RAGGED_PREFETCH=c, BLOCK_M=c, BLOCK_N=c, BLOCK_K=c,
                 NUM_STAGES=c, GROUP_M=c)
     plan_cfg = gemm_config(False)
     cases = [CompileCase(
         f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc} "
-        f"aligned={aligned}{' ragged_prefetch (plan tile)' if prefetch else ''}"
-        f"{' ragged_shift (plan tile)' if shift else ''}", _wgrad_kernel,
+        f"aligned={aligned}{' ragged_prefetch (plan tile)' if prefetch else ''}", _wgrad_kernel,
         bf16, dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
                    DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
-                   RAGGED_PREFETCH=prefetch, RAGGED_SHIFT=32 if shift else 0, BLOCK_M=128,
-                   BLOCK_N=plan_cfg.block_n if prefetch or shift else 128, BLOCK_K=64, NUM_STAGES=3,
+                   RAGGED_PREFETCH=prefetch, BLOCK_M=128,
+                   BLOCK_N=plan_cfg.block_n if prefetch else 128, BLOCK_K=64, NUM_STAGES=3,
                    GROUP_M=8), num_warps=8)
-        for a_k, b_k, ragged, discrete, acc, aligned, prefetch, shift in (
-                (False, False, False, False, False, False, False, False),
-                (True, False, False, False, False, False, False, False),
-                (True, False, False, False, False, True, False, False),
-                (True, True, False, False, False, True, False, False),
-                (False, True, False, True, True, True, False, False),
-                (False, True, False, True, True, False, False, False),
-                (True, False, True, False, False, False, False, False),
-                (True, True, True, False, False, True, False, False),
-                (True, True, True, False, False, True, True, False),
-                (True, True, True, False, False, True, False, True))]
+        for a_k, b_k, ragged, discrete, acc, aligned, prefetch in (
+                (False, False, False, False, False, False, False),
+                (True, False, False, False, False, False, False),
+                (True, False, False, False, False, True, False),
+                (True, True, False, False, False, True, False),
+                (False, True, False, True, True, True, False),
+                (False, True, False, True, True, False, False),
+                (True, False, True, False, False, False, False),
+                (True, True, True, False, False, True, False),
+                (True, True, True, False, False, True, True))]
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                ERRORS="*i32", tokens_sum="i32", sa_m="i64", sa_k="i64", sb_k="i64", sb_n="i64",
                HIDDEN=c, INTER=c, SCALES_MN_MAJOR=c, ROWS_ALIGNED=c, DISCRETE=c, ACCUMULATE=c,
