@@ -89,6 +89,22 @@ def _current_raw_stream(index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(index)
 
 
+_UNBOUND = object()
+
+
+def value_key(value):
+    """What a binding's key holds for a non-tensor argument (None, a scalar, a string, a
+    dtype), or ``_UNBOUND`` for a value a key cannot stand for."""
+    kind = type(value)
+    if value is None or kind is torch.dtype:
+        return value
+    if kind in (int, bool, str):
+        return (kind, value)
+    if kind is float:
+        return value.hex()  # tells -0.0 from 0.0, and a NaN matches itself
+    return _UNBOUND
+
+
 def binding_key(args: tuple, kwargs: dict) -> tuple[tuple, list, list] | None:
     """(key, tensors, addresses) of ``execute(*args, **kwargs)``: the key holds everything
     the checks and launches depend on but the addresses (the ``stream`` keyword as the raw
@@ -114,16 +130,13 @@ def binding_key(args: tuple, kwargs: dict) -> tuple[tuple, list, list] | None:
             key.append((value.shape, value.stride(), value.dtype, device, address & 255))
             tensors.append(position)
             addresses.append(address)
-        elif value is None:
-            key.append(None)
-        elif type(value) in (int, bool, str):
-            key.append((type(value), value))
-        elif type(value) is float:
-            key.append(value.hex())  # tells -0.0 from 0.0, and a NaN matches itself
-        elif position >= n_args and value is kwargs.get("stream"):
-            key.append(None)
         else:
-            return None
+            keyed = value_key(value)
+            if keyed is _UNBOUND:
+                if position < n_args or value is not kwargs.get("stream"):
+                    return None
+                keyed = None   # a stream object: the key ends with its raw stream
+            key.append(keyed)
     if index < 0:
         return None
     key.append(_current_raw_stream(index) if stream is None else stream)

@@ -23,6 +23,19 @@ def test_cpu_tensors_and_unknown_objects_are_not_bound():
     assert binding.binding_key((1, 2.0), {}) is None  # no tensor: no device to bind on
 
 
+def test_keys_stand_for_scalars_strings_and_dtypes_and_tell_them_apart():
+    """A dtype option (the grouped wgrad's wgrad_dtype) keys like a flag, so such calls
+    can be bound; values of different kinds or values never share a key."""
+    values = [None, 0, 1, False, True, 0.0, -0.0, float("nan"), "dense", "0", torch.bfloat16,
+              torch.float32]
+    keys = [binding.value_key(v) for v in values]
+    assert binding._UNBOUND not in keys
+    assert len(set(keys)) == len(values)
+    assert binding.value_key(float("nan")) == binding.value_key(float("nan"))
+    assert binding.value_key([1]) is binding._UNBOUND
+    assert binding.value_key(torch.device("cpu")) is binding._UNBOUND
+
+
 def test_recording_is_incomplete_after_any_tensor_operation_but_a_view():
     x = torch.randn(4, 8)
 
@@ -500,6 +513,31 @@ def test_bound_wgrad_writes_through_each_calls_address_table(seed):
         graphrt.ops.grouped_gemm_wgrad(a, b, offsets, output_mode="discrete",
                                        check_offsets=False, runtime=rt)
     assert not rt._bound_calls
+
+
+@pytest.mark.gpu
+def test_bound_functional_wgrad_follows_routing_data_and_output_dtype(seed):
+    """The functional wgrad (its wgrad_dtype keyword a dtype) is served by a bound call after
+    the first call of each kind: new routing, new data and each output dtype match the
+    per-expert reference (FP32 sums), in memory that held NaN just before."""
+    from graphrt.ops.grouped_gemm.reference import grouped_gemm_wgrad_reference
+    rt = graphrt.Runtime("cuda")
+    hidden, inter, tokens, experts = 256, 128, 1000, 5
+    offsets = torch.empty(experts, dtype=torch.int32, device="cuda")
+    refill = _new_routing(tokens)
+    for call in range(6):
+        a = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda").t()
+        b = torch.randn(tokens, inter, dtype=torch.bfloat16, device="cuda")
+        refill(offsets)
+        dtype = (torch.bfloat16, torch.float32)[call % 2]
+        torch.empty(experts, hidden, inter, dtype=dtype, device="cuda").fill_(float("nan"))
+        (wgrad,) = graphrt.ops.grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=dtype,
+                                                  check_offsets=False, runtime=rt)
+        expected = grouped_gemm_wgrad_reference(a.double(), b.double(), offsets,
+                                                out_dtype=torch.float64)
+        assert wgrad.dtype == dtype
+        torch.testing.assert_close(wgrad.double(), expected, rtol=2e-2, atol=2e-2)
+    assert len(rt._bound_calls) == 2 and rt.plans.stats()["compiles"] == 2
 
 
 @pytest.mark.gpu

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import itertools
 import pstats
 import time
 
@@ -73,6 +74,10 @@ def op_cases(device) -> dict:
         if entry.name == "grouped_gemm_wgrad":   # its default reads the offsets on the host
             cases[f"{entry.name}: functional, check_offsets=False"] = (
                 lambda f=functional, i=inputs, c=config: f(*i, **c, check_offsets=False))
+        if "seed" in config:   # a training loop's dropout: a new seed (Python int) each step
+            seeds = itertools.count(1)
+            cases[f"{entry.name}: functional, a new seed every call"] = (
+                lambda f=functional, i=inputs, c=config, s=seeds: f(*i, **{**c, "seed": next(s)}))
         cases[f"{entry.name}: plan.execute"] = execute
         cases.update(same_kernels(entry.name, plan, inputs, keywords, workspace))
     return cases
