@@ -85,6 +85,23 @@ class DescriptorAt:
         return descriptor
 
 
+class RunTimePart:
+    """A launch argument computed from a run-time int keyword: part ``part`` of that
+    keyword's split (``Plan.run_time_ints``), the keyword being the call's ``source``-th."""
+
+    __slots__ = ("source", "part")
+
+    def __init__(self, source: int, part: int):
+        self.source, self.part = source, part
+
+    def __eq__(self, other) -> bool:
+        return type(other) is RunTimePart and (other.source, other.part) == (self.source,
+                                                                          self.part)
+
+    def __repr__(self) -> str:
+        return f"RunTimePart({self.source}, {self.part})"
+
+
 def _current_raw_stream(index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(index)
 
@@ -105,14 +122,27 @@ def value_key(value):
     return _UNBOUND
 
 
-def binding_key(args: tuple, kwargs: dict) -> tuple[tuple, list, list] | None:
-    """(key, tensors, addresses) of ``execute(*args, **kwargs)``: the key holds everything
-    the checks and launches depend on but the addresses (the ``stream`` keyword as the raw
-    stream it resolves to); ``tensors`` lists the tensor arguments' positions and names
-    (None for positional ones); None when the call cannot be bound."""
+_INT64 = 1 << 63
+RUN_TIME_INT = "run-time int"   # what a key holds for a run-time int keyword
+
+
+def run_time_value(value) -> bool:
+    """Whether a run-time int keyword's value replays without its plan's checks: a signed
+    64-bit int (anything else takes the full path, whose checks reject what they reject)."""
+    return type(value) is int and -_INT64 <= value < _INT64
+
+
+def binding_key(args: tuple, kwargs: dict, run_time: dict | None = None
+                ) -> tuple[tuple, list, list, list] | None:
+    """(key, tensors, addresses, ints) of ``execute(*args, **kwargs)``: the key holds
+    everything the checks and launches depend on but the addresses (the ``stream`` keyword as
+    the raw stream it resolves to) and the values of the plan's run-time int keywords
+    (``run_time``, see ``Plan.run_time_ints``), which ``ints`` lists in keyword order;
+    ``tensors`` lists the tensor arguments' positions; None when the call cannot be bound."""
     key = []
     tensors = []
     addresses = []
+    ints = []
     index = -1
     stream = kwargs.get("stream")
     if stream is not None:
@@ -120,8 +150,12 @@ def binding_key(args: tuple, kwargs: dict) -> tuple[tuple, list, list] | None:
         if type(stream) is not int:
             return None
     n_args = len(args)
+    names = (*(None,) * n_args, *kwargs) if run_time else ()
     for position, value in enumerate((*args, *kwargs.values())):
-        if isinstance(value, torch.Tensor):
+        if names and names[position] in run_time and run_time_value(value):
+            key.append(RUN_TIME_INT)
+            ints.append(value)
+        elif isinstance(value, torch.Tensor):
             device = value.get_device()
             if device < 0:
                 return None
@@ -141,7 +175,7 @@ def binding_key(args: tuple, kwargs: dict) -> tuple[tuple, list, list] | None:
         return None
     key.append(_current_raw_stream(index) if stream is None else stream)
     key.extend(kwargs)  # which keywords were given
-    return tuple(key), tensors, addresses
+    return tuple(key), tensors, addresses, ints
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -158,7 +192,8 @@ class Recording:
     __slots__ = ("launches", "complete")
 
     def __init__(self):
-        self.launches: list[tuple] = []   # (run, grid, function, metadata, stream, arguments)
+        # (run, grid, function, metadata, stream, arguments, the kernel's parameter names)
+        self.launches: list[tuple] = []
         self.complete = True
 
 
@@ -166,31 +201,34 @@ class Binding:
     """Recorded launches with their addresses as (tensor argument, byte offset), and the
     extents that the overlap check compares."""
 
-    __slots__ = ("launches", "outputs", "inputs", "names", "_replays", "_checked")
+    __slots__ = ("launches", "outputs", "inputs", "names", "splits", "_replays", "_checked")
 
-    def __init__(self, launches, outputs, inputs, names):
+    def __init__(self, launches, outputs, inputs, names, splits=()):
         self.launches = launches   # (run, grid, function, metadata, stream, template)
         self.outputs = outputs     # (tensor index, extent) of each non-empty output
         self.inputs = inputs       # the same, inputs
         self.names = names         # each tensor argument's name
+        self.splits = splits       # per run-time int keyword: its value to launch arguments
         # per launch: the call's leading arguments, the template with its literal arguments
         # in place, and the positions that take an address or a descriptor on each replay
         # (fewer steps than a pass that tests every argument's kind)
         self._replays = tuple(
             (*_call_form(run, grid, stream, function, metadata), tuple(template),
              tuple((i, a[0], a[1]) for i, a in enumerate(template) if type(a) is tuple),
-             tuple((i, a) for i, a in enumerate(template) if type(a) is DescriptorAt))
+             tuple((i, a) for i, a in enumerate(template) if type(a) is DescriptorAt),
+             tuple((i, a.source, a.part) for i, a in enumerate(template)
+                   if type(a) is RunTimePart))
             for run, grid, function, metadata, stream, template in launches)
         self._checked: list | None = None   # the addresses the overlap check last passed
 
-    def replay(self, addresses: list) -> None:
+    def replay(self, addresses: list, ints: list = ()) -> None:
         """The overlap check on these addresses, then the launches. The check's result depends
         on the addresses alone (the extents are the binding's), so addresses equal to the ones
         it last passed (a caller reusing its buffers) are not checked again."""
         if addresses != self._checked:
             self._check_overlap(addresses)
             self._checked = list(addresses)
-        self.launch(addresses)
+        self.launch(addresses, ints)
 
     def _check_overlap(self, addresses: list) -> None:
         """ContractError when an output's bytes overlap another tensor argument's."""
@@ -204,15 +242,18 @@ class Binding:
                     raise ContractError(f"{names[i]}: memory overlaps {names[j]}")
             spans.append((lo, hi, i))
 
-    def launch(self, addresses: list) -> None:
-        """The launches alone, at these addresses (outputs the caller just allocated cannot
-        overlap anything)."""
-        for run, leading, packed, template, at, described in self._replays:
+    def launch(self, addresses: list, ints: list = ()) -> None:
+        """The launches alone, at these addresses and run-time ints (outputs the caller just
+        allocated cannot overlap anything)."""
+        parts = [split(v) for split, v in zip(self.splits, ints)]
+        for run, leading, packed, template, at, described, computed in self._replays:
             args = list(template)
             for i, index, offset in at:
                 args[i] = addresses[index] + offset
             for i, descriptor in described:
                 args[i] = descriptor.at(addresses)
+            for i, source, part in computed:
+                args[i] = parts[source][part]
             if packed:
                 run(*leading, tuple(args))
             else:
@@ -296,22 +337,37 @@ class Bindings:
         return found
 
     def record(self, key, positions: list, addresses: list, execute, plan, args: tuple,
-               kwargs: dict, names: tuple, output_names) -> None:
+               kwargs: dict, names: tuple, output_names, run_time: dict | None = None,
+               ints: list = ()) -> None:
         """Runs ``execute`` (in full: every check) while recording its launches, and keeps
         them as a binding under ``key`` when nothing but launches happened and every address
-        they pass lies inside one tensor argument."""
+        they pass lies inside one tensor argument. ``run_time``: the plan's run-time int
+        keywords, whose values (``ints``, as ``binding_key`` found them) the launches take
+        through the kernel parameters each one names."""
         with recording_into(Recording()) as recording, _OnlyLaunches(recording):
             execute(plan, *args, **kwargs)
         if not (recording.complete and recording.launches):
             return
+        given = [n for n in kwargs if run_time and n in run_time and run_time_value(kwargs[n])]
+        splits = tuple(run_time[n][1] for n in given)
+        computed = {}   # kernel parameter: (source, part, the value this call passed)
+        for source, (name, value) in enumerate(zip(given, ints)):
+            for part, (param, v) in enumerate(zip(run_time[name][0], splits[source](value))):
+                computed[param] = (source, part, v)
         values = (*args, *kwargs.values())
         names = (*names[:len(args)], *kwargs)
         extents = [_extent(values[p]) for p in positions]
         launches = []
-        for run, grid, function, metadata, stream, arguments in recording.launches:
+        for run, grid, function, metadata, stream, arguments, *params in recording.launches:
             template = []
-            for a in arguments:
-                if type(a) is Address:
+            params = params[0] if params else ()
+            for position, a in enumerate(arguments):
+                part = computed.get(params[position]) if computed and params else None
+                if part is not None:
+                    if type(a) is not int or a != part[2]:
+                        return   # not the value the plan declares: never replayed
+                    template.append(RunTimePart(part[0], part[1]))
+                elif type(a) is Address:
                     where = _locate(a, addresses, extents)
                     if where is None:
                         if not _persistent_address(a):
@@ -334,7 +390,7 @@ class Bindings:
                 (outputs if names[p] in output_names else inputs).append((i, extents[i]))
         with self.lock:
             self.recorded[key] = Binding(tuple(launches), tuple(outputs), tuple(inputs),
-                                         tuple(names[p] for p in positions))
+                                         tuple(names[p] for p in positions), splits)
             while len(self.recorded) > self.size:
                 self.recorded.popitem(last=False)
 

@@ -249,7 +249,7 @@ class _Launcher:
         if recording is not None:
             recording.launches.append((
                 run, grid, compiled.function, compiled.packed_metadata, stream,
-                (*map(_recorded_argument, args), *tail)))
+                (*map(_recorded_argument, args), *tail), kernel.arg_names))
         return compiled
 
 

@@ -131,6 +131,11 @@ class Plan:
     # execute's tensor arguments, besides the outputs and the workspace, that it writes (or
     # whose contents say where it writes): bound calls check them for overlap as outputs
     also_written: ClassVar[tuple[str, ...]] = ()
+    # keywords whose int values may change between calls that replay one binding (a dropout
+    # seed): name -> (the kernel parameters that take the value, the function from the value to
+    # theirs). Those parameters must be do_not_specialize, and nothing else execute does may
+    # depend on the value but its range (signed 64-bit)
+    run_time_ints: ClassVar[dict] = {}
 
     @staticmethod
     def bindable() -> bool:
@@ -252,16 +257,17 @@ def _after_compile(execute):
         if bindings is None or binding.active_recording() is not None \
                 or binding.launch_hooks_active() or not self.bindable():
             return execute(self, *args, **kwargs)
-        bound = binding.binding_key(args, kwargs)
+        run_time = self.run_time_ints
+        bound = binding.binding_key(args, kwargs, run_time)
         if bound is None:
             return execute(self, *args, **kwargs)
-        key, positions, addresses = bound
+        key, positions, addresses, ints = bound
         found = bindings.lookup(key)
         if found is not None:
-            found.replay(addresses)
+            found.replay(addresses, ints)
             return None
         bindings.record(key, positions, addresses, execute, self, args, kwargs, positional,
-                        (*self.output_names, *self.also_written, "workspace"))
+                        (*self.output_names, *self.also_written, "workspace"), run_time, ints)
         return None
     return checked
 

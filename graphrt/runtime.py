@@ -21,13 +21,13 @@ BOUND_CALLS = 256
 
 
 def _call_key(plan_cls, args: tuple, kwargs: dict):
-    """(key, the tensor arguments' addresses) of a functional call: the key holds what its
-    plan, outputs and launches depend on, addresses aside; None when it cannot be bound (see
-    graphrt.binding)."""
-    bound = binding.binding_key(args, kwargs)
+    """(key, the tensor arguments' addresses, the run-time ints) of a functional call: the
+    key holds what its plan, outputs and launches depend on, addresses and run-time ints aside;
+    None when it cannot be bound (see graphrt.binding)."""
+    bound = binding.binding_key(args, kwargs, plan_cls.run_time_ints)
     if bound is None:
         return None
-    return (plan_cls, env_backend(), bound[0]), bound[2]
+    return (plan_cls, env_backend(), bound[0]), bound[2], bound[3]
 
 
 class _BoundCall:
@@ -48,8 +48,8 @@ class _BoundCall:
         self.outputs = tuple((name, tuple(t.shape), t.dtype, t.device)
                              for name, t in allocated.items())
 
-    def __call__(self, rt: "Runtime", args: tuple, kwargs: dict,
-                 inputs: list) -> Result | None:
+    def __call__(self, rt: "Runtime", args: tuple, kwargs: dict, inputs: list,
+                 ints: list) -> Result | None:
         plan = self.plan
         if not plan.bindable():
             return None
@@ -66,9 +66,9 @@ class _BoundCall:
                      if type(s) is not int) != self.low_bits:
                 return None
             if self.given:
-                self.binding.replay(addresses)
+                self.binding.replay(addresses, ints)
             else:
-                self.binding.launch(addresses)
+                self.binding.launch(addresses, ints)
         rt.plans.count_hit()
         merged = {**kwargs, **allocated}
         return Result(plan.output_names, [merged[n] for n in plan.output_names])
@@ -160,19 +160,19 @@ class Runtime:
 
         A call on the current stream of a kind seen before (see ``_BoundCall``) skips the
         plan lookup and the checks, but the overlap check of outputs the caller passed."""
-        key = None
+        key = ints = None
         if stream is None and plan_cls.records_launches and self._on_cuda:
             keyed = _call_key(plan_cls, args, kwargs)
             if keyed is not None:
-                key, inputs = keyed
+                key, inputs, ints = keyed
                 call = self._bound_calls.get(key)
                 if call is not None and call.version == self.plans.version:
-                    result = call(self, args, kwargs, inputs)
+                    result = call(self, args, kwargs, inputs, ints)
                     if result is not None:
                         return result
-        return self._run(plan_cls, args, kwargs, stream, key)
+        return self._run(plan_cls, args, kwargs, stream, key, ints)
 
-    def _run(self, plan_cls, args, kwargs, stream, call_key) -> Result:
+    def _run(self, plan_cls, args, kwargs, stream, call_key, ints=None) -> Result:
         plan = self.plans.get(plan_cls, *args, **kwargs)
         allocated = plan.allocate_outputs(*args, **kwargs)
         nbytes = plan.workspace_bytes()
@@ -196,20 +196,22 @@ class Runtime:
             plan.execute(*args, **tensors, workspace=None, stream=launch_stream)
         if call_key is not None:
             self._bind_call(call_key, plan, args, kwargs, allocated, tensors, workspace,
-                            launch_stream)
+                            launch_stream, ints)
         return Result(plan.output_names, [merged[n] for n in plan.output_names])
 
     def _bind_call(self, call_key, plan, args, kwargs, allocated, tensors, workspace,
-                   stream) -> None:
+                   stream, ints) -> None:
         """Remember a functional call whose execute was bound, to serve the next calls of its
-        kind (same key: inputs' shapes, strides, dtypes, alignment, configuration, stream)."""
+        kind (same key: inputs' shapes, strides, dtypes, alignment, configuration, stream;
+        the run-time ints it passes to execute are its own, in its order)."""
         if plan._bindings is None or any(o.computed and o.name in allocated
                                          for o in plan.spec.outputs):
             return
         values = (*args, *tensors.values(), workspace)
-        bound = binding.binding_key(args, {**tensors, "workspace": workspace, "stream": stream})
+        bound = binding.binding_key(args, {**tensors, "workspace": workspace, "stream": stream},
+                                    plan.run_time_ints)
         found = plan._bindings.recorded.get(bound[0]) if bound is not None else None
-        if found is None:
+        if found is None or bound[3] != ints:
             return
         # which of the call's own tensor arguments (in the call key's order) each one is
         own = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]

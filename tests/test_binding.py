@@ -36,6 +36,69 @@ def test_keys_stand_for_scalars_strings_and_dtypes_and_tell_them_apart():
     assert binding.value_key(torch.device("cpu")) is binding._UNBOUND
 
 
+def _split_pair(value):
+    return value & 0xFF, value >> 8
+
+
+def test_run_time_int_keywords_key_alike_and_replay_their_computed_launch_arguments():
+    """A plan's run-time int keywords (a dropout seed): calls that differ only in their values
+    share a key and a binding, whose replay computes the launch arguments the plan declares
+    from the new values; values out of the signed 64-bit range, bools and the other ints stay
+    in the key, and a recording whose launch did not pass the declared values is not kept."""
+    run_time = {"seed": (("seed_lo", "seed_hi"), _split_pair)}
+
+    x = torch.empty(8)
+    key_of = binding.binding_key
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "get_device", lambda self: 0)
+        patch.setattr(binding, "_current_raw_stream", lambda index: 7)
+        first = key_of((x,), {"seed": 513, "rows": 3}, run_time)
+        second = key_of((x,), {"seed": -2, "rows": 3}, run_time)
+        assert first[0] == second[0] and (first[3], second[3]) == ([513], [-2])
+        assert key_of((x,), {"seed": 513, "rows": 4}, run_time)[0] != first[0]
+        for kept in (1 << 63, True):   # keyed by value: the full path checks them
+            assert key_of((x,), {"seed": kept, "rows": 3}, run_time)[3] == []
+        assert key_of((x,), {"seed": 513, "rows": 3})[3] == []   # a plan without them
+    calls = []
+
+    def run(*launch):
+        calls.append(launch)
+    names = ["x", "seed_lo", "rows", "seed_hi"]
+
+    def execute(plan, x, *, seed, rows, passed=None):
+        lo, hi = _split_pair(seed) if passed is None else passed
+        binding.active_recording().launches.append(
+            (run, (1, 1, 1), "f", "m", 0, (binding.Address(x.data_ptr()), lo, rows, hi), names))
+    bindings = binding.Bindings()
+    bindings.record("k", [0], [x.data_ptr()], execute, None, (x,), {"seed": 513, "rows": 3},
+                    ("x",), (), run_time, [513])
+    recorded = bindings.lookup("k")
+    assert recorded.launches[0][5] == ((0, 0), binding.RunTimePart(0, 0), 3,
+                                       binding.RunTimePart(0, 1))
+    recorded.launch([4096], [0x1234])
+    assert calls[-1][-4:] == (4096, 0x34, 3, 0x12)
+    bindings.record("k2", [0], [x.data_ptr()],
+                    lambda plan, x, **kw: execute(plan, x, **kw, passed=(0, 0)), None, (x,),
+                    {"seed": 513, "rows": 3}, ("x",), (), run_time, [513])
+    assert bindings.lookup("k2") is None   # the launch took other values than declared
+
+
+def test_run_time_int_parameters_are_not_specialized_on():
+    """A binding replays one compiled kernel for every value of a run-time int, so the
+    kernel parameters that take them must be do_not_specialize."""
+    from graphrt.ops.hstu import kernels
+    kernel = kernels._hstu_fwd_kernel
+    # a JIT function keeps the list itself; the interpreter's, among its keywords
+    unspecialized = getattr(kernel, "do_not_specialize", None) or \
+        kernel.kwargs["do_not_specialize"]
+    for names, split in HstuLmsdForward.run_time_ints.values():
+        assert set(names) <= set(unspecialized) and set(names) <= set(kernel.arg_names)
+        for value in (0, 1, -1, 16, 1 << 40, -(1 << 63), (1 << 63) - 1):
+            lo, hi = split(value)
+            assert all(-(1 << 31) <= v < 1 << 31 for v in (lo, hi))   # one int type
+            assert (hi << 32) + (lo & 0xFFFFFFFF) == value
+
+
 def test_recording_is_incomplete_after_any_tensor_operation_but_a_view():
     x = torch.randn(4, 8)
 
@@ -343,6 +406,28 @@ def test_bound_dropout_calls_follow_the_seed(seed):
              for s in (1, 2, 1, 2, 1)]
     assert all(torch.equal(masks[0], m) for m in masks[2::2])
     assert torch.equal(masks[1], masks[3]) and not torch.equal(masks[0], masks[1])
+
+
+@pytest.mark.gpu
+def test_functional_dropout_with_a_new_int_seed_each_call_replays_one_binding(seed):
+    """A training loop's dropout: a new int seed and offset every call are served by one
+    bound call, each mask equal to the reference's Philox draws at that (seed, offset),
+    outputs poisoned before each call."""
+    from graphrt.ops.hstu.philox import dropout_mask
+    rt = graphrt.Runtime("cuda")
+    n, d = 256, 128
+    x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    weight, bias = (torch.randn(d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    mask = torch.full((n, d), -1, dtype=torch.int8, device="cuda")
+    for step, (s, off) in enumerate([(1, 0), (2, 0), (1 << 40, 5), (-3, 1 << 33), (2, 0)]):
+        mask.fill_(-1)
+        out = hstu_lmsd_forward(x, u, weight, bias, dropout_ratio=0.3, seed=s, offset=off,
+                                mask=mask, runtime=rt)
+        expected = dropout_mask(n, d, 0.3, s, off, (True, True, True), device="cuda")
+        assert torch.equal(out.mask, expected), (s, off)
+    plan = next(iter(rt._bound_calls.values())).plan
+    assert len(rt._bound_calls) == 1 and len(plan._bindings.recorded) == 1
+    assert rt.plans.stats()["compiles"] == 1
 
 
 def _fill_fresh(t):

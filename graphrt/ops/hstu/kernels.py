@@ -20,6 +20,7 @@ import triton.language as tl
 from ...kernel_utils import (allow_dependent_launch, cdiv, CompileCase, CONSTEXPR, launch,
                              persistent_grid, row_offsets, sigmoid, use_pdl, wait_for_prior_kernel)
 from ...reduction import sum_partials
+from .philox import split_int64
 
 
 @dataclass(frozen=True)
@@ -374,13 +375,6 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, n_rows,
     tl.store(partial + programs.to(tl.int64) * D + cols, tl.sum(acc_b, axis=0), mask=col_mask)
 
 
-def _split64(value: int) -> tuple[int, int]:
-    """A signed 64-bit int as (low, high) signed 32-bit halves (kernel ints keep one type)."""
-    value &= (1 << 64) - 1
-    lo, hi = value & 0xFFFFFFFF, value >> 32
-    return (lo - (1 << 32) if lo >= 1 << 31 else lo), (hi - (1 << 32) if hi >= 1 << 31 else hi)
-
-
 def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, rstd, mask,
                    seed, offset, n_rows: int, strides, eps: float, flags: dict, threshold: int,
                    scale: float) -> None:
@@ -388,8 +382,8 @@ def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, 
     if n_rows == 0:
         return
     from_tensors = not isinstance(seed, int)
-    seed_lo, seed_hi = (0, 0) if from_tensors else _split64(seed)
-    off_lo, off_hi = (0, 0) if from_tensors else _split64(offset)
+    seed_lo, seed_hi = (0, 0) if from_tensors else split_int64(seed)
+    off_lo, off_hi = (0, 0) if from_tensors else split_int64(offset)
     seed_ptr, off_ptr = (seed, offset) if from_tensors else (mean, mean)
     dropout = mask is not None
     programs = persistent_grid(cdiv(n_rows, cfg.block_rows),

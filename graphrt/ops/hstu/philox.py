@@ -38,6 +38,14 @@ def philox4x32(seed: int, c0, c1, c2, c3, rounds: int = 10):
     return c0, c1, c2, c3
 
 
+def split_int64(value: int) -> tuple[int, int]:
+    """A signed 64-bit int as (low, high) signed 32-bit halves (the kernels take seed and
+    offset so, as ints of one type whatever their values)."""
+    value &= (1 << 64) - 1
+    lo, hi = value & _M32, value >> 32
+    return (lo - (1 << 32) if lo >= 1 << 31 else lo), (hi - (1 << 32) if hi >= 1 << 31 else hi)
+
+
 def keep_threshold(p: float) -> int:
     """A 16-bit draw r keeps its element when r >= threshold: P(keep) = 1 - p at a resolution
     of 2^-16 (p in FP32)."""

@@ -12,7 +12,7 @@ from ...streams import on_stream
 from ...validate import (compact_operand, dtype_name, require_disjoint,
                          require_tensor, rows_operand, sm_count, vector_operand, workspace_as,
                          workspace_operand)
-from .philox import keep_threshold
+from .philox import keep_threshold, split_int64
 from .reference import hstu_lmsd_backward_reference, hstu_lmsd_forward_reference
 
 BF16 = torch.bfloat16
@@ -85,6 +85,10 @@ class HstuLmsdForward(Plan):
 
     op = "hstu_lmsd_forward"
     records_launches = True
+    # an int seed and offset reach the kernel only as its seed_lo/hi and off_lo/hi halves, so
+    # a call with new ones replays the binding of the last (tensors are addresses anyway)
+    run_time_ints = {"seed": (("seed_lo", "seed_hi"), split_int64),
+                     "offset": (("off_lo", "off_hi"), split_int64)}
     output_names = ("y", "mean", "rstd", "mask")
 
     def _check_support(self) -> None:
