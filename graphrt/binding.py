@@ -245,7 +245,7 @@ class Binding:
     def launch(self, addresses: list, ints: list = ()) -> None:
         """The launches alone, at these addresses and run-time ints (outputs the caller just
         allocated cannot overlap anything)."""
-        parts = [split(v) for split, v in zip(self.splits, ints)]
+        parts = [split(v) for split, v in zip(self.splits, ints)] if self.splits else None
         for run, leading, packed, template, at, described, computed in self._replays:
             args = list(template)
             for i, index, offset in at:
