@@ -107,6 +107,7 @@ def _current_raw_stream(index: int) -> int:
 
 
 _UNBOUND = object()
+_BY_VALUE = frozenset((int, bool, str))
 
 
 def value_key(value):
@@ -115,7 +116,7 @@ def value_key(value):
     kind = type(value)
     if value is None or kind is torch.dtype:
         return value
-    if kind in (int, bool, str):
+    if kind in _BY_VALUE:
         return (kind, value)
     if kind is float:
         return value.hex()  # tells -0.0 from 0.0, and a NaN matches itself
@@ -150,12 +151,18 @@ def binding_key(args: tuple, kwargs: dict, run_time: dict | None = None
         if type(stream) is not int:
             return None
     n_args = len(args)
-    names = (*(None,) * n_args, *kwargs) if run_time else ()
-    for position, value in enumerate((*args, *kwargs.values())):
-        if names and names[position] in run_time and run_time_value(value):
+    names = (*(None,) * n_args, *kwargs) if run_time else None
+    position = -1
+    for value in (*args, *kwargs.values()):   # the common kinds inline: this runs every call
+        position += 1
+        if value is None:
+            key.append(None)
+            continue
+        kind = type(value)
+        if names is not None and names[position] in run_time and run_time_value(value):
             key.append(RUN_TIME_INT)
             ints.append(value)
-        elif isinstance(value, torch.Tensor):
+        elif kind is torch.Tensor or isinstance(value, torch.Tensor):
             device = value.get_device()
             if device < 0:
                 return None
@@ -164,6 +171,10 @@ def binding_key(args: tuple, kwargs: dict, run_time: dict | None = None
             key.append((value.shape, value.stride(), value.dtype, device, address & 255))
             tensors.append(position)
             addresses.append(address)
+        elif kind in _BY_VALUE:
+            key.append((kind, value))
+        elif kind is float:
+            key.append(value.hex())
         else:
             keyed = value_key(value)
             if keyed is _UNBOUND:

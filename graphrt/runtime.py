@@ -1,7 +1,6 @@
 """Runtime: one PlanStore, one WorkspaceArena and one StreamTracker per device."""
 from __future__ import annotations
 
-import contextlib
 import threading
 import warnings
 
@@ -36,45 +35,55 @@ class _BoundCall:
     call's own tensor argument of that index, a str the allocated output of that name, None
     the workspace. ``low_bits`` are the outputs' address bits the binding was recorded with (a
     fresh output at other ones takes the full path). ``outputs`` are the (name, shape, dtype,
-    device) of the outputs the call allocates: the key fixes them, so they are made without
-    the spec. ``given``: the caller passed some outputs, which may overlap the inputs, so the
-    binding's overlap check runs (allocated ones cannot overlap anything)."""
+    device) of the outputs the call allocates; the key fixes them, the workspace size and the
+    output names, so they are found without the spec or the plan. ``given``: the caller passed
+    some outputs, which may overlap the inputs, so the binding's overlap check runs (allocated
+    ones cannot overlap anything)."""
 
-    __slots__ = ("plan", "binding", "sources", "low_bits", "version", "outputs", "given")
+    __slots__ = ("plan", "binding", "sources", "low_bits", "version", "outputs", "given",
+                 "nbytes", "names", "made")
 
     def __init__(self, plan, found, sources, low_bits, version, allocated, given):
         self.plan, self.binding, self.sources = plan, found, sources
         self.low_bits, self.version, self.given = low_bits, version, given
         self.outputs = tuple((name, tuple(t.shape), t.dtype, t.device)
                              for name, t in allocated.items())
+        self.nbytes = plan.workspace_bytes()
+        self.names = plan.output_names
+        self.made = tuple(n in allocated for n in self.names)   # else passed by the caller
 
     def __call__(self, rt: "Runtime", args: tuple, kwargs: dict, inputs: list,
                  ints: list) -> Result | None:
-        plan = self.plan
-        if not plan.bindable():
+        if not self.plan.bindable():
             return None
         allocated = {name: torch.empty(shape, dtype=dtype, device=device)
                      for name, shape, dtype, device in self.outputs}
-        nbytes = plan.workspace_bytes()
-        with rt.arena.scope() if nbytes else _no_scope:
-            workspace = (rt.arena.take_address(nbytes, current_stream(rt.device))
-                         if nbytes else 0)
-            addresses = [inputs[s] if type(s) is int else
-                         allocated[s].data_ptr() if s is not None else workspace
-                         for s in self.sources]
-            if tuple(a & 255 for a, s in zip(addresses, self.sources)
-                     if type(s) is not int) != self.low_bits:
-                return None
-            if self.given:
-                self.binding.replay(addresses, ints)
-            else:
-                self.binding.launch(addresses, ints)
+        nbytes = self.nbytes
+        if nbytes:
+            with rt.arena.scope():
+                if not self._launch(inputs, ints, allocated, rt.arena.take_address(
+                        nbytes, current_stream(rt.device))):
+                    return None
+        elif not self._launch(inputs, ints, allocated, 0):
+            return None
         rt.plans.count_hit()
-        merged = {**kwargs, **allocated}
-        return Result(plan.output_names, [merged[n] for n in plan.output_names])
+        return Result(self.names, [allocated[n] if made else kwargs[n]
+                                   for n, made in zip(self.names, self.made)])
 
-
-_no_scope = contextlib.nullcontext()
+    def _launch(self, inputs: list, ints: list, allocated: dict, workspace: int) -> bool:
+        """The binding's launches at this call's addresses; False (nothing launched) where an
+        allocated output or the workspace has other low address bits than when recorded."""
+        addresses = [inputs[s] if type(s) is int else
+                     allocated[s].data_ptr() if s is not None else workspace
+                     for s in self.sources]
+        if tuple(a & 255 for a, s in zip(addresses, self.sources) if type(s) is not int) \
+                != self.low_bits:
+            return False
+        if self.given:
+            self.binding.replay(addresses, ints)
+        else:
+            self.binding.launch(addresses, ints)
+        return True
 
 
 def _as_device(device) -> torch.device:
