@@ -29,6 +29,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 BINDINGS_PER_PLAN = 16
+EXPANSIONS_PER_DESCRIPTOR = 4   # base addresses whose launch arguments a descriptor keeps
 _local = threading.local()
 _persistent: list[tuple[int, int]] = []   # (address, bytes) of tensors kept for the process
 
@@ -72,17 +73,32 @@ class DescriptorAt:
     the same descriptor over the replayed addresses (built without the constructor's checks,
     which the recorded call passed for the same shapes, strides and address alignment)."""
 
-    __slots__ = ("index", "offset", "kind", "fields")
+    __slots__ = ("index", "offset", "kind", "fields", "_expansions")
 
     def __init__(self, index: int, offset: int, recorded: RecordedDescriptor):
         self.index, self.offset = index, offset
         self.kind, self.fields = recorded.kind, recorded.fields
+        self._expansions: dict = {}
 
     def at(self, addresses: list):
         descriptor = object.__new__(self.kind)
         vars(descriptor).update(self.fields)
         descriptor.base = _Pointer(addresses[self.index] + self.offset)
         return descriptor
+
+    def expanded(self, addresses: list, meta, make) -> list:
+        """The kernel arguments Triton's launcher makes of this descriptor at these addresses
+        (``make``: its own function; with TMA metadata it encodes a tensor map on the host),
+        kept for the last few base addresses: the rest of what it encodes is fixed by the
+        binding's key."""
+        address = addresses[self.index] + self.offset
+        found = self._expansions.get(address)
+        if found is None:
+            found = make(self.at(addresses), meta)
+            if len(self._expansions) >= EXPANSIONS_PER_DESCRIPTOR:
+                self._expansions.clear()
+            self._expansions[address] = found
+        return found
 
 
 class RunTimePart:
@@ -224,7 +240,8 @@ class Binding:
         # in place, and the positions that take an address or a descriptor on each replay
         # (fewer steps than a pass that tests every argument's kind)
         self._replays = tuple(
-            (*_call_form(run, grid, stream, function, metadata), tuple(template),
+            (*_expanding_form(_call_form(run, grid, stream, function, metadata), template),
+             tuple(template),
              tuple((i, a[0], a[1]) for i, a in enumerate(template) if type(a) is tuple),
              tuple((i, a) for i, a in enumerate(template) if type(a) is DescriptorAt),
              tuple((i, a.source, a.part) for i, a in enumerate(template)
@@ -257,14 +274,24 @@ class Binding:
         """The launches alone, at these addresses and run-time ints (outputs the caller just
         allocated cannot overlap anything)."""
         parts = [split(v) for split, v in zip(self.splits, ints)] if self.splits else None
-        for run, leading, packed, template, at, described, computed in self._replays:
+        for run, leading, packed, expand, template, at, described, computed in self._replays:
             args = list(template)
             for i, index, offset in at:
                 args[i] = addresses[index] + offset
-            for i, descriptor in described:
-                args[i] = descriptor.at(addresses)
             for i, source, part in computed:
                 args[i] = parts[source][part]
+            if expand is not None:   # the descriptors' kernel arguments spliced in their place
+                make, metas = expand
+                final, start = [], 0
+                for (i, descriptor), meta in zip(described, metas):
+                    final += args[start:i]
+                    final += descriptor.expanded(addresses, meta, make)
+                    start = i + 1
+                final += args[start:]
+                run(*leading, *final)
+                continue
+            for i, descriptor in described:
+                args[i] = descriptor.at(addresses)
             if packed:
                 run(*leading, tuple(args))
             else:
@@ -279,6 +306,30 @@ def _call_form(run, grid: tuple, stream: int, function, metadata) -> tuple:
     if form is not None:
         return form(grid, stream, function, metadata)
     return run, (*grid, stream, function, metadata, None, None, None), False
+
+
+def _expanding_form(form: tuple, template) -> tuple:
+    """(function, leading arguments, packed, expand) of a recorded launch. ``expand`` is None,
+    or where the launch's function is Triton 3.6's tensor-descriptor wrapper (its inner
+    function: it expands each descriptor argument into a tensor map, shape and strides, and
+    calls the C launch) and every descriptor argument is one the binding rebuilds: (the
+    wrapper's own expansion function, each descriptor's TMA metadata), with the C launch as
+    the function, so that a replay passes expansions it kept per address."""
+    function, leading, packed = form
+    code, closure = getattr(function, "__code__", None), getattr(function, "__closure__", None)
+    if packed or code is None or closure is None:
+        return (*form, None)
+    cells = dict(zip(code.co_freevars, (cell.cell_contents for cell in closure)))
+    make = function.__globals__.get("make_tensordesc_arg")
+    if (set(cells) != {"launcher", "tensordesc_indices", "tensordesc_meta"} or make is None
+            or function.__globals__.get("_BASE_ARGS_FORMAT_LEN") != len(leading)):
+        return (*form, None)
+    positions = sorted(cells["tensordesc_indices"])
+    metas = cells["tensordesc_meta"] or [None] * len(positions)
+    if positions != [i for i, a in enumerate(template) if type(a) is DescriptorAt] \
+            or len(metas) != len(positions):
+        return (*form, None)
+    return cells["launcher"], leading, False, (make, tuple(metas))
 
 
 def launch_hooks_active() -> bool:

@@ -234,6 +234,96 @@ def test_recorded_tensor_descriptors_are_rebuilt_over_the_new_address():
     assert described.base is not None and described.base.data_ptr() == x[8:].data_ptr()
 
 
+# Triton 3.6's tensor-descriptor wrapper (backends/nvidia/driver.py), in its shape: an inner
+# function over these three cells, with make_tensordesc_arg and _BASE_ARGS_FORMAT_LEN global
+_WRAPPER_36 = """
+def wrap_handle_tensordesc(launcher, tensordesc_indices, tensordesc_meta):
+    def inner(*args):
+        final_args = list(args[:_BASE_ARGS_FORMAT_LEN])
+        tensordesc_idx = 0
+        for i, arg in enumerate(args[_BASE_ARGS_FORMAT_LEN:]):
+            if i in tensordesc_indices:
+                final_args.extend(make_tensordesc_arg(arg, tensordesc_meta[tensordesc_idx]))
+                tensordesc_idx += 1
+            else:
+                final_args.append(arg)
+        return launcher(*final_args)
+    return inner
+"""
+
+
+class _Form:
+    """A recorded launch's run whose form is (function, 13 leading arguments, spread)."""
+
+    def __init__(self, function):
+        self.function = function
+
+    def form(self, grid, stream, function, metadata):
+        return self.function, (*grid, stream, function, 0, 0, None, None, metadata, None, None,
+                               None), False
+
+
+def _descriptor_binding(made: list, calls: list, wrapper_namespace=None):
+    """A binding of one launch (an address, a descriptor, an int, a descriptor) through a
+    wrapper of Triton 3.6's shape, whose expansion counts its calls in ``made``."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from graphrt import kernel_utils
+
+    def make_tensordesc_arg(arg, meta):
+        made.append(arg.base.data_ptr())
+        return [("map", arg.base.data_ptr(), meta), *arg.shape, *arg.strides]
+    namespace = {"make_tensordesc_arg": make_tensordesc_arg, "_BASE_ARGS_FORMAT_LEN": 13}
+    exec(_WRAPPER_36, namespace)
+    inner = namespace["wrap_handle_tensordesc"](lambda *a: calls.append(a), {1, 3},
+                                                 ["meta1", "meta3"])
+    x, y = torch.empty(64, 32), torch.empty(16, 8)
+    first = kernel_utils._recorded_argument(TensorDescriptor.from_tensor(x, [16, 32]))
+    second = kernel_utils._recorded_argument(TensorDescriptor.from_tensor(y[4:], [4, 8]))
+    template = ((1, 0), binding.DescriptorAt(0, 0, first), 7, binding.DescriptorAt(1, 128, second))
+    return binding.Binding(((_Form(inner), (2, 1, 1), "f", "m", 5, template),), (), (),
+                           ("x", "y")), inner
+
+
+def test_descriptor_launch_arguments_are_kept_per_address_and_match_the_wrapper():
+    """Through Triton 3.6's descriptor wrapper, a replay passes the C launch each descriptor's
+    expansion, made once per base address (the last few kept), and the same arguments as the
+    wrapper itself would."""
+    made, calls = [], []
+    bound, inner = _descriptor_binding(made, calls)
+    assert bound._replays[0][3] is not None   # the wrapper recognized
+    for _ in range(3):
+        bound.launch([4096, 8192])
+    assert made == [4096, 8192 + 128] and len(calls) == 3
+    bound.launch([1 << 20, 8192])
+    assert made[2:] == [1 << 20]   # the other descriptor's address is one it kept
+    expected = []
+    wrapped, own_inner = _descriptor_binding([], expected)
+    wrapped._replays = tuple((own_inner, leading, packed, None, *rest)
+                             for _, leading, packed, _, *rest in wrapped._replays)
+    wrapped.launch([1 << 20, 8192])   # the same launch through the wrapper itself
+    assert calls[-1] == expected[-1]
+    assert calls[-1][13:] == (8192, ("map", 1 << 20, "meta1"), 64, 32, 32, 1, 7,
+                              ("map", 8192 + 128, "meta3"), 12, 8, 8, 1)
+    for address in range(6):   # a few kept at a time
+        bound.launch([address * 256, 8192])
+    kept = bound._replays[0][6][0][1]._expansions
+    assert len(made) == 9 and 0 < len(kept) <= binding.EXPANSIONS_PER_DESCRIPTOR
+
+
+def test_launches_of_other_forms_are_replayed_as_recorded():
+    """A packed form (Triton 3.9), a function of another shape or a descriptor the binding did
+    not record as one leave the launch to its own function."""
+    made, calls = [], []
+    bound, inner = _descriptor_binding(made, calls)
+    run, leading, packed = bound._replays[0][:3]
+    template = bound.launches[0][5]
+    assert binding._expanding_form((run, leading, True), template)[3] is None
+    assert binding._expanding_form((lambda *a: None, leading, False), template)[3] is None
+    assert binding._expanding_form((inner, leading, False),
+                                   (*template[:3], 0))[3] is None   # a descriptor not rebuilt
+
+
 # -- GPU -----------------------------------------------------------------------------------------
 def _fresh(t):
     return t.copy_(torch.randn_like(t, dtype=torch.float32).to(t.dtype))
@@ -490,6 +580,10 @@ def test_bound_mhc_backward_rebuilds_its_tensor_descriptors(seed):
                    dweight=torch.empty(n, k, device="cuda"))
     plan, inputs, outputs = _bound_equals_unbound(MhcProjectionBackward, inputs, outputs,
                                                   dict(allow_tf32=True))
+    from graphrt.kernel_utils import ON_TESTED_TRITON
+    expanding = [r[3] is not None for b in plan._bindings.recorded.values() for r in b._replays]
+    if ON_TESTED_TRITON:   # Triton 3.6's descriptor wrapper: replays pass kept expansions
+        assert any(expanding)
     before = inputs["x"].clone()
     with pytest.raises(ContractError, match="overlaps"):   # dx over x, after the binding
         plan.execute(*inputs.values(), dx=inputs["x"], dweight=outputs["dweight"],
