@@ -420,14 +420,18 @@ class Bindings:
         names = (*names[:len(args)], *kwargs)
         extents = [_extent(values[p]) for p in positions]
         launches = []
+        taken = set()   # the declared parameters some launch took
         for run, grid, function, metadata, stream, arguments, *params in recording.launches:
             template = []
             params = params[0] if params else ()
+            if computed and not params:
+                return   # a launch whose parameters are unknown might take a run-time int
             for position, a in enumerate(arguments):
-                part = computed.get(params[position]) if computed and params else None
+                part = computed.get(params[position]) if computed else None
                 if part is not None:
                     if type(a) is not int or a != part[2]:
                         return   # not the value the plan declares: never replayed
+                    taken.add(params[position])
                     template.append(RunTimePart(part[0], part[1]))
                 elif type(a) is Address:
                     where = _locate(a, addresses, extents)
@@ -446,6 +450,8 @@ class Bindings:
                 else:
                     template.append(a)
             launches.append((run, grid, function, metadata, stream, tuple(template)))
+        if taken != set(computed):
+            return   # a declared parameter no launch has: the value may have gone elsewhere
         outputs, inputs = [], []
         for i, p in enumerate(positions):
             if extents[i]:

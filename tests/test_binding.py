@@ -81,6 +81,10 @@ def test_run_time_int_keywords_key_alike_and_replay_their_computed_launch_argume
                     lambda plan, x, **kw: execute(plan, x, **kw, passed=(0, 0)), None, (x,),
                     {"seed": 513, "rows": 3}, ("x",), (), run_time, [513])
     assert bindings.lookup("k2") is None   # the launch took other values than declared
+    misnamed = {"seed": (("seed_lo", "seed_high"), _split_pair)}
+    bindings.record("k3", [0], [x.data_ptr()], execute, None, (x,), {"seed": 513, "rows": 3},
+                    ("x",), (), misnamed, [513])
+    assert bindings.lookup("k3") is None   # a declared parameter no launch has
 
 
 def test_run_time_int_parameters_are_not_specialized_on():
