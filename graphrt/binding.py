@@ -288,7 +288,10 @@ class Binding:
                     final += descriptor.expanded(addresses, meta, make)
                     start = i + 1
                 final += args[start:]
-                run(*leading, *final)
+                if packed:
+                    run(*leading, final)
+                else:
+                    run(*leading, *final)
                 continue
             for i, descriptor in described:
                 args[i] = descriptor.at(addresses)
@@ -310,26 +313,39 @@ def _call_form(run, grid: tuple, stream: int, function, metadata) -> tuple:
 
 def _expanding_form(form: tuple, template) -> tuple:
     """(function, leading arguments, packed, expand) of a recorded launch. ``expand`` is None,
-    or where the launch's function is Triton 3.6's tensor-descriptor wrapper (its inner
-    function: it expands each descriptor argument into a tensor map, shape and strides, and
-    calls the C launch) and every descriptor argument is one the binding rebuilds: (the
-    wrapper's own expansion function, each descriptor's TMA metadata), with the C launch as
-    the function, so that a replay passes expansions it kept per address."""
+    or, where the launch's function is Triton's tensor-descriptor wrapper (the inner function
+    that expands each descriptor argument into a tensor map, shape and strides, then calls the
+    C launch: 3.6's, with the arguments spread, or 3.9's, packed) and every descriptor argument
+    is a top-level one the binding rebuilds: (the wrapper's own expansion function, each
+    descriptor's TMA metadata), with the C launch as the function, so that a replay passes
+    expansions it kept per address."""
     function, leading, packed = form
     code, closure = getattr(function, "__code__", None), getattr(function, "__closure__", None)
-    if packed or code is None or closure is None:
+    if code is None or closure is None:
         return (*form, None)
     cells = dict(zip(code.co_freevars, (cell.cell_contents for cell in closure)))
-    make = function.__globals__.get("make_tensordesc_arg")
-    if (set(cells) != {"launcher", "tensordesc_indices", "tensordesc_meta"} or make is None
-            or function.__globals__.get("_BASE_ARGS_FORMAT_LEN") != len(leading)):
+    names = set(cells)
+    if not packed and names == {"launcher", "tensordesc_indices", "tensordesc_meta"}:   # 3.6
+        make = function.__globals__.get("make_tensordesc_arg")
+        if make is None or function.__globals__.get("_BASE_ARGS_FORMAT_LEN") != len(leading):
+            return (*form, None)
+        positions = sorted(cells["tensordesc_indices"])
+    elif packed and names == {"launcher", "make_tensordesc_arg", "relevant_paths", "signature",
+                              "tensordesc_meta"}:   # 3.9
+        paths = cells["relevant_paths"]
+        if any(paths.values()):   # a descriptor inside a tuple argument
+            return (*form, None)
+
+        def make(descriptor, meta, expand=cells["make_tensordesc_arg"], base=leading):
+            return expand(descriptor, meta, base)
+        positions = sorted(paths)
+    else:
         return (*form, None)
-    positions = sorted(cells["tensordesc_indices"])
     metas = cells["tensordesc_meta"] or [None] * len(positions)
     if positions != [i for i, a in enumerate(template) if type(a) is DescriptorAt] \
             or len(metas) != len(positions):
         return (*form, None)
-    return cells["launcher"], leading, False, (make, tuple(metas))
+    return cells["launcher"], leading, packed, (make, tuple(metas))
 
 
 def launch_hooks_active() -> bool:

@@ -315,6 +315,62 @@ def test_descriptor_launch_arguments_are_kept_per_address_and_match_the_wrapper(
     assert len(made) == 9 and 0 < len(kept) <= binding.EXPANSIONS_PER_DESCRIPTOR
 
 
+def _installed_wrapper(calls: list, made: list):
+    """(the installed Triton's descriptor wrapper over a launcher that records its arguments,
+    packed) for a kernel (pointer, descriptor, int, descriptor): 3.9's with an expansion that
+    counts its calls in ``made``, or 3.6's with its own (no TMA metadata, so no driver)."""
+    signature = {"a": "*fp32", "d1": "tensordesc<fp32[16, 32]>", "n": "i32",
+                 "d2": "tensordesc<fp32[4, 8]>"}
+    try:
+        from triton.backends.driver import wrap_handle_tensordesc_impl
+    except ImportError:
+        from triton.backends.nvidia.driver import wrap_handle_tensordesc
+        return wrap_handle_tensordesc(lambda *a: calls.append(a), signature, None), False
+
+    def make(arg, meta, base):
+        made.append(arg.base.data_ptr())
+        return [("map", arg.base.data_ptr(), meta, len(base)), *arg.shape, *arg.strides]
+    return wrap_handle_tensordesc_impl(lambda *a: calls.append(a), signature,
+                                       [{"swizzle": 1}, {"swizzle": 2}], make), True
+
+
+def test_descriptor_expansions_match_the_installed_tritons_own_wrapper():
+    """A replay through the installed Triton's descriptor wrapper recognizes it and passes the
+    C launch what the wrapper itself would, at new and at repeated addresses."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from graphrt import kernel_utils
+    x, y = torch.empty(64, 32), torch.empty(16, 8)
+    template = ((1, 0), binding.DescriptorAt(0, 0, kernel_utils._recorded_argument(
+        TensorDescriptor.from_tensor(x, [16, 32]))), 7, binding.DescriptorAt(
+        1, 128, kernel_utils._recorded_argument(TensorDescriptor.from_tensor(y[4:], [4, 8]))))
+    mine, theirs, made = [], [], []
+    inner, packed = _installed_wrapper(mine, made)
+    own, _ = _installed_wrapper(theirs, [])
+
+    class Run:
+        def __init__(self, function):
+            self.function = function
+
+        def form(self, grid, stream, function, metadata):
+            base = (*grid, stream, function, 0, 0, None, None, metadata, None, None, None)
+            return self.function, base[:-1] if packed else base, packed
+    replayed = binding.Binding(((Run(inner), (2, 1, 1), "f", "m", 5, template),), (), (),
+                               ("x", "y"))
+    through_wrapper = binding.Binding(((Run(own), (2, 1, 1), "f", "m", 5, template),), (), (),
+                                      ("x", "y"))
+    through_wrapper._replays = tuple((own, leading, p, None, *rest)
+                                     for _, leading, p, _, *rest in through_wrapper._replays)
+    assert replayed._replays[0][3] is not None   # recognized
+    for addresses in ([4096, 8192], [4096, 8192], [1 << 20, 8192]):
+        replayed.launch(addresses)
+        through_wrapper.launch(addresses)
+        assert [list(a) if isinstance(a, list) else a for a in mine[-1]] == \
+            [list(a) if isinstance(a, list) else a for a in theirs[-1]]
+    if packed:   # 3.9: the expansion made once per new base address
+        assert made == [4096, 8192 + 128, 1 << 20]
+
+
 def test_launches_of_other_forms_are_replayed_as_recorded():
     """A packed form (Triton 3.9), a function of another shape or a descriptor the binding did
     not record as one leave the launch to its own function."""
