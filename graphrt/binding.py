@@ -122,21 +122,7 @@ def _current_raw_stream(index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(index)
 
 
-_UNBOUND = object()
-_BY_VALUE = frozenset((int, bool, str))
-
-
-def value_key(value):
-    """What a binding's key holds for a non-tensor argument (None, a scalar, a string, a
-    dtype), or ``_UNBOUND`` for a value a key cannot stand for."""
-    kind = type(value)
-    if value is None or kind is torch.dtype:
-        return value
-    if kind in _BY_VALUE:
-        return (kind, value)
-    if kind is float:
-        return value.hex()  # tells -0.0 from 0.0, and a NaN matches itself
-    return _UNBOUND
+_BY_VALUE = frozenset((int, bool, str))   # keyed as (type, value)
 
 
 _INT64 = 1 << 63
@@ -190,14 +176,13 @@ def binding_key(args: tuple, kwargs: dict, run_time: dict | None = None
         elif kind in _BY_VALUE:
             key.append((kind, value))
         elif kind is float:
-            key.append(value.hex())
+            key.append(value.hex())  # tells -0.0 from 0.0, and a NaN matches itself
+        elif kind is torch.dtype:
+            key.append(value)
+        elif position >= n_args and value is kwargs.get("stream"):
+            key.append(None)   # a stream object: the key ends with its raw stream
         else:
-            keyed = value_key(value)
-            if keyed is _UNBOUND:
-                if position < n_args or value is not kwargs.get("stream"):
-                    return None
-                keyed = None   # a stream object: the key ends with its raw stream
-            key.append(keyed)
+            return None
     if index < 0:
         return None
     key.append(_current_raw_stream(index) if stream is None else stream)

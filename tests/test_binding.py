@@ -25,15 +25,22 @@ def test_cpu_tensors_and_unknown_objects_are_not_bound():
 
 def test_keys_stand_for_scalars_strings_and_dtypes_and_tell_them_apart():
     """A dtype option (the grouped wgrad's wgrad_dtype) keys like a flag, so such calls
-    can be bound; values of different kinds or values never share a key."""
+    can be bound; values of different kinds or values never share a key; other objects leave
+    the call unbound."""
+    x = torch.empty(8)
     values = [None, 0, 1, False, True, 0.0, -0.0, float("nan"), "dense", "0", torch.bfloat16,
               torch.float32]
-    keys = [binding.value_key(v) for v in values]
-    assert binding._UNBOUND not in keys
-    assert len(set(keys)) == len(values)
-    assert binding.value_key(float("nan")) == binding.value_key(float("nan"))
-    assert binding.value_key([1]) is binding._UNBOUND
-    assert binding.value_key(torch.device("cpu")) is binding._UNBOUND
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "get_device", lambda self: 0)
+        patch.setattr(binding, "_current_raw_stream", lambda index: 7)
+        keys = [binding.binding_key((x,), {"v": v}) for v in values]
+        assert None not in keys
+        assert len({k[0] for k in keys}) == len(values)
+        nan = float("nan")
+        assert binding.binding_key((x,), {"v": nan})[0] == binding.binding_key(
+            (x,), {"v": float("nan")})[0]
+        assert binding.binding_key((x,), {"v": [1]}) is None
+        assert binding.binding_key((x,), {"v": torch.device("cpu")}) is None
 
 
 def _split_pair(value):
@@ -257,14 +264,15 @@ def wrap_handle_tensordesc(launcher, tensordesc_indices, tensordesc_meta):
 
 
 class _Form:
-    """A recorded launch's run whose form is (function, 13 leading arguments, spread)."""
+    """A recorded launch's run whose form is (function, leading arguments, packed): 13 leading
+    arguments spread after them (Triton 3.6's), or 12 and the arguments packed (3.9's)."""
 
-    def __init__(self, function):
-        self.function = function
+    def __init__(self, function, packed=False):
+        self.function, self.packed = function, packed
 
     def form(self, grid, stream, function, metadata):
-        return self.function, (*grid, stream, function, 0, 0, None, None, metadata, None, None,
-                               None), False
+        leading = (*grid, stream, function, 0, 0, None, None, metadata, None, None, None)
+        return self.function, leading[:-1] if self.packed else leading, self.packed
 
 
 def _descriptor_binding(made: list, calls: list, wrapper_namespace=None):
@@ -347,18 +355,10 @@ def test_descriptor_expansions_match_the_installed_tritons_own_wrapper():
     mine, theirs, made = [], [], []
     inner, packed = _installed_wrapper(mine, made)
     own, _ = _installed_wrapper(theirs, [])
-
-    class Run:
-        def __init__(self, function):
-            self.function = function
-
-        def form(self, grid, stream, function, metadata):
-            base = (*grid, stream, function, 0, 0, None, None, metadata, None, None, None)
-            return self.function, base[:-1] if packed else base, packed
-    replayed = binding.Binding(((Run(inner), (2, 1, 1), "f", "m", 5, template),), (), (),
-                               ("x", "y"))
-    through_wrapper = binding.Binding(((Run(own), (2, 1, 1), "f", "m", 5, template),), (), (),
-                                      ("x", "y"))
+    replayed = binding.Binding(((_Form(inner, packed), (2, 1, 1), "f", "m", 5, template),),
+                               (), (), ("x", "y"))
+    through_wrapper = binding.Binding(((_Form(own, packed), (2, 1, 1), "f", "m", 5, template),),
+                                      (), (), ("x", "y"))
     through_wrapper._replays = tuple((own, leading, p, None, *rest)
                                      for _, leading, p, _, *rest in through_wrapper._replays)
     assert replayed._replays[0][3] is not None   # recognized
