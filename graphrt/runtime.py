@@ -31,59 +31,61 @@ def _call_key(plan_cls, args: tuple, kwargs: dict):
 
 class _BoundCall:
     """A functional call of a kind served before: its plan and the binding its execute
-    replays. ``sources`` says where each address the binding takes comes from: an int is the
-    call's own tensor argument of that index, a str the allocated output of that name, None
-    the workspace. ``low_bits`` are the outputs' address bits the binding was recorded with (a
-    fresh output at other ones takes the full path). ``outputs`` are the (name, shape, dtype,
-    device) of the outputs the call allocates; the key fixes them, the workspace size and the
-    output names, so they are found without the spec or the plan. ``given``: the caller passed
-    some outputs, which may overlap the inputs, so the binding's overlap check runs (allocated
-    ones cannot overlap anything)."""
+    replays. The binding takes its addresses from a pool: the call's own tensor arguments (in
+    the call key's order), then the outputs it allocates, then the workspace; ``slots`` says
+    which pool entry each of the binding's addresses is. ``allocations`` are the (shape,
+    strides, dtype, device) of the outputs the call allocates and ``low_bits`` their address
+    bits when the binding was recorded (a fresh output at other ones takes the full path); the
+    key fixes them, the workspace size and the output names, so they are found without the spec
+    or the plan. ``given``: the caller passed some outputs, which may overlap the inputs, so the
+    binding's overlap check runs (allocated ones cannot overlap anything)."""
 
-    __slots__ = ("plan", "binding", "sources", "low_bits", "version", "outputs", "given",
-                 "nbytes", "names", "made")
+    __slots__ = ("plan", "binding", "slots", "low_bits", "version", "allocations", "given",
+                 "nbytes", "names", "results", "check_bindable")
 
-    def __init__(self, plan, found, sources, low_bits, version, allocated, given):
-        self.plan, self.binding, self.sources = plan, found, sources
-        self.low_bits, self.version, self.given = low_bits, version, given
-        self.outputs = tuple((name, tuple(t.shape), t.dtype, t.device)
-                             for name, t in allocated.items())
+    def __init__(self, plan, found, sources, version, allocated, given, n_inputs: int):
+        self.plan, self.binding, self.version, self.given = plan, found, version, given
+        made = list(allocated)
+        self.allocations = tuple((tuple(t.shape), t.stride(), t.dtype, t.device)
+                                 for t in allocated.values())
+        self.low_bits = tuple(t.data_ptr() & 255 for t in allocated.values())
+        self.slots = tuple(s if type(s) is int else
+                           n_inputs + made.index(s) if s is not None else n_inputs + len(made)
+                           for s in sources)
         self.nbytes = plan.workspace_bytes()
         self.names = plan.output_names
-        self.made = tuple(n in allocated for n in self.names)   # else passed by the caller
+        # per output: its index among the allocated ones, or -1: the caller passed it
+        self.results = tuple((n, made.index(n) if n in allocated else -1) for n in self.names)
+        self.check_bindable = type(plan).bindable is not Plan.bindable
 
     def __call__(self, rt: "Runtime", args: tuple, kwargs: dict, inputs: list,
                  ints: list) -> Result | None:
-        if not self.plan.bindable():
+        if self.check_bindable and not self.plan.bindable():
             return None
-        allocated = {name: torch.empty(shape, dtype=dtype, device=device)
-                     for name, shape, dtype, device in self.outputs}
-        nbytes = self.nbytes
-        if nbytes:
+        made = [torch.empty_strided(shape, strides, dtype=dtype, device=device)
+                for shape, strides, dtype, device in self.allocations]
+        pool = list(inputs)
+        for t, bits in zip(made, self.low_bits):
+            address = t.data_ptr()
+            if address & 255 != bits:
+                return None   # nothing launched yet
+            pool.append(address)
+        if self.nbytes:
             with rt.arena.scope():
-                if not self._launch(inputs, ints, allocated, rt.arena.take_address(
-                        nbytes, current_stream(rt.device))):
-                    return None
-        elif not self._launch(inputs, ints, allocated, 0):
-            return None
+                # arena regions start on 256-byte boundaries, as the recorded one did
+                pool.append(rt.arena.take_address(self.nbytes, current_stream(rt.device)))
+                self._launch(pool, ints)
+        else:
+            self._launch(pool, ints)
         rt.plans.count_hit()
-        return Result(self.names, [allocated[n] if made else kwargs[n]
-                                   for n, made in zip(self.names, self.made)])
+        return Result(self.names, [made[i] if i >= 0 else kwargs[n] for n, i in self.results])
 
-    def _launch(self, inputs: list, ints: list, allocated: dict, workspace: int) -> bool:
-        """The binding's launches at this call's addresses; False (nothing launched) where an
-        allocated output or the workspace has other low address bits than when recorded."""
-        addresses = [inputs[s] if type(s) is int else
-                     allocated[s].data_ptr() if s is not None else workspace
-                     for s in self.sources]
-        if tuple(a & 255 for a, s in zip(addresses, self.sources) if type(s) is not int) \
-                != self.low_bits:
-            return False
+    def _launch(self, pool: list, ints: list) -> None:
+        addresses = [pool[i] for i in self.slots]
         if self.given:
             self.binding.replay(addresses, ints)
         else:
             self.binding.launch(addresses, ints)
-        return True
 
 
 def _as_device(device) -> torch.device:
@@ -240,13 +242,12 @@ class Runtime:
                 sources.append(index)
         if not all(t.is_contiguous() for t in allocated.values()):
             return   # made otherwise than torch.empty would make them
-        low_bits = tuple(a & 255 for a, s in zip(bound[2], sources) if type(s) is not int)
         if len(self._bound_calls) >= BOUND_CALLS:
             self._bound_calls.clear()
         given = any(tensors.get(n) is not None and n not in allocated
                     for n in (*plan.output_names, *plan.also_written))
-        self._bound_calls[call_key] = _BoundCall(plan, found, tuple(sources), low_bits,
-                                                 self.plans.version, allocated, given)
+        self._bound_calls[call_key] = _BoundCall(plan, found, tuple(sources), self.plans.version,
+                                                 allocated, given, len(own))
 
     def stats(self) -> dict:
         return {"device": str(self.device), "plans": self.plans.stats(), "arena": self.arena.stats()}

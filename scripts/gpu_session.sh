@@ -65,6 +65,7 @@ for step in $steps; do
       ncu -i "$OUT/stalls.ncu-rep" --page source --csv --print-source sass > "$OUT/stalls_sass.csv" 2>&1
       echo "source page rc=$? $(wc -c < "$OUT/stalls_sass.csv") bytes" ;;
     host) python3 -m graphrt.cli bench host 2>&1 | tee "$OUT/bench_host.log" ;;
+    host_parts) python3 scripts/host_parts.py 2>&1 | tee "$OUT/host_parts.log" ;;
     host_profile) python3 -m graphrt.bench.host --profile "${PROFILE_CASE:-graphrt.nn.RMSNorm forward + backward}" 2>&1 | tee "$OUT/host_profile.log" | head -45 ;;
     host_trace) python3 -m graphrt.bench.host --trace "${PROFILE_CASE:-graphrt.nn.RMSNorm forward + backward}" 2>&1 | tee "$OUT/host_trace.log" | head -45 ;;
     demo) python3 -m graphrt.cli demo 2>&1 | tee "$OUT/demo.log" | tail -22 ;;

@@ -848,3 +848,69 @@ def test_the_direct_c_launch_passes_what_tritons_launcher_passes(monkeypatch):
     assert len(received) == 3 and received[0] == received[1] == received[2]
     launcher.global_scratch_size = 128   # a kernel that needs scratch keeps Triton's path
     assert direct_run(compiled) is launcher
+
+
+def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(monkeypatch):
+    """The bound functional call's address pool (the call's tensors, the outputs it makes,
+    the workspace) against the order the recorded binding takes them in, on stand-ins."""
+    import sys
+    from graphrt.plan import Plan
+    runtime_module = sys.modules["graphrt.runtime"]   # graphrt.runtime is also a function
+    monkeypatch.setattr(runtime_module, "current_stream", lambda device: None)
+    empty_strided = torch.empty_strided
+
+    def aligned(shape, strides, dtype, device, low_bits=0):
+        """A contiguous tensor at ``low_bits`` past a 256-byte boundary (a CUDA allocation's
+        address bits, which CPU allocations do not have)."""
+        n = torch.Size(shape).numel() * dtype.itemsize
+        buffer = empty_strided((n + 512,), (1,), dtype=torch.uint8, device=device)
+        start = (-buffer.data_ptr()) % 256 + low_bits
+        return buffer[start:start + n].view(dtype).view(shape)
+    monkeypatch.setattr(torch, "empty_strided", aligned)
+
+    class Recorded:
+        def __init__(self):
+            self.calls = []
+
+        def launch(self, addresses, ints):
+            self.calls.append(("launch", addresses, ints))
+
+        def replay(self, addresses, ints):
+            self.calls.append(("replay", addresses, ints))
+
+    class Stand:
+        output_names = ("y", "stats", "given")
+        bindable = staticmethod(Plan.bindable)
+
+        def __init__(self, nbytes):
+            self.nbytes = nbytes
+
+        def workspace_bytes(self):
+            return self.nbytes
+
+    rt = graphrt.Runtime("cpu")
+    for nbytes, given in ((0, False), (512, True)):
+        allocated = {"stats": aligned((3, 2), (2, 1), torch.float32, "cpu"),
+                     "y": aligned((4,), (1,), torch.bfloat16, "cpu")}
+        recorded = Recorded()
+        # the binding takes: input 1, output y, the workspace (if any), input 0, output stats
+        sources = (1, "y", *((None,) if nbytes else ()), 0, "stats")
+        call = runtime_module._BoundCall(Stand(nbytes), recorded, sources, 0, allocated, given,
+                                         n_inputs=2)
+        given_out = torch.empty(5)
+        call.low_bits = (0, 16)   # y recorded 16 bytes past a boundary: the full path instead
+        assert call(rt, (), {"given": given_out}, [1000, 2000], [7]) is None
+        assert not recorded.calls
+        call.low_bits = (0, 0)
+        result = call(rt, (), {"given": given_out}, [1000, 2000], [7])
+        y, stats, out = result
+        assert (tuple(y.shape), y.dtype, tuple(stats.shape), stats.dtype) == (
+            (4,), torch.bfloat16, (3, 2), torch.float32)
+        assert out is given_out and result.names == ("y", "stats", "given")
+        kind, addresses, ints = recorded.calls[0]
+        expected = [2000, y.data_ptr(), 1000, stats.data_ptr()]
+        if nbytes:
+            workspace = addresses[2]
+            assert workspace % 256 == 0 and rt.arena.stats()["in_use"] == 0
+            expected.insert(2, workspace)
+        assert (kind, addresses, ints) == ("replay" if given else "launch", expected, [7])

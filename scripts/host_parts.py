@@ -1,0 +1,140 @@
+"""Where a functional call's host time goes, on the GPU host: each part of a bound functional
+call timed alone behind a GPU sleep (output allocation, the arena, the key, the replayed
+launches, the Result), and the C launch of Triton's compiled kernel alone (the floor under any
+pre-bound launch).
+
+    python scripts/host_parts.py
+"""
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+import graphrt
+from graphrt.bench.host import _add_one_kernel, host_us
+from graphrt.ops.registry import OPS
+from graphrt.result import Result
+from graphrt.streams import current_stream
+
+runtime_module = importlib.import_module("graphrt.runtime")
+
+
+def best(fn, rounds: int = 5) -> float:
+    for _ in range(3):
+        fn()
+    return min(host_us(fn) for _ in range(rounds))
+
+
+def allocation_rows(device) -> dict:
+    x = torch.empty(16, device=device)
+    big, small = (4096, 5120), (4096,)
+    index = device.index
+    return {
+        "torch.empty(big, dtype, device=torch.device)":
+            lambda: torch.empty(big, dtype=torch.bfloat16, device=device),
+        "torch.empty(small, dtype, device=torch.device)":
+            lambda: torch.empty(small, dtype=torch.float32, device=device),
+        "torch.empty(big, dtype, device=int)":
+            lambda: torch.empty(big, dtype=torch.bfloat16, device=index),
+        "x.new_empty(big, dtype)": lambda: x.new_empty(big, dtype=torch.bfloat16),
+        "torch.empty_strided(big, strides, dtype, device)":
+            lambda: torch.empty_strided(big, (5120, 1), dtype=torch.bfloat16, device=device),
+        "four torch.empty (HSTU backward's outputs)":
+            lambda: [torch.empty(big, dtype=torch.bfloat16, device=device),
+                     torch.empty(big, dtype=torch.bfloat16, device=device),
+                     torch.empty(small, dtype=torch.bfloat16, device=device),
+                     torch.empty(small, dtype=torch.bfloat16, device=device)],
+    }
+
+
+def arena_rows(rt) -> dict:
+    def scope_take():
+        with rt.arena.scope():
+            rt.arena.take_address(1 << 16, current_stream(rt.device))
+    return {"arena scope + take_address": scope_take,
+            "current_stream": lambda: current_stream(rt.device),
+            "Result of 4": lambda: Result(("a", "b", "c", "d"), [1, 2, 3, 4])}
+
+
+def op_rows(device, rt) -> dict:
+    rows = {}
+    for entry in OPS:
+        if entry.name == "adamw_step":
+            continue
+        inputs, config, _ = entry.sample(device)
+        if entry.name == "grouped_gemm_wgrad":
+            config = {**config, "check_offsets": False}
+        functional = entry.functional()
+        for _ in range(3):
+            functional(*inputs, **config)
+        seen = []   # what the functional call passes to Runtime.run
+        rt.run = lambda plan_cls, args, kwargs, stream=None: seen.append((plan_cls, kwargs))
+        functional(*inputs, **config)
+        del rt.run
+        plan_cls, kwargs = seen[0]
+        keyed = runtime_module._call_key(plan_cls, inputs, kwargs)
+        if keyed is None:
+            rows[f"{entry.name}: not bound"] = lambda: None
+            continue
+        key, addresses, ints = keyed
+        call = rt._bound_calls.get(key)
+        rows[f"{entry.name}: functional"] = lambda f=functional, i=inputs, c=config: f(*i, **c)
+        rows[f"{entry.name}: call key"] = (
+            lambda p=plan_cls, i=inputs, k=kwargs: runtime_module._call_key(p, i, k))
+        if call is None:
+            continue
+        rows[f"{entry.name}: bound call (allocate, arena, launch, Result)"] = (
+            lambda c=call, i=inputs, k=kwargs, a=addresses, n=ints: c(rt, i, k, a, n))
+        outputs = call.outputs
+        rows[f"{entry.name}: its {len(outputs)} torch.empty"] = (
+            lambda o=outputs: [torch.empty(s, dtype=d, device=v) for _, s, d, v in o])
+        made = {n: torch.empty(s, dtype=d, device=v) for n, s, d, v in outputs}
+        workspace = torch.empty(max(call.nbytes, 1), dtype=torch.uint8, device=device)
+        replay_addresses = [addresses[s] if type(s) is int else
+                            made[s].data_ptr() if s is not None else workspace.data_ptr()
+                            for s in call.sources]
+        rows[f"{entry.name}: the binding's launches alone ({len(call.binding.launches)})"] = (
+            lambda b=call.binding, a=replay_addresses, n=ints, keep=(made, workspace):
+            b.launch(a, n))
+    return rows
+
+
+def c_launch_rows(device) -> dict:
+    """Triton's C launch of a 3-argument kernel, called with its arguments ready."""
+    from graphrt.kernel_utils import direct_run
+    x = torch.zeros(16, device=device)
+    compiled = _add_one_kernel[(1,)](x, 16, BLOCK=16)
+    run = direct_run(compiled)
+    if not hasattr(run, "form"):
+        return {}
+    stream = torch.cuda.current_stream(device).cuda_stream
+    c_launch, leading, packed = run.form((1, 1, 1), stream, compiled.function,
+                                         compiled.packed_metadata)
+    args = (x.data_ptr(), 16, 16)
+    if packed:
+        return {"Triton's C launch alone, 3 arguments": lambda: c_launch(*leading, args)}
+    return {"Triton's C launch alone, 3 arguments": lambda: c_launch(*leading, *args)}
+
+
+def main() -> None:
+    device = torch.device("cuda", torch.cuda.current_device())
+    rt = graphrt.runtime(device)
+    small = torch.zeros(16, device=device)
+    rows = {"torch.add, 16 elements": lambda: torch.add(small, small),
+            "bare Triton launch, 3 arguments": lambda: _add_one_kernel[(1,)](small, 16, BLOCK=16)}
+    rows.update(c_launch_rows(device))
+    rows.update(allocation_rows(device))
+    rows.update(arena_rows(rt))
+    rows.update(op_rows(device, rt))
+    results = {name: float("inf") for name in rows}
+    for _ in range(5):
+        for name, fn in rows.items():
+            results[name] = min(results[name], best(fn, 1))
+    width = max(map(len, results))
+    for name, us in results.items():
+        print(f"{name:<{width}}  {us:7.2f} us")
+
+
+if __name__ == "__main__":
+    main()
