@@ -303,3 +303,19 @@ def test_gpu_optimizer_captured_matches_eager(seed):
         assert torch.equal(a.float(), b.float())
     for p, q in zip(models[0].parameters(), models[1].parameters()):
         assert torch.equal(p, q)
+
+
+def test_functional_call_names_a_bad_parameter_past_the_first_and_writes_nothing():
+    """The functional call checks only the first parameter before the plan lookup; the rest
+    are checked by execute, before anything is written, and each bad one is named."""
+    params, grads, ms, vs, steps = _state([(6,), (6,)], torch.float32)
+    before = [t.clone() for t in params + ms + vs]
+    for bad, match in ((params[:1] + ["x"], r"params\[1\]: expected a torch.Tensor"),
+                       ((), "params: expected at least one tensor"),
+                       (params[0], "params: expected a list of tensors"),
+                       (["x"], r"params\[0\]: expected a torch.Tensor")):
+        with pytest.raises(graphrt.ContractError, match=match):
+            graphrt.ops.adamw_step(bad, grads, ms, vs, steps, **HYPER)
+    with pytest.raises(graphrt.ContractError, match=r"grads\[1\]: expected"):
+        graphrt.ops.adamw_step(params, [grads[0], grads[1][:3]], ms, vs, steps, **HYPER)
+    assert all(torch.equal(a, b) for a, b in zip(before, params + ms + vs))

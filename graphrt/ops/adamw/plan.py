@@ -123,11 +123,16 @@ def _tensor_list(name: str, value, length: int | None = None) -> list:
 
 
 def parameter_list(params) -> list:
-    """``params`` as a non-empty list of tensors (a ContractError otherwise)."""
-    params = _tensor_list("params", params)
+    """``params`` as a non-empty list whose first element is a tensor (a ContractError
+    otherwise): what picks the device, the runtime and the plan. The other elements are checked
+    in ``execute`` with every other list, once per kind of call (a list of 100 parameters
+    checked here on every call cost more host time than the launch)."""
+    if isinstance(params, torch.Tensor) or not isinstance(params, (list, tuple)):
+        raise ContractError(f"params: expected a list of tensors, got {type(params).__name__}")
     if not params:
         raise ContractError("params: expected at least one tensor, got an empty list")
-    return params
+    require_tensor("params[0]", params[0])
+    return list(params)
 
 
 def _betas(betas) -> tuple[float, float]:
@@ -204,7 +209,7 @@ class AdamWStep(Plan):
                 launch_adamw(*([ts[i] for i in checked.alone] for ts in lists), **hyper)
 
     def _check_tensors(self, params, grads, exp_avgs, exp_avg_sqs, steps) -> tuple:
-        params = parameter_list(params)
+        params = _tensor_list("params", parameter_list(params))
         n = len(params)
         lists = (params, *(_tensor_list(name, value, n) for name, value in
                            zip(LISTS[1:], (grads, exp_avgs, exp_avg_sqs, steps))))
