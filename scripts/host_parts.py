@@ -86,14 +86,14 @@ def op_rows(device, rt) -> dict:
             continue
         rows[f"{entry.name}: bound call (allocate, arena, launch, Result)"] = (
             lambda c=call, i=inputs, k=kwargs, a=addresses, n=ints: c(rt, i, k, a, n))
-        outputs = call.outputs
-        rows[f"{entry.name}: its {len(outputs)} torch.empty"] = (
-            lambda o=outputs: [torch.empty(s, dtype=d, device=v) for _, s, d, v in o])
-        made = {n: torch.empty(s, dtype=d, device=v) for n, s, d, v in outputs}
+        allocations = call.allocations
+        rows[f"{entry.name}: its {len(allocations)} outputs' torch.empty_strided"] = (
+            lambda a=allocations: [torch.empty_strided(s, st, dtype=d, device=v)
+                                   for s, st, d, v in a])
+        made = [torch.empty_strided(s, st, dtype=d, device=v) for s, st, d, v in allocations]
         workspace = torch.empty(max(call.nbytes, 1), dtype=torch.uint8, device=device)
-        replay_addresses = [addresses[s] if type(s) is int else
-                            made[s].data_ptr() if s is not None else workspace.data_ptr()
-                            for s in call.sources]
+        pool = [*addresses, *(t.data_ptr() for t in made), workspace.data_ptr()]
+        replay_addresses = [pool[i] for i in call.slots]
         rows[f"{entry.name}: the binding's launches alone ({len(call.binding.launches)})"] = (
             lambda b=call.binding, a=replay_addresses, n=ints, keep=(made, workspace):
             b.launch(a, n))

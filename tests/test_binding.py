@@ -859,12 +859,12 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
     monkeypatch.setattr(runtime_module, "current_stream", lambda device: None)
     empty_strided = torch.empty_strided
 
-    def aligned(shape, strides, dtype, device, low_bits=0):
-        """A contiguous tensor at ``low_bits`` past a 256-byte boundary (a CUDA allocation's
-        address bits, which CPU allocations do not have)."""
+    def aligned(shape, strides, dtype, device):
+        """A contiguous tensor on a 256-byte boundary, as CUDA allocations are (CPU ones are
+        not)."""
         n = torch.Size(shape).numel() * dtype.itemsize
-        buffer = empty_strided((n + 512,), (1,), dtype=torch.uint8, device=device)
-        start = (-buffer.data_ptr()) % 256 + low_bits
+        buffer = empty_strided((n + 256,), (1,), dtype=torch.uint8, device=device)
+        start = (-buffer.data_ptr()) % 256
         return buffer[start:start + n].view(dtype).view(shape)
     monkeypatch.setattr(torch, "empty_strided", aligned)
 
