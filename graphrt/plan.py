@@ -56,23 +56,35 @@ def hopper_module(package: str, module: str, capability):
         return None
 
 
-# os.environ.get decodes on every call; plan-store hits read the raw mapping, which setenv and
-# os.environ[...] = ... update in place
+# os.environ.get encodes the name and, for an unset variable, raises and catches a KeyError on
+# every call (2.4 us against 0.13 us on a fast CPU); launch paths read the raw mapping, which
+# setenv and os.environ[...] = ... update in place
 _ENVIRON_RAW = getattr(os.environ, "_data", None)
-if isinstance(_ENVIRON_RAW, dict):
-    _raw_env_get = _ENVIRON_RAW.get
-    _BACKEND_VAR = b"GRAPHRT_BACKEND" if os.name != "nt" else "GRAPHRT_BACKEND"
-else:  # pragma: no cover - other interpreters
-    _raw_env_get = os.environ.get
-    _BACKEND_VAR = "GRAPHRT_BACKEND"
+_RAW_KEYS_ARE_BYTES = isinstance(_ENVIRON_RAW, dict) and os.name != "nt"
+_raw_env_get = _ENVIRON_RAW.get if isinstance(_ENVIRON_RAW, dict) else os.environ.get
+
+
+def env_reader(name: str):
+    """A function that returns environment variable ``name`` as ``os.environ.get`` would,
+    read fast (for settings read on every call).
+
+    >>> read = env_reader("GRAPHRT_DOCTEST_UNSET"); read() is None
+    True
+    """
+    key = os.fsencode(name) if _RAW_KEYS_ARE_BYTES else name
+
+    def read() -> str | None:
+        value = _raw_env_get(key)
+        return os.fsdecode(value) if type(value) is bytes else value
+    return read
+
+
+_backend_variable = env_reader("GRAPHRT_BACKEND")
 
 
 def env_backend() -> str | None:
     """GRAPHRT_BACKEND, read fast (None when unset or empty)."""
-    value = _raw_env_get(_BACKEND_VAR)
-    if not value:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
+    return _backend_variable() or None
 
 
 def select_backend(device: torch.device, requested: str | None = None) -> str:
@@ -101,7 +113,7 @@ def tensor_facts(t: torch.Tensor, requested: str | None = None, name: str = "x")
     index = t.get_device()
     if index < 0:
         index = "cpu" if t.is_cpu else t.device.type
-    key = (index, requested, _raw_env_get(_BACKEND_VAR))
+    key = (index, requested, _backend_variable())
     facts = _facts_cache.get(key)
     if facts is None:
         device = t.device

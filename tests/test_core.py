@@ -420,3 +420,25 @@ def test_no_tensor_allocation_sees_tensor_methods_too():
             with pytest.raises(AssertionError, match="on the execute path"):
                 make()
     assert x.new_empty(2).shape == (2,)
+
+
+def test_settings_read_every_call_follow_the_environment(monkeypatch):
+    """env_reader reads the raw mapping, which setenv, os.environ[...] and delenv update: the
+    backend and the wgrad's host validation follow each change."""
+    from graphrt.ops.grouped_gemm.plan import GroupedGemmWgrad
+    from graphrt.plan import env_backend, env_reader
+    read = env_reader("GRAPHRT_TEST_SETTING")
+    monkeypatch.delenv("GRAPHRT_TEST_SETTING", raising=False)
+    assert read() is None
+    monkeypatch.setenv("GRAPHRT_TEST_SETTING", "caf\u00e9")
+    assert read() == "caf\u00e9"
+    monkeypatch.setenv("GRAPHRT_BACKEND", "")
+    assert env_backend() is None
+    monkeypatch.setenv("GRAPHRT_BACKEND", "reference")
+    assert env_backend() == "reference"
+    monkeypatch.setenv("GRAPHRT_VALIDATE_OFFSETS", "1")
+    assert not GroupedGemmWgrad.bindable()
+    monkeypatch.setenv("GRAPHRT_VALIDATE_OFFSETS", "0")
+    assert GroupedGemmWgrad.bindable()
+    monkeypatch.delenv("GRAPHRT_VALIDATE_OFFSETS")
+    assert GroupedGemmWgrad.bindable()

@@ -1,15 +1,13 @@
 """Plan for grouped GEMM weight gradients of MoE experts."""
 from __future__ import annotations
 
-import os
-
 import torch
 
 from ...block_scaling import FP8
 from ...contract import TensorSpec
 from ...device_checks import OFFSETS_DECREASING, OFFSETS_OUT_OF_RANGE, error_flags
 from ...errors import ContractError
-from ...plan import hopper_module, Plan
+from ...plan import env_reader, hopper_module, Plan
 from ...streams import is_capturing, on_stream
 from ...validate import (compact_operand, dtype_name, require_aligned,
                          require_disjoint, require_tensor, vector_operand)
@@ -63,8 +61,11 @@ def offsets_spec(name: str, t) -> TensorSpec:
                       "contiguous" if t.is_contiguous() else "strided")
 
 
+_validate_offsets_variable = env_reader("GRAPHRT_VALIDATE_OFFSETS")
+
+
 def _validate_on_host() -> bool:
-    return os.environ.get("GRAPHRT_VALIDATE_OFFSETS") == "1"
+    return _validate_offsets_variable() == "1"
 
 
 class GroupedGemmWgrad(Plan):
