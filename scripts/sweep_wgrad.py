@@ -4,7 +4,9 @@ torch.mm per expert, then timed next to torch._grouped_mm. ``--fp8`` sweeps the 
 warp-specialized Gluon kernel (kernels_gluon.py) for 1x128 where it fits; ``--ragged``
 sweeps tensor_ragged inputs (per-expert blocks, tokens unit-stride) with counts in multiples of
 256 and moved off multiples of 8 (``odd``: rows not 16-byte aligned, two-byte loads), with and
-without ``ragged_prefetch``; ``--first`` only the first benchmark case."""
+without ``ragged_prefetch``; ``--layouts`` times tile configs on the tensor2d layouts (A M- or
+K-major, B N- or K-major) at the E8 cases; ``--first`` only the first
+benchmark case."""
 import itertools
 import sys
 
@@ -35,6 +37,13 @@ GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (
 RAGGED_CONFIGS = [GemmConfig(*c) for c in [
     (128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 3, 8, None, True), (128, 128, 64, 8, 3, 8),
     (128, 128, 64, 8, 3, 8, None, True)]]
+# (config, the layouts it runs): the plan's tile on every layout, other tiles on M-N and K-K
+ALL_LAYOUTS = (("M", "N"), ("K", "N"), ("K", "K"), ("M", "K"))
+LAYOUT_CONFIGS = [
+    (GemmConfig(128, 256, 64, 8, 3, 8), ALL_LAYOUTS),
+    (GemmConfig(128, 256, 64, 8, 4, 8), (("M", "N"), ("K", "K"))),
+    (GemmConfig(256, 128, 64, 8, 3, 8), (("M", "N"), ("K", "K"))),
+    (GemmConfig(128, 256, 64, 8, 3, 4), (("M", "N"), ("K", "K")))]
 
 
 def _timed(name, run, sets, check, flops):
@@ -131,8 +140,49 @@ def main_ragged(first: bool):
                        lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
 
 
+def _layout_operands(hidden, inter, tokens, a_major, b_major):
+    """A (hidden, tokens) and B (tokens, intermediate) in the named majors."""
+    a = (torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda") if a_major == "K" else
+         torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda").t())
+    b = (torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda").t() if b_major == "K"
+         else torch.randn(tokens, inter, dtype=torch.bfloat16, device="cuda"))
+    return a, b
+
+
+def main_layouts(first: bool):
+    gen = torch.Generator().manual_seed(0)
+    errors = error_flags(torch.device("cuda", 0))
+    cases = [c for c in CASES if c[0] == 8]
+    for experts, hidden, inter, tokens in cases[:1] if first else cases:
+        counts = random_counts(experts, tokens, gen)
+        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
+        bounds = expert_bounds(offsets, tokens)
+        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+        flops = 2.0 * hidden * inter * tokens
+        print(f"E={experts} {hidden}x{inter} tokens={tokens} counts x256", flush=True)
+        for a_major, b_major in ALL_LAYOUTS:
+            sets = [_layout_operands(hidden, inter, tokens, a_major, b_major) for _ in range(2)]
+            a0, b0 = sets[0]
+            ref = torch.stack([a0[:, s:e].float() @ b0[s:e].float() for s, e in bounds])
+
+            def check(ref=ref):
+                return ((out.float() - ref).norm() / ref.norm()).item()
+            for cfg, layouts in LAYOUT_CONFIGS:
+                if (a_major, b_major) not in layouts:
+                    continue
+
+                def run(a, b, cfg=cfg, a_k=a_major == "K", b_k=b_major == "K"):
+                    launch_wgrad(cfg, a, b, offsets, out, None, torch.bfloat16, errors,
+                                 hidden=hidden, inter=inter, a_k_major=a_k, b_k_major=b_k,
+                                 ragged=False, accumulate=False, dot_fp32=False)
+                _timed(f"{a_major}{b_major} {cfg}", run, sets, check, flops)
+            del sets, ref
+
+
 if __name__ == "__main__":
-    if "--ragged" in sys.argv[1:]:
+    if "--layouts" in sys.argv[1:]:
+        main_layouts("--first" in sys.argv[1:])
+    elif "--ragged" in sys.argv[1:]:
         main_ragged("--first" in sys.argv[1:])
     else:
         main("--fp8" in sys.argv[1:], "--first" in sys.argv[1:])

@@ -104,6 +104,27 @@ def fp8_gemm_ceiling_tflops(progress=print) -> float | None:
     return tflops
 
 
+def layouts_in_turn(experts: int, hidden: int, inter: int, tokens: int, counts: list[int],
+                    rounds: int = 5) -> dict[tuple, float]:
+    """graphrt's time on every layout (LAYOUTS' keys) at ``counts``, the layouts timed in turn
+    for ``rounds`` rounds, each one's median. A long product heats the GPU and its clock drifts
+    within a run (the same kernel measured 1382, 1447 and 1480 us over 20 s on the H200), so
+    layouts timed one after another would also compare their places in the run."""
+    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
+    out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+    runs = {}
+    for a_major, b_major, order in LAYOUTS:
+        sets = [_operands(tokens, hidden, inter, a_major, b_major) for _ in range(2)]
+        plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets, input_order=order).compile()
+        runs[a_major, b_major, order] = rotating(
+            lambda a, b, plan=plan: plan.execute(a, b, offsets, wgrad=out), sets)
+    times = {layout: [] for layout in runs}
+    for _ in range(rounds):
+        for layout, f in runs.items():
+            times[layout].append(stream_time_us(f))
+    return {layout: sorted(t)[len(t) // 2] for layout, t in times.items()}
+
+
 def run(progress=print) -> list[dict]:
     rows = []
     fp8_ceiling = fp8_gemm_ceiling_tflops(progress)
@@ -146,7 +167,18 @@ def run(progress=print) -> list[dict]:
                                                      if "fp8" in name else
                                                      BF16_GEMM_CEILING_TFLOPS),
                              "speedup_vs": us / times["graphrt"],
-                             "do_bench_us": flushed.get(name)})
+                             "do_bench_us": flushed.get(name), "of_fastest": None})
+        progress(f"wgrad E={experts} hidden={hidden} intermediate={inter} tokens={tokens}: "
+                 f"every layout in turn, counts x256 ...")
+        in_turn = layouts_in_turn(experts, hidden, inter, tokens, aligned)
+        fastest = min(in_turn.values())
+        for (a_major, b_major, order), us in in_turn.items():
+            tflops = flops / (us * 1e-6) / 1e12
+            rows.append({"E": experts, "hidden": hidden, "intermediate": inter, "tokens": tokens,
+                         "A": a_major, "B": b_major, "order": order, "counts": "x256",
+                         "impl": "graphrt, layouts in turn", "us": us, "TFLOP/s": tflops,
+                         "of_ceiling": tflops / BF16_GEMM_CEILING_TFLOPS, "speedup_vs": None,
+                         "do_bench_us": None, "of_fastest": fastest / us})
     return rows
 
 
@@ -163,4 +195,6 @@ def main(progress=print) -> list[dict]:
                "scales per 128 tokens (both K-major; scales contiguous along hidden and "
                "intermediate), of_ceiling against the FP8 GEMM ceiling "
                "measured first; speedup_vs: that impl's time over graphrt BF16's in the same "
-               "row group; do_bench only for the first layout")
+               "row group; do_bench only for the first layout; 'graphrt, layouts in turn': "
+               "every layout timed in turn over five rounds (median), of_fastest the fastest "
+               "layout's time over this one's")
