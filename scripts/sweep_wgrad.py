@@ -13,7 +13,8 @@ import sys
 import torch
 
 from graphrt.bench.timing import rotating, stream_time_us
-from graphrt.bench.wgrad import CASES, FP8_RECIPES, _fp8_operands, odd_counts, random_counts
+from graphrt.bench.wgrad import (CASES, FP8_RECIPES, _fp8_operands, _operands, odd_counts,
+                                  random_counts)
 from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon as gluon
@@ -46,6 +47,14 @@ LAYOUT_CONFIGS = [
     (GemmConfig(128, 256, 64, 8, 3, 4), (("M", "N"), ("K", "K")))]
 
 
+def _case(experts, hidden, inter, tokens, gen):
+    """(offsets, expert bounds, BF16 output, FLOPs) of a benchmark case at random counts."""
+    counts = random_counts(experts, tokens, gen)
+    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
+    out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+    return offsets, expert_bounds(offsets, tokens), out, 2.0 * hidden * inter * tokens
+
+
 def _timed(name, run, sets, check, flops):
     try:
         run(*sets[0])
@@ -60,11 +69,7 @@ def main(fp8: bool, first: bool):
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
-        counts = random_counts(experts, tokens, gen)
-        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
-        bounds = expert_bounds(offsets, tokens)
-        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
-        flops = 2.0 * hidden * inter * tokens
+        offsets, bounds, out, flops = _case(experts, hidden, inter, tokens, gen)
         sets = [(torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda"),
                  torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda").t())
                 for _ in range(2)]
@@ -140,28 +145,16 @@ def main_ragged(first: bool):
                        lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
 
 
-def _layout_operands(hidden, inter, tokens, a_major, b_major):
-    """A (hidden, tokens) and B (tokens, intermediate) in the named majors."""
-    a = (torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda") if a_major == "K" else
-         torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda").t())
-    b = (torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda").t() if b_major == "K"
-         else torch.randn(tokens, inter, dtype=torch.bfloat16, device="cuda"))
-    return a, b
-
-
 def main_layouts(first: bool):
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
     cases = [c for c in CASES if c[0] == 8]
     for experts, hidden, inter, tokens in cases[:1] if first else cases:
-        counts = random_counts(experts, tokens, gen)
-        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
-        bounds = expert_bounds(offsets, tokens)
-        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
-        flops = 2.0 * hidden * inter * tokens
+        offsets, bounds, out, flops = _case(experts, hidden, inter, tokens, gen)
         print(f"E={experts} {hidden}x{inter} tokens={tokens} counts x256", flush=True)
         for a_major, b_major in ALL_LAYOUTS:
-            sets = [_layout_operands(hidden, inter, tokens, a_major, b_major) for _ in range(2)]
+            sets = [_operands(tokens, hidden, inter, a_major.lower(), b_major.lower())
+                    for _ in range(2)]
             a0, b0 = sets[0]
             ref = torch.stack([a0[:, s:e].float() @ b0[s:e].float() for s, e in bounds])
 
