@@ -198,13 +198,15 @@ class Runtime:
         merged = {**kwargs, **allocated}
         accepted = plan.execute_keywords
         tensors = {k: v for k, v in merged.items() if k in accepted}
-        workspace = None
+        # scratch sized per call, which allocate_outputs made like an output (the arena holds
+        # what a plan needs whatever the extents)
+        workspace = tensors.pop("workspace", None)
         if nbytes:
             with self.arena.scope():
                 workspace = self.arena.take(nbytes, launch_stream)
                 plan.execute(*args, **tensors, workspace=workspace, stream=launch_stream)
         else:
-            plan.execute(*args, **tensors, workspace=None, stream=launch_stream)
+            plan.execute(*args, **tensors, workspace=workspace, stream=launch_stream)
         if call_key is not None:
             self._bind_call(call_key, plan, args, kwargs, allocated, tensors, workspace,
                             launch_stream, ints)
@@ -231,10 +233,10 @@ class Runtime:
         for v in values:
             if not isinstance(v, torch.Tensor):
                 continue
-            if v is workspace:
-                sources.append(None)
-            elif id(v) in names:
+            if id(v) in names:
                 sources.append(names[id(v)])
+            elif v is workspace:
+                sources.append(None)
             else:
                 index = next((i for i, t in enumerate(own) if t is v), None)
                 if index is None:

@@ -3,10 +3,10 @@ torch.mm per expert, then timed next to torch._grouped_mm. ``--fp8`` sweeps the 
 (MXFP8 and FP32 scales per 128 tokens) next to the BF16 plan on the same shapes, and the
 warp-specialized Gluon kernel (kernels_gluon.py) for 1x128 where it fits; ``--ragged``
 sweeps tensor_ragged inputs (per-expert blocks, tokens unit-stride) with counts in multiples of
-256 and moved off multiples of 8 (``odd``: rows not 16-byte aligned, two-byte loads), with and
-without ``ragged_prefetch``; ``--layouts`` times tile configs on the tensor2d layouts (A M- or
-K-major, B N- or K-major) at the E8 cases; ``--first`` only the first
-benchmark case."""
+256 and moved off multiples of 8 (``odd``: rows not 16-byte aligned), with and without
+``ragged_prefetch`` (two-byte loads) and the rows' workspace (those experts copied as rows
+first); ``--layouts`` times tile configs on the tensor2d layouts (A M- or K-major, B N- or
+K-major) at the E8 cases; ``--first`` only the first benchmark case."""
 import itertools
 import sys
 
@@ -18,7 +18,8 @@ from graphrt.bench.wgrad import (CASES, FP8_RECIPES, _fp8_operands, _operands, o
 from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon as gluon
-from graphrt.ops.grouped_gemm.kernels import GemmConfig, launch_wgrad, launch_wgrad_fp8
+from graphrt.ops.grouped_gemm.kernels import (GemmConfig, launch_wgrad, launch_wgrad_fp8,
+                                              ragged_rows_bytes)
 from graphrt.ops.grouped_gemm.reference import expert_bounds
 
 CONFIGS = [GemmConfig(*c) for c in [
@@ -123,6 +124,8 @@ def main_ragged(first: bool):
         sets = [(torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda"),
                  torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda").t())
                 for _ in range(2)]
+        ws = torch.empty(ragged_rows_bytes(tokens, hidden, inter), dtype=torch.uint8,
+                         device="cuda")
         for label, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen))):
             offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
                                    device="cuda")
@@ -136,12 +139,12 @@ def main_ragged(first: bool):
             ref = torch.stack(ref)
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
-            for cfg in RAGGED_CONFIGS:
-                def run(a, b, cfg=cfg, offsets=offsets):
+            for cfg, rows in itertools.product(RAGGED_CONFIGS, (None, ws)):
+                def run(a, b, cfg=cfg, offsets=offsets, rows=rows):
                     launch_wgrad(cfg, a, b, offsets, out, None, torch.bfloat16, errors,
                                  hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
-                                 ragged=True, accumulate=False, dot_fp32=False)
-                _timed(f"bf16 {cfg}", run, sets,
+                                 ragged=True, accumulate=False, dot_fp32=False, rows=rows)
+                _timed(f"bf16 {cfg}{', rows workspace' if rows is not None else ''}", run, sets,
                        lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
 
 

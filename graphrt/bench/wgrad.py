@@ -104,6 +104,13 @@ def fp8_gemm_ceiling_tflops(progress=print) -> float | None:
     return tflops
 
 
+def rows_workspace(plan, tokens: int) -> torch.Tensor | None:
+    """The ragged rows' workspace a plan's execute takes (as the functional call allocates
+    it), None where it has no use for one."""
+    nbytes = plan.rows_workspace_bytes(tokens)
+    return torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
+
+
 def layouts_in_turn(experts: int, hidden: int, inter: int, tokens: int, counts: list[int],
                     rounds: int = 5) -> dict[tuple, float]:
     """graphrt's time on every layout (LAYOUTS' keys) at ``counts``, the layouts timed in turn
@@ -116,8 +123,10 @@ def layouts_in_turn(experts: int, hidden: int, inter: int, tokens: int, counts: 
     for a_major, b_major, order in LAYOUTS:
         sets = [_operands(tokens, hidden, inter, a_major, b_major) for _ in range(2)]
         plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets, input_order=order).compile()
+        ws = rows_workspace(plan, tokens)
         runs[a_major, b_major, order] = rotating(
-            lambda a, b, plan=plan: plan.execute(a, b, offsets, wgrad=out), sets)
+            lambda a, b, plan=plan, ws=ws: plan.execute(a, b, offsets, wgrad=out, workspace=ws),
+            sets)
     times = {layout: [] for layout in runs}
     for _ in range(rounds):
         for layout, f in runs.items():
@@ -141,7 +150,11 @@ def run(progress=print) -> list[dict]:
             sets = [_operands(tokens, hidden, inter, a_major, b_major) for _ in range(2)]
             out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
             plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets, input_order=order).compile()
-            impls = {"graphrt": lambda a, b: plan.execute(a, b, offsets, wgrad=out)}
+            ws = rows_workspace(plan, tokens)
+            impls = {"graphrt": lambda a, b: plan.execute(a, b, offsets, wgrad=out, workspace=ws)}
+            if ws is not None:   # what a plan without the rows' workspace does
+                impls["graphrt, no workspace"] = lambda a, b: plan.execute(a, b, offsets,
+                                                                           wgrad=out)
             first = (a_major, b_major, order) == LAYOUTS[0] and counts_name == "x256"
             if first:   # the loop is layout-blind; once per case
                 bounds = expert_bounds(offsets, tokens)
@@ -188,7 +201,9 @@ def main(progress=print) -> list[dict]:
         legend="A: m = M-major (the transpose of a [tokens, hidden] activation), k = K-major "
                "(contiguous [hidden, tokens]); B: n = N-major ([tokens, intermediate]), k = "
                "K-major; order: tensor2d, or tensor_ragged (per-expert blocks, tokens "
-               "unit-stride; the peers time the K-major tensor2d product on the same buffers); "
+               "unit-stride; the peers time the K-major tensor2d product on the same buffers; "
+               "graphrt with the workspace in which experts off 16-byte rows are copied as "
+               "rows first, as the functional call does, and without it); "
                "counts: x256 = random multiples of 256 per expert with the middle expert empty, "
                "odd = the same moved by 1-7 tokens between non-empty neighbours (not multiples "
                "of 8); graphrt fp8: float8_e4m3fn codes with E8M0 scales per 32 tokens or FP32 "

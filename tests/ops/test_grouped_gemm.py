@@ -119,6 +119,65 @@ def test_ragged_aligned_and_odd_experts_interpreted(hidden):
         _check_ragged_aligned_and_odd([16, 0, 8, 5, 24, 3], hidden, 24, "cpu")
 
 
+def _check_ragged_rows(counts, hidden, inter, device, with_rows, decreasing_at=None):
+    """tensor_ragged through ``plan.execute``: with the rows' workspace (poisoned: 0xFF bytes
+    are BF16 NaNs) or without; with ``decreasing_at`` that expert's end moved below its begin
+    (flagged, computed as empty, and the rows not used: the other experts' blocks then
+    overlap). FP32 output poisoned, against the reference on the same ragged buffers."""
+    a, b, _, _, offsets = _ragged_problem(counts, hidden, inter, device)
+    if decreasing_at is not None:
+        offsets[decreasing_at] = offsets[decreasing_at - 1] - 3
+    plan = GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged",
+                            wgrad_dtype=torch.float32).compile()
+    w = torch.full((len(counts), hidden, inter), float("nan"), device=device)
+    ws = None
+    if with_rows:
+        nbytes = plan.rows_workspace_bytes(a.shape[1])
+        assert nbytes >= a.shape[1] * (hidden + inter) * 2
+        ws = torch.full((nbytes,), 255, dtype=torch.uint8, device=device)
+    plan.execute(a, b, offsets, wgrad=w, workspace=ws)
+    if decreasing_at is not None:
+        with pytest.raises(graphrt.DeviceCheckError):
+            graphrt.check_errors(device)
+    ref = grouped_gemm_wgrad_reference(a, b, offsets, input_order="tensor_ragged",
+                                       out_dtype=torch.float32)
+    assert rel_l2(w, ref) < 1e-5
+
+
+@needs_interpreter
+@pytest.mark.parametrize("with_rows", [True, False])
+@pytest.mark.parametrize("decreasing_at", [None, 3])
+def test_ragged_rows_workspace_interpreted(with_rows, decreasing_at):
+    """Ragged experts whose rows are not 16-byte aligned copied as rows into the workspace
+    first, or loaded two bytes at a time without it; aligned, odd, empty and single-token
+    experts; out-of-order offsets."""
+    torch.manual_seed(4)
+    with env(GRAPHRT_BACKEND="triton"):
+        _check_ragged_rows([16, 0, 5, 33, 17, 1, 8], 36, 24, "cpu", with_rows, decreasing_at)
+
+
+@needs_interpreter
+def test_ragged_rows_workspace_rejected_before_anything_runs():
+    """A workspace too small, of another dtype or overlapping an operand: ContractError,
+    outputs untouched; plans without a use for it report 0 bytes and ignore it."""
+    a, b, _, _, offsets = _ragged_problem([5, 3], 8, 8, "cpu")
+    with env(GRAPHRT_BACKEND="triton"):
+        plan = GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged").compile()
+    nbytes = plan.rows_workspace_bytes(8)
+    w = torch.full((2, 8, 8), 7.0, dtype=BF16)
+    before = snapshot(w)
+    for ws, pattern in ((torch.empty(nbytes - 1, dtype=torch.uint8), "at least"),
+                        (torch.empty(nbytes, dtype=BF16), "uint8"),
+                        (w.view(torch.uint8).reshape(-1), "overlaps")):
+        with pytest.raises(ContractError, match="workspace"):
+            plan.execute(a, b, offsets, wgrad=w, workspace=ws)
+        assert_unchanged(before, (w,))
+    a2, b2, off2 = _problem([5, 3], 8, 8)
+    assert GroupedGemmWgrad(a2, b2, off2).compile().rows_workspace_bytes(8) == 0
+    assert GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged",
+                            backend="reference").compile().rows_workspace_bytes(8) == 0
+
+
 @needs_interpreter
 def test_ragged_prefetched_loop_interpreted():
     """``ragged_prefetch`` (the next step's two-byte loads issued before this step's product):
@@ -359,6 +418,32 @@ def test_gpu_ragged_prefetched_loop(seed, block_n):
     from graphrt.ops.grouped_gemm.kernels import GemmConfig
     cfg = GemmConfig(128, block_n, 64, 8, 3, 8, ragged_prefetch=True)
     _check_ragged_aligned_and_odd([0, 301, 17, 0, 1023, 259], 1156, 768, "cuda", cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("with_rows", [True, False])
+@pytest.mark.parametrize("decreasing_at", [None, 4])
+def test_gpu_ragged_rows_workspace(seed, with_rows, decreasing_at):
+    _check_ragged_rows([0, 301, 17, 0, 1023, 259, 1, 256], 1156, 768, "cuda", with_rows,
+                       decreasing_at)
+
+
+@pytest.mark.gpu
+def test_gpu_ragged_capture_replays_new_routing(seed):
+    """The functional ragged call captured (its rows' workspace allocated inside the graph):
+    routings with odd, aligned and empty experts replayed against eager calls, bitwise."""
+    from graphrt.capture import capture
+    counts = [100, 203, 0, 209]
+    a, b, _, _, offsets = _ragged_problem(counts, 520, 264, "cuda")
+    call = lambda a, b, o: grouped_gemm_wgrad(a, b, o, input_order="tensor_ragged")[0]  # noqa: E731
+    frag = capture(call, a, b, offsets)
+    for routing in ([512, 0, 0, 0], [1, 2, 3, 506], [128, 128, 128, 128], [33, 0, 400, 79]):
+        new = torch.tensor(list(itertools.accumulate(routing)), dtype=torch.int32, device="cuda")
+        replayed = frag(a, b, new).clone()
+        (eager,) = call(a, b, new)
+        assert torch.equal(replayed, eager)
+        ref = grouped_gemm_wgrad_reference(a, b, new, input_order="tensor_ragged")
+        _close(replayed, ref, BF16)
 
 
 @pytest.mark.gpu

@@ -18,7 +18,8 @@ import triton
 import triton.language as tl
 
 from ... import device_checks
-from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch, mma, pow2, TL_DTYPES)
+from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch, mma, next_power_of_2, pow2,
+                             TL_DTYPES)
 
 OFFSETS_DECREASING = tl.constexpr(device_checks.OFFSETS_DECREASING)
 OFFSETS_OUT_OF_RANGE = tl.constexpr(device_checks.OFFSETS_OUT_OF_RANGE)
@@ -158,6 +159,70 @@ def _expert_tokens(OFFSETS, ERRORS, expert, experts, flag, tokens_sum):
 
 
 @triton.jit
+def _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2: tl.constexpr):
+    """Whether every expert's bounds are valid (0 <= begin <= end <= tokens_sum): then the
+    experts' ragged blocks, and their tokens' rows, are disjoint and in order."""
+    i = tl.arange(0, EXPERTS_POW2)
+    ends = tl.load(OFFSETS + i, mask=i < experts, other=0).to(tl.int64)
+    begins = tl.load(OFFSETS + i - 1, mask=(i > 0) & (i < experts), other=0).to(tl.int64)
+    bad = (i < experts) & ((ends < begins) | (begins < 0) | (ends > tokens_sum.to(tl.int64)))
+    return tl.sum(bad.to(tl.int32), axis=0) == 0
+
+
+@triton.jit
+def _ragged_rows_aligned(begin, count, HIDDEN: tl.constexpr, INTER: tl.constexpr):
+    """Whether every row of the expert's ragged blocks starts 16-byte aligned (in buffers that
+    do): its count and both blocks' offsets are multiples of 8 tokens."""
+    return (count % 8 == 0) & ((HIDDEN * begin) % 8 == 0) & ((INTER * begin) % 8 == 0)
+
+
+@triton.jit
+def _block_to_rows(SRC, DST, w0, count, part, parts, WIDTH: tl.constexpr,
+                   BLOCK_W: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Columns w0 .. w0 + BLOCK_W of one expert's ragged block SRC [WIDTH, count] (tokens
+    unit-stride) written as rows DST [count, WIDTH], token tiles part, part + parts, ..."""
+    w = w0 + tl.arange(0, BLOCK_W)
+    t = tl.arange(0, BLOCK_T)
+    w_mask = w < WIDTH
+    for t0 in range(part * BLOCK_T, count, parts * BLOCK_T):
+        tt = t0 + t
+        mask = w_mask[:, None] & (tt < count)[None, :]
+        v = tl.load(SRC + w[:, None].to(tl.int64) * count + tt[None, :], mask=mask)
+        tl.store(DST + tt[None, :].to(tl.int64) * WIDTH + w[:, None], v, mask=mask)
+
+
+@triton.jit(do_not_specialize=["tokens_sum"])
+def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, HIDDEN: tl.constexpr,
+                        INTER: tl.constexpr, SKIP_ALIGNED: tl.constexpr,
+                        EXPERTS_POW2: tl.constexpr, BLOCK_W: tl.constexpr,
+                        BLOCK_T: tl.constexpr):
+    """The ragged blocks of the experts that the GEMM cannot load 8 tokens at a time (all of
+    them unless ``SKIP_ALIGNED``) copied as rows: A_ROWS [tokens_sum, HIDDEN], B_ROWS
+    [tokens_sum, INTER], the expert's tokens at its own rows. Program (column tile, part,
+    expert); nothing is copied unless every expert's bounds are valid (the GEMM then reads the
+    blocks themselves)."""
+    tile = tl.program_id(0)
+    expert = tl.program_id(2)
+    if _offsets_in_order(OFFSETS, tl.num_programs(2), tokens_sum, EXPERTS_POW2):
+        end = tl.load(OFFSETS + expert).to(tl.int64)
+        begin = tl.load(OFFSETS + expert - 1, mask=expert > 0, other=0).to(tl.int64)
+        count = end - begin
+        copy = count > 0
+        if SKIP_ALIGNED:
+            copy = copy & (_ragged_rows_aligned(begin, count, HIDDEN, INTER) == 0)
+        if copy:
+            tiles_a: tl.constexpr = (HIDDEN + BLOCK_W - 1) // BLOCK_W
+            part, parts = tl.program_id(1), tl.num_programs(1)
+            if tile < tiles_a:
+                _block_to_rows(A + HIDDEN * begin, A_ROWS + HIDDEN * begin, tile * BLOCK_W,
+                               count, part, parts, HIDDEN, BLOCK_W, BLOCK_T)
+            else:
+                _block_to_rows(B + INTER * begin, B_ROWS + INTER * begin,
+                               (tile - tiles_a) * BLOCK_W, count, part, parts, INTER, BLOCK_W,
+                               BLOCK_T)
+
+
+@triton.jit
 def _program_tile(OFFSETS, ERRORS, tokens_sum, HIDDEN: tl.constexpr, INTER: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """(expert, rows, columns, their masks, begin, count) of this program: its output tile and
@@ -187,12 +252,13 @@ def _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN: tl.constexpr, INTER: t
 
 
 @triton.jit(do_not_specialize=["tokens_sum"])
-def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
+def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
                   HIDDEN: tl.constexpr, INTER: tl.constexpr, A_K_MAJOR: tl.constexpr,
                   B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
                   K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
-                  RAGGED_PREFETCH: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  RAGGED_PREFETCH: tl.constexpr, RAGGED_ROWS: tl.constexpr,
+                  EXPERTS_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
     expert, m, n, m_mask, n_mask, begin, count = _program_tile(
         OFFSETS, ERRORS, tokens_sum, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
@@ -202,13 +268,19 @@ def _wgrad_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if RAGGED:   # the expert's blocks: A_e (hidden, count), B_e (intermediate, count)
         a_off, b_off = HIDDEN * begin, INTER * begin
-        if RAGGED_ALIGNED and count % 8 == 0 and a_off % 8 == 0 and b_off % 8 == 0:
+        if RAGGED_ALIGNED and _ragged_rows_aligned(begin, count, HIDDEN, INTER):
             # every row of both blocks starts 16-byte aligned: 8 tokens per load. The values are
             # rebuilt as multiples of 8 for the compiler to see it (tl.multiple_of would mark
             # the original values, which the other branch uses too)
             rows = count // 8 * 8
             acc = _k_loop(acc, A + a_off // 8 * 8, B + b_off // 8 * 8, 0, rows, m, n, m_mask,
                           n_mask, rows, 1, 1, rows, DOT_FP32, BLOCK_K, NUM_STAGES)
+        elif RAGGED_ROWS and _offsets_in_order(OFFSETS, tl.num_programs(1), tokens_sum,
+                                               EXPERTS_POW2):
+            # the blocks copied as rows by _ragged_rows_kernel: hidden and intermediate the
+            # unit-stride axes, whatever the count
+            acc = _k_loop(acc, A_ROWS + a_off, B_ROWS + b_off, 0, count, m, n, m_mask, n_mask,
+                          1, HIDDEN, INTER, 1, DOT_FP32, BLOCK_K, NUM_STAGES)
         elif RAGGED_PREFETCH:
             acc = _k_loop_prefetched(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask,
                                      count, 1, 1, count, DOT_FP32, BLOCK_K)
@@ -428,11 +500,28 @@ def _grid_and_outputs(cfg: GemmConfig, hidden: int, inter: int, a, offsets, out,
     return (grid, a, out_ptrs) if out_ptrs is not None else (grid, out, offsets)
 
 
+ROWS_BLOCK_W, ROWS_BLOCK_T, ROWS_WARPS = 64, 64, 4   # _ragged_rows_kernel's tile
+
+
+def ragged_rows_bytes(tokens_sum: int, hidden: int, inter: int) -> int:
+    """Bytes of the scratch that holds ragged BF16 blocks copied as rows: A's [tokens_sum,
+    hidden], then B's [tokens_sum, intermediate] from the next 256-byte boundary."""
+    return ragged_rows_split(tokens_sum, hidden) + tokens_sum * inter * 2
+
+
+def ragged_rows_split(tokens_sum: int, hidden: int) -> int:
+    """Where B's rows start in that scratch."""
+    return -(-tokens_sum * hidden * 2 // 256) * 256
+
+
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
                  hidden: int, inter: int, a_k_major: bool, b_k_major: bool, ragged: bool,
-                 accumulate: bool, dot_fp32: bool) -> None:
+                 accumulate: bool, dot_fp32: bool, rows=None) -> None:
     """out: the dense output; with ``out_ptrs`` (discrete) the addresses are read from it;
-    ``errors``: the device's error flags (graphrt.device_checks.error_flags)."""
+    ``errors``: the device's error flags (graphrt.device_checks.error_flags). ``rows``
+    (ragged): a uint8 scratch of ``ragged_rows_bytes`` into which the experts whose blocks are
+    not 16-byte aligned row by row are first copied as rows, which the GEMM then reads at full
+    speed; without it those experts load two bytes at a time."""
     launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
     if launch_args is None:
         return
@@ -442,11 +531,26 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     # (ragged: the experts whose blocks turn out aligned on the device take it)
     aligned_bases = cfg.block_k >= 16 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
     k_aligned = (a_k_major or b_k_major) and not ragged and tokens_sum % 8 == 0 and aligned_bases
-    launch(_wgrad_kernel, grid, a, b, offsets, out_arg, ptrs_arg, errors, tokens_sum,
-        HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, RAGGED=ragged,
-        DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
+    experts_pow2 = max(2, next_power_of_2(grid[1]))
+    a_rows, b_rows = a, b   # the kernel's unused arguments: valid tensors
+    if ragged and rows is not None:
+        split = ragged_rows_split(tokens_sum, hidden)
+        a_rows = rows[:tokens_sum * hidden * 2].view(torch.bfloat16)
+        b_rows = rows[split:split + tokens_sum * inter * 2].view(torch.bfloat16)
+        parts = max(1, cdiv(tokens_sum, ROWS_BLOCK_T * grid[1]))
+        launch(_ragged_rows_kernel,
+               (cdiv(hidden, ROWS_BLOCK_W) + cdiv(inter, ROWS_BLOCK_W), parts, grid[1]),
+               a, b, a_rows, b_rows, offsets, tokens_sum, HIDDEN=hidden, INTER=inter,
+               SKIP_ALIGNED=aligned_bases, EXPERTS_POW2=experts_pow2, BLOCK_W=ROWS_BLOCK_W,
+               BLOCK_T=ROWS_BLOCK_T, num_warps=ROWS_WARPS)
+    launch(_wgrad_kernel, grid, a, b, a_rows, b_rows, offsets, out_arg, ptrs_arg, errors,
+        tokens_sum, HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major,
+        RAGGED=ragged, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
         OUT_DTYPE=TL_DTYPES[out_dtype], K_ALIGNED=k_aligned,
-        RAGGED_ALIGNED=ragged and aligned_bases, RAGGED_PREFETCH=ragged and cfg.ragged_prefetch,
+        RAGGED_ALIGNED=ragged and aligned_bases,
+        # with the rows, two-byte loads remain only for out-of-order offsets
+        RAGGED_PREFETCH=ragged and cfg.ragged_prefetch and rows is None,
+        RAGGED_ROWS=ragged and rows is not None, EXPERTS_POW2=experts_pow2,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, **cfg.launch_options())
 
@@ -485,31 +589,42 @@ def compile_cases() -> list[CompileCase]:
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
-    bf16 = dict(A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
-                ERRORS="*i32", tokens_sum="i32", HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c,
-                RAGGED=c, DISCRETE=c, ACCUMULATE=c, DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c,
-                RAGGED_ALIGNED=c, RAGGED_PREFETCH=c, BLOCK_M=c, BLOCK_N=c, BLOCK_K=c,
-                NUM_STAGES=c, GROUP_M=c)
+    bf16 = dict(A="*bf16", B="*bf16", A_ROWS="*bf16", B_ROWS="*bf16", OFFSETS="*i32",
+                OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", HIDDEN=c,
+                INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c, DISCRETE=c, ACCUMULATE=c,
+                DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c, RAGGED_ALIGNED=c, RAGGED_PREFETCH=c,
+                RAGGED_ROWS=c, EXPERTS_POW2=c, BLOCK_M=c, BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c,
+                GROUP_M=c)
     plan_cfg = gemm_config(False)
     cases = [CompileCase(
         f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc} "
-        f"aligned={aligned}{' ragged_prefetch (plan tile)' if prefetch else ''}", _wgrad_kernel,
+        f"aligned={aligned}{' ragged_prefetch (plan tile)' if prefetch else ''}"
+        f"{' ragged rows' if rows else ''}", _wgrad_kernel,
         bf16, dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
                    DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
-                   RAGGED_PREFETCH=prefetch, BLOCK_M=128,
-                   BLOCK_N=plan_cfg.block_n if prefetch else 128, BLOCK_K=64, NUM_STAGES=3,
+                   RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, EXPERTS_POW2=8, BLOCK_M=128,
+                   BLOCK_N=plan_cfg.block_n if prefetch or rows else 128, BLOCK_K=64,
+                   NUM_STAGES=3,
                    GROUP_M=8), num_warps=8)
-        for a_k, b_k, ragged, discrete, acc, aligned, prefetch in (
-                (False, False, False, False, False, False, False),
-                (True, False, False, False, False, False, False),
-                (True, False, False, False, False, True, False),
-                (True, True, False, False, False, True, False),
-                (False, True, False, True, True, True, False),
-                (False, True, False, True, True, False, False),
-                (True, False, True, False, False, False, False),
-                (True, True, True, False, False, True, False),
-                (True, True, True, False, False, True, True))]
+        for a_k, b_k, ragged, discrete, acc, aligned, prefetch, rows in (
+                (False, False, False, False, False, False, False, False),
+                (True, False, False, False, False, False, False, False),
+                (True, False, False, False, False, True, False, False),
+                (True, True, False, False, False, True, False, False),
+                (False, True, False, True, True, True, False, False),
+                (False, True, False, True, True, False, False, False),
+                (True, False, True, False, False, False, False, False),
+                (True, True, True, False, False, True, False, False),
+                (True, True, True, False, False, True, True, False),
+                (True, True, True, False, False, True, False, True))]
+    cases.append(CompileCase(
+        "wgrad ragged blocks to rows", _ragged_rows_kernel,
+        dict(A="*bf16", B="*bf16", A_ROWS="*bf16", B_ROWS="*bf16", OFFSETS="*i32",
+             tokens_sum="i32", HIDDEN=c, INTER=c, SKIP_ALIGNED=c, EXPERTS_POW2=c, BLOCK_W=c,
+             BLOCK_T=c),
+        dict(HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=True, EXPERTS_POW2=8,
+             BLOCK_W=ROWS_BLOCK_W, BLOCK_T=ROWS_BLOCK_T), num_warps=ROWS_WARPS))
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                ERRORS="*i32", tokens_sum="i32", sa_m="i64", sa_k="i64", sb_k="i64", sb_n="i64",
                HIDDEN=c, INTER=c, SCALES_MN_MAJOR=c, ROWS_ALIGNED=c, DISCRETE=c, ACCUMULATE=c,
