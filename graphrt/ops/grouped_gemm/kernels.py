@@ -284,6 +284,9 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
         elif RAGGED_PREFETCH:
             acc = _k_loop_prefetched(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask,
                                      count, 1, 1, count, DOT_FP32, BLOCK_K)
+        elif RAGGED_ROWS:   # out-of-order offsets: short unpipelined steps, few registers
+            acc = _k_loop(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask, count, 1,
+                          1, count, DOT_FP32, 16, 1)
         else:
             acc = _k_loop(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask, count, 1,
                           1, count, DOT_FP32, BLOCK_K, NUM_STAGES)
@@ -501,6 +504,7 @@ def _grid_and_outputs(cfg: GemmConfig, hidden: int, inter: int, a, offsets, out,
 
 
 ROWS_BLOCK_W, ROWS_BLOCK_T, ROWS_WARPS = 64, 64, 4   # _ragged_rows_kernel's tile
+ROWS_STEPS = 4   # its token tiles per program, on average over the experts
 
 
 def ragged_rows_bytes(tokens_sum: int, hidden: int, inter: int) -> int:
@@ -537,7 +541,7 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         split = ragged_rows_split(tokens_sum, hidden)
         a_rows = rows[:tokens_sum * hidden * 2].view(torch.bfloat16)
         b_rows = rows[split:split + tokens_sum * inter * 2].view(torch.bfloat16)
-        parts = max(1, cdiv(tokens_sum, ROWS_BLOCK_T * grid[1]))
+        parts = max(1, cdiv(tokens_sum, ROWS_BLOCK_T * ROWS_STEPS * grid[1]))
         launch(_ragged_rows_kernel,
                (cdiv(hidden, ROWS_BLOCK_W) + cdiv(inter, ROWS_BLOCK_W), parts, grid[1]),
                a, b, a_rows, b_rows, offsets, tokens_sum, HIDDEN=hidden, INTER=inter,
