@@ -83,6 +83,10 @@ WGRAD = OpSpec(
     FP32 sums. A 1x128 block's products are summed by the FP8 tensor cores, which on Hopper keep
     about 14 bits (relative error about 1e-4 against exact sums), then scaled and added in FP32.
 
+    ``input_order="tensor_ragged"``: the experts whose token count is not a multiple of 8 are
+    first copied as rows into scratch the call allocates (as large as ``a`` and ``b``; from the
+    graph's pool under capture), so that the product reads 16 bytes at a time.
+
     Eager calls read ``offsets`` on the host (one synchronization) and raise ``ContractError``
     naming the first bad expert before anything is launched; ``check_offsets=False`` skips that
     read. While a CUDA graph is being captured the host cannot look: the kernel treats an expert
