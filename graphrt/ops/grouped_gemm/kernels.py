@@ -177,14 +177,14 @@ def _ragged_rows_aligned(begin, count, HIDDEN: tl.constexpr, INTER: tl.constexpr
 
 
 @triton.jit
-def _block_to_rows(SRC, DST, w0, count, part, parts, WIDTH: tl.constexpr,
+def _block_to_rows(SRC, DST, w0, count, first, parts, WIDTH: tl.constexpr,
                    BLOCK_W: tl.constexpr, BLOCK_T: tl.constexpr):
     """Columns w0 .. w0 + BLOCK_W of one expert's ragged block SRC [WIDTH, count] (tokens
-    unit-stride) written as rows DST [count, WIDTH], token tiles part, part + parts, ..."""
+    unit-stride) written as rows DST [count, WIDTH], token tiles first, first + parts, ..."""
     w = w0 + tl.arange(0, BLOCK_W)
     t = tl.arange(0, BLOCK_T)
     w_mask = w < WIDTH
-    for t0 in range(part * BLOCK_T, count, parts * BLOCK_T):
+    for t0 in range(first * BLOCK_T, count, parts * BLOCK_T):
         tt = t0 + t
         mask = w_mask[:, None] & (tt < count)[None, :]
         v = tl.load(SRC + w[:, None].to(tl.int64) * count + tt[None, :], mask=mask)
@@ -192,34 +192,37 @@ def _block_to_rows(SRC, DST, w0, count, part, parts, WIDTH: tl.constexpr,
 
 
 @triton.jit(do_not_specialize=["tokens_sum"])
-def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, HIDDEN: tl.constexpr,
-                        INTER: tl.constexpr, SKIP_ALIGNED: tl.constexpr,
+def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, experts,
+                        HIDDEN: tl.constexpr, INTER: tl.constexpr, SKIP_ALIGNED: tl.constexpr,
                         EXPERTS_POW2: tl.constexpr, BLOCK_W: tl.constexpr,
                         BLOCK_T: tl.constexpr):
     """The ragged blocks of the experts that the GEMM cannot load 8 tokens at a time (all of
     them unless ``SKIP_ALIGNED``) copied as rows: A_ROWS [tokens_sum, HIDDEN], B_ROWS
-    [tokens_sum, INTER], the expert's tokens at its own rows. Program (column tile, part,
-    expert); nothing is copied unless every expert's bounds are valid (the GEMM then reads the
-    blocks themselves)."""
+    [tokens_sum, INTER], each expert's tokens at its own rows. Program (column tile, part): its
+    columns of every such expert, one token tile in num_programs(1). Nothing is copied unless
+    every expert's bounds are valid (the GEMM then reads the blocks themselves)."""
     tile = tl.program_id(0)
-    expert = tl.program_id(2)
-    if _offsets_in_order(OFFSETS, tl.num_programs(2), tokens_sum, EXPERTS_POW2):
-        end = tl.load(OFFSETS + expert).to(tl.int64)
-        begin = tl.load(OFFSETS + expert - 1, mask=expert > 0, other=0).to(tl.int64)
-        count = end - begin
-        copy = count > 0
-        if SKIP_ALIGNED:
-            copy = copy & (_ragged_rows_aligned(begin, count, HIDDEN, INTER) == 0)
-        if copy:
-            tiles_a: tl.constexpr = (HIDDEN + BLOCK_W - 1) // BLOCK_W
-            part, parts = tl.program_id(1), tl.num_programs(1)
-            if tile < tiles_a:
-                _block_to_rows(A + HIDDEN * begin, A_ROWS + HIDDEN * begin, tile * BLOCK_W,
-                               count, part, parts, HIDDEN, BLOCK_W, BLOCK_T)
-            else:
-                _block_to_rows(B + INTER * begin, B_ROWS + INTER * begin,
-                               (tile - tiles_a) * BLOCK_W, count, part, parts, INTER, BLOCK_W,
-                               BLOCK_T)
+    part, parts = tl.program_id(1), tl.num_programs(1)
+    tiles_a: tl.constexpr = (HIDDEN + BLOCK_W - 1) // BLOCK_W
+    if _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2):
+        begin = tl.zeros((), dtype=tl.int64)
+        for expert in range(0, experts):
+            end = tl.load(OFFSETS + expert).to(tl.int64)
+            count = end - begin
+            copy = count > 0
+            if SKIP_ALIGNED:
+                copy = copy & (_ragged_rows_aligned(begin, count, HIDDEN, INTER) == 0)
+            if copy:
+                first = (part + expert) % parts   # experts' short last tiles spread out
+                if tile < tiles_a:
+                    _block_to_rows(A + HIDDEN * begin, A_ROWS + HIDDEN * begin,
+                                   tile * BLOCK_W, count, first, parts, HIDDEN, BLOCK_W,
+                                   BLOCK_T)
+                else:
+                    _block_to_rows(B + INTER * begin, B_ROWS + INTER * begin,
+                                   (tile - tiles_a) * BLOCK_W, count, first, parts, INTER,
+                                   BLOCK_W, BLOCK_T)
+            begin = end
 
 
 @triton.jit
@@ -503,8 +506,8 @@ def _grid_and_outputs(cfg: GemmConfig, hidden: int, inter: int, a, offsets, out,
     return (grid, a, out_ptrs) if out_ptrs is not None else (grid, out, offsets)
 
 
-ROWS_BLOCK_W, ROWS_BLOCK_T, ROWS_WARPS = 64, 64, 4   # _ragged_rows_kernel's tile
-ROWS_STEPS = 4   # its token tiles per program, on average over the experts
+ROWS_BLOCK_W, ROWS_BLOCK_T, ROWS_WARPS = 64, 64, 8   # _ragged_rows_kernel's tile (124 registers)
+ROWS_PROGRAMS = 2048   # about how many programs it takes (each walks every expert)
 
 
 def ragged_rows_bytes(tokens_sum: int, hidden: int, inter: int) -> int:
@@ -541,10 +544,10 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         split = ragged_rows_split(tokens_sum, hidden)
         a_rows = rows[:tokens_sum * hidden * 2].view(torch.bfloat16)
         b_rows = rows[split:split + tokens_sum * inter * 2].view(torch.bfloat16)
-        parts = max(1, cdiv(tokens_sum, ROWS_BLOCK_T * ROWS_STEPS * grid[1]))
-        launch(_ragged_rows_kernel,
-               (cdiv(hidden, ROWS_BLOCK_W) + cdiv(inter, ROWS_BLOCK_W), parts, grid[1]),
-               a, b, a_rows, b_rows, offsets, tokens_sum, HIDDEN=hidden, INTER=inter,
+        tiles = cdiv(hidden, ROWS_BLOCK_W) + cdiv(inter, ROWS_BLOCK_W)
+        parts = max(1, min(cdiv(tokens_sum, ROWS_BLOCK_T), cdiv(ROWS_PROGRAMS, tiles)))
+        launch(_ragged_rows_kernel, (tiles, parts), a, b, a_rows, b_rows, offsets, tokens_sum,
+               grid[1], HIDDEN=hidden, INTER=inter,
                SKIP_ALIGNED=aligned_bases, EXPERTS_POW2=experts_pow2, BLOCK_W=ROWS_BLOCK_W,
                BLOCK_T=ROWS_BLOCK_T, num_warps=ROWS_WARPS)
     launch(_wgrad_kernel, grid, a, b, a_rows, b_rows, offsets, out_arg, ptrs_arg, errors,
@@ -625,7 +628,7 @@ def compile_cases() -> list[CompileCase]:
     cases.append(CompileCase(
         "wgrad ragged blocks to rows", _ragged_rows_kernel,
         dict(A="*bf16", B="*bf16", A_ROWS="*bf16", B_ROWS="*bf16", OFFSETS="*i32",
-             tokens_sum="i32", HIDDEN=c, INTER=c, SKIP_ALIGNED=c, EXPERTS_POW2=c, BLOCK_W=c,
+             tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, SKIP_ALIGNED=c, EXPERTS_POW2=c, BLOCK_W=c,
              BLOCK_T=c),
         dict(HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=True, EXPERTS_POW2=8,
              BLOCK_W=ROWS_BLOCK_W, BLOCK_T=ROWS_BLOCK_T), num_warps=ROWS_WARPS))
