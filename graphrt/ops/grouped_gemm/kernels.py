@@ -612,8 +612,7 @@ def compile_cases() -> list[CompileCase]:
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
                    RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, EXPERTS_POW2=8, BLOCK_M=128,
                    BLOCK_N=plan_cfg.block_n if prefetch or rows else 128, BLOCK_K=64,
-                   NUM_STAGES=3,
-                   GROUP_M=8), num_warps=8)
+                   NUM_STAGES=3, GROUP_M=8), num_warps=8)
         for a_k, b_k, ragged, discrete, acc, aligned, prefetch, rows in (
                 (False, False, False, False, False, False, False, False),
                 (True, False, False, False, False, False, False, False),
@@ -628,8 +627,8 @@ def compile_cases() -> list[CompileCase]:
     cases.append(CompileCase(
         "wgrad ragged blocks to rows", _ragged_rows_kernel,
         dict(A="*bf16", B="*bf16", A_ROWS="*bf16", B_ROWS="*bf16", OFFSETS="*i32",
-             tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, SKIP_ALIGNED=c, EXPERTS_POW2=c, BLOCK_W=c,
-             BLOCK_T=c),
+             tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, SKIP_ALIGNED=c,
+             EXPERTS_POW2=c, BLOCK_W=c, BLOCK_T=c),
         dict(HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=True, EXPERTS_POW2=8,
              BLOCK_W=ROWS_BLOCK_W, BLOCK_T=ROWS_BLOCK_T), num_warps=ROWS_WARPS))
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
