@@ -590,12 +590,13 @@ def _fill_fresh(t):
 
 
 def _bound_equals_unbound(plan_cls, inputs: dict, outputs: dict, flags: dict, keywords=(),
-                          fill=None):
+                          fill=None, workspace_bytes=None):
     """``plan_cls``'s bound execute (launches with tensor descriptors replayed) against the
     same plan unbound (every call in full), bitwise, with fresh inputs and poisoned outputs:
     three calls in the same buffers, then two in new buffers of the same kind. Inputs named
     in ``keywords`` are passed by keyword; ``fill`` (name: function) refills those inputs
-    instead of random values."""
+    instead of random values; ``workspace_bytes`` (a function of the plan) sizes the
+    workspace, else ``workspace_bytes()``."""
     fill = fill or {}
     def call(plan, inputs, **kw):
         positional = [v for k, v in inputs.items() if k not in keywords]
@@ -608,8 +609,8 @@ def _bound_equals_unbound(plan_cls, inputs: dict, outputs: dict, flags: dict, ke
         if buffers:
             inputs = {k: torch.empty_like(v) for k, v in inputs.items()}
             outputs = {k: torch.empty_like(v) for k, v in outputs.items()}
-        workspaces = [torch.empty(p.workspace_bytes(), dtype=torch.uint8, device="cuda")
-                      for p in (bound, unbound)]
+        workspaces = [torch.empty((workspace_bytes or type(p).workspace_bytes)(p),
+                                  dtype=torch.uint8, device="cuda") for p in (bound, unbound)]
         for _ in range(3 - buffers):
             for name, t in inputs.items():
                 fill.get(name, _fill_fresh)(t)
@@ -688,7 +689,8 @@ def _new_routing(tokens: int):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", ["k n", "m k", "k k ragged", "fp8 1x128", "fp8 mx"])
+@pytest.mark.parametrize("case", ["k n", "m k", "k k ragged", "k k ragged rows", "fp8 1x128",
+                                  "fp8 mx"])
 def test_bound_wgrad_follows_new_routing_in_every_layout(seed, case):
     from graphrt.ops import GroupedGemmWgrad
     hidden, inter, tokens, experts = 256, 128, 1000, 5
@@ -700,11 +702,11 @@ def test_bound_wgrad_follows_new_routing_in_every_layout(seed, case):
         a = torch.empty(tokens, hidden, dtype=dtype, device="cuda").t()
     if case == "k n":
         b = torch.empty(tokens, inter, dtype=dtype, device="cuda")
-    if case == "k k ragged":
+    if case.startswith("k k ragged"):
         a, b = a.contiguous().view(hidden, tokens), b.contiguous().view(tokens, inter)
     inputs = dict(a=a, b=b, offsets=torch.empty(experts, dtype=torch.int32, device="cuda"))
     flags, keywords = {}, ()
-    if case == "k k ragged":
+    if case.startswith("k k ragged"):
         flags = dict(input_order="tensor_ragged")
     if fp8:
         block = 128 if case == "fp8 1x128" else 32
@@ -715,8 +717,11 @@ def test_bound_wgrad_follows_new_routing_in_every_layout(seed, case):
         keywords = ("a_scale", "b_scale")
     outputs = dict(wgrad=torch.empty(experts, hidden, inter, dtype=torch.bfloat16,
                                      device="cuda"))
+    # "rows": the ragged experts off 16-byte rows copied as rows into the workspace first
+    rows = (lambda p: p.rows_workspace_bytes(tokens)) if case.endswith("rows") else None
     plan, _, _ = _bound_equals_unbound(GroupedGemmWgrad, inputs, outputs, flags, keywords,
-                                       fill={"offsets": _new_routing(tokens)})
+                                       fill={"offsets": _new_routing(tokens)},
+                                       workspace_bytes=rows)
     if case == "k n":   # bad routing on a bound call: flagged on the device, as unbound
         graphrt.check_errors()
         bad = torch.tensor([10, 5, 600, 700, tokens], dtype=torch.int32, device="cuda")

@@ -158,20 +158,30 @@ def test_ragged_rows_workspace_interpreted(with_rows, decreasing_at):
 
 @needs_interpreter
 def test_ragged_rows_workspace_rejected_before_anything_runs():
-    """A workspace too small, of another dtype or overlapping an operand: ContractError,
-    outputs untouched; plans without a use for it report 0 bytes and ignore it."""
+    """A workspace large enough but of another dtype, not contiguous or overlapping an
+    operand: ContractError, outputs untouched. A smaller one (``workspace_bytes()`` is 0, as
+    generic callers pass) runs the two-byte path; plans without a use for it report 0 bytes."""
+    torch.manual_seed(5)
     a, b, _, _, offsets = _ragged_problem([5, 3], 8, 8, "cpu")
     with env(GRAPHRT_BACKEND="triton"):
-        plan = GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged").compile()
+        plan = GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged",
+                                wgrad_dtype=torch.float32).compile()
     nbytes = plan.rows_workspace_bytes(8)
-    w = torch.full((2, 8, 8), 7.0, dtype=BF16)
+    w = torch.full((2, 8, 8), 7.0)
     before = snapshot(w)
-    for ws, pattern in ((torch.empty(nbytes - 1, dtype=torch.uint8), "at least"),
-                        (torch.empty(nbytes, dtype=BF16), "uint8"),
+    big = torch.empty(4 * nbytes, dtype=torch.uint8)
+    for ws, pattern in ((torch.empty(nbytes, dtype=BF16), "uint8"),
+                        (big[::2], "contiguous"),
                         (w.view(torch.uint8).reshape(-1), "overlaps")):
-        with pytest.raises(ContractError, match="workspace"):
+        with pytest.raises(ContractError, match=f"workspace: .*{pattern}"):
             plan.execute(a, b, offsets, wgrad=w, workspace=ws)
         assert_unchanged(before, (w,))
+    ref = grouped_gemm_wgrad_reference(a, b, offsets, input_order="tensor_ragged",
+                                       out_dtype=torch.float32)
+    for ws in (torch.empty(0, dtype=torch.uint8), torch.empty(nbytes - 1, dtype=torch.uint8)):
+        w.fill_(float("nan"))
+        plan.execute(a, b, offsets, wgrad=w, workspace=ws)
+        assert rel_l2(w, ref) < 1e-5
     a2, b2, off2 = _problem([5, 3], 8, 8)
     assert GroupedGemmWgrad(a2, b2, off2).compile().rows_workspace_bytes(8) == 0
     assert GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged",

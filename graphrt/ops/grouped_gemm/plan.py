@@ -184,7 +184,7 @@ class GroupedGemmWgrad(Plan):
         """Bytes of the optional ``workspace`` for a call with ``tokens_sum`` tokens: with it,
         ``execute`` first copies the ragged experts whose blocks are not 16-byte aligned row by
         row (token counts off multiples of 8) as rows, which the GEMM reads at full speed;
-        without it they load two bytes at a time (about 5x slower). 0 when the plan has no use
+        without it, or with a smaller one, they load two bytes at a time (about 5x slower). 0 when the plan has no use
         for it (tensor2d or FP8 inputs, the reference backend). The functional call allocates
         it per call, like an output.
 
@@ -279,16 +279,19 @@ class GroupedGemmWgrad(Plan):
                          dot_fp32=self.interpreted, rows=rows)
 
     def _rows_operand(self, workspace, tokens_sum: int, device) -> torch.Tensor | None:
-        """The ragged rows' scratch (see ``rows_workspace_bytes``) as uint8, None without it
-        or when the plan has no use for it."""
+        """The ragged rows' scratch (see ``rows_workspace_bytes``) as uint8; None without one
+        large enough (``workspace_bytes()`` is 0: a smaller one, as generic callers pass, means
+        the two-byte path) or when the plan has no use for it."""
         if workspace is None or not self.ragged_rows:
             return None
+        workspace = require_tensor("workspace", workspace)
         nbytes = self.rows_workspace_bytes(tokens_sum)
-        if require_tensor("workspace", workspace).dtype != torch.uint8:
+        if nbytes == 0 or workspace.numel() * workspace.element_size() < nbytes:
+            return None
+        if workspace.dtype != torch.uint8:
             raise ContractError(f"workspace: expected a uint8 buffer, got "
                                 f"{dtype_name(workspace.dtype)}")
-        workspace = workspace_operand(workspace, nbytes, device)
-        return workspace_as(workspace, nbytes, torch.uint8) if workspace is not None else None
+        return workspace_as(workspace_operand(workspace, nbytes, device), nbytes, torch.uint8)
 
     def _check_scale_operands(self, a_scale, b_scale, tokens_sum: int, device) -> None:
         """FP8 plans: one scale per block of tokens (a_scale (hidden, blocks), b_scale (blocks,
