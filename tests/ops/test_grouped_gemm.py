@@ -157,6 +157,29 @@ def test_ragged_rows_workspace_interpreted(with_rows, decreasing_at):
 
 
 @needs_interpreter
+def test_functional_ragged_call_gives_execute_the_rows_workspace(monkeypatch):
+    """The functional ragged call allocates the rows' workspace like an output, passes it to
+    execute and returns only the outputs; tensor2d calls allocate none."""
+    a, b, _, _, offsets = _ragged_problem([5, 3, 8], 16, 8, "cpu")
+    seen = []
+    execute = GroupedGemmWgrad.execute
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("workspace"))
+        return execute(self, *args, **kwargs)
+    monkeypatch.setattr(GroupedGemmWgrad, "execute", spy)
+    rt = graphrt.Runtime("cpu")
+    with env(GRAPHRT_BACKEND="triton"):
+        result = grouped_gemm_wgrad(a, b, offsets, input_order="tensor_ragged", runtime=rt)
+        assert len(result) == 1 and result[0].shape == (3, 16, 8)
+        assert seen[-1] is not None and seen[-1].dtype == torch.uint8
+        plan = rt.plan(GroupedGemmWgrad, a, b, offsets, input_order="tensor_ragged")
+        assert seen[-1].numel() == plan.rows_workspace_bytes(16) >= 16 * (16 + 8) * 2
+        grouped_gemm_wgrad(a, b, offsets, runtime=rt)
+        assert seen[-1] is None
+
+
+@needs_interpreter
 def test_ragged_rows_workspace_rejected_before_anything_runs():
     """A workspace large enough but of another dtype, not contiguous or overlapping an
     operand: ContractError, outputs untouched. A smaller one (``workspace_bytes()`` is 0, as
