@@ -538,7 +538,9 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     # (ragged: the experts whose blocks turn out aligned on the device take it)
     aligned_bases = cfg.block_k >= 16 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
     k_aligned = (a_k_major or b_k_major) and not ragged and tokens_sum % 8 == 0 and aligned_bases
-    experts_pow2 = max(2, next_power_of_2(grid[1]))
+    # the vector of offsets the rows' checks read; a fixed value where nothing reads it, so
+    # that other launches do not compile per expert count
+    experts_pow2 = max(2, next_power_of_2(grid[1])) if ragged and rows is not None else 2
     a_rows, b_rows = a, b   # the kernel's unused arguments: valid tensors
     if ragged and rows is not None:
         split = ragged_rows_split(tokens_sum, hidden)

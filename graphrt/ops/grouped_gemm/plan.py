@@ -184,9 +184,9 @@ class GroupedGemmWgrad(Plan):
         """Bytes of the optional ``workspace`` for a call with ``tokens_sum`` tokens: with it,
         ``execute`` first copies the ragged experts whose blocks are not 16-byte aligned row by
         row (token counts off multiples of 8) as rows, which the GEMM reads at full speed;
-        without it, or with a smaller one, they load two bytes at a time (about 5x slower). 0 when the plan has no use
-        for it (tensor2d or FP8 inputs, the reference backend). The functional call allocates
-        it per call, like an output.
+        without it, or with a smaller one, they load two bytes at a time (about 5x slower).
+        0 when the plan has no use for it (tensor2d or FP8 inputs, the reference backend). The
+        functional call allocates it per call, like an output.
 
         >>> ws = torch.empty(plan.rows_workspace_bytes(a.shape[1]), dtype=torch.uint8,
         ...                  device=a.device)                                   # doctest: +SKIP
@@ -201,8 +201,8 @@ class GroupedGemmWgrad(Plan):
     def allocate_outputs(self, *args, **kwargs) -> dict[str, torch.Tensor]:
         """The outputs, and the ragged rows' ``workspace`` (see ``rows_workspace_bytes``)."""
         made = super().allocate_outputs(*args, **kwargs)
-        a = args[0] if args else kwargs.get("a")
-        if self.ragged_rows and isinstance(a, torch.Tensor) and a.dim() == 2:
+        if self.ragged_rows:   # the contract holds a 2-D a (hidden, tokens_sum)
+            a = args[0] if args else kwargs["a"]
             made["workspace"] = torch.empty(self.rows_workspace_bytes(a.shape[1]),
                                             dtype=torch.uint8, device=a.device)
         return made
@@ -243,14 +243,10 @@ class GroupedGemmWgrad(Plan):
                     if ptr == 0 or ptr % 16:
                         raise ContractError(f"wgrad_ptrs: expert {e}'s address {ptr:#x} is null "
                                             f"or not 16-byte aligned")
-        require_disjoint({"wgrad": wgrad, "wgrad_ptrs": wgrad_ptrs},
+        rows = self._rows_operand(workspace, tokens_sum, device)
+        require_disjoint({"wgrad": wgrad, "wgrad_ptrs": wgrad_ptrs, "workspace": rows},
                          {"a": a, "b": b, "offsets": offsets, "a_scale": a_scale,
                           "b_scale": b_scale})
-        rows = self._rows_operand(workspace, tokens_sum, device)
-        if rows is not None:
-            require_disjoint({"workspace": rows},
-                             {"a": a, "b": b, "offsets": offsets, "wgrad": wgrad,
-                              "wgrad_ptrs": wgrad_ptrs})
         accumulate = c.flag("accumulate")
         errors = error_flags(device)
         if self.backend == "reference":
