@@ -6,7 +6,8 @@ sweeps tensor_ragged inputs (per-expert blocks, tokens unit-stride) with counts 
 256 and moved off multiples of 8 (``odd``: rows not 16-byte aligned), with and without
 ``ragged_prefetch`` (two-byte loads) and the rows' workspace (those experts copied as rows
 first); ``--layouts`` times tile configs on the tensor2d layouts (A M- or K-major, B N- or
-K-major) at the E8 cases; ``--first`` only the first benchmark case."""
+K-major) at the E8 cases; ``--rows`` times the copy of ragged experts as rows alone per
+RowsConfig; ``--first`` only the first benchmark case."""
 import itertools
 import sys
 
@@ -18,8 +19,9 @@ from graphrt.bench.wgrad import (CASES, FP8_RECIPES, _fp8_operands, _operands, o
 from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon as gluon
-from graphrt.ops.grouped_gemm.kernels import (GemmConfig, launch_wgrad, launch_wgrad_fp8,
-                                              ragged_rows_bytes)
+from graphrt.ops.grouped_gemm.kernels import (GemmConfig, launch_ragged_rows, launch_wgrad,
+                                              launch_wgrad_fp8, ragged_rows_bytes,
+                                              ragged_rows_split, ROWS_CONFIG, RowsConfig)
 from graphrt.ops.grouped_gemm.reference import expert_bounds
 
 CONFIGS = [GemmConfig(*c) for c in [
@@ -39,6 +41,10 @@ GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (
 RAGGED_CONFIGS = [GemmConfig(*c) for c in [
     (128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 3, 8, None, True), (128, 128, 64, 8, 3, 8),
     (128, 128, 64, 8, 3, 8, None, True)]]
+# the plan's copy first: (block_w, block_t, num_warps, programs_per_sm)
+ROWS_CONFIGS = [ROWS_CONFIG] + [RowsConfig(*c) for c in [
+    (64, 64, 4, 16), (64, 64, 4, 8), (64, 64, 8, 8), (64, 128, 8, 4), (128, 64, 8, 4),
+    (32, 64, 4, 16), (64, 32, 4, 16)]]
 # (config, the layouts it runs): the plan's tile on every layout, other tiles on M-N and K-K
 ALL_LAYOUTS = (("M", "N"), ("K", "N"), ("K", "K"), ("M", "K"))
 LAYOUT_CONFIGS = [
@@ -175,8 +181,56 @@ def main_layouts(first: bool):
             del sets, ref
 
 
+def main_rows(first: bool):
+    """The copy of ragged experts off 16-byte rows (_ragged_rows_kernel) alone, per RowsConfig:
+    odd counts (GB/s of its reads and writes against the 4.25 TB/s copy ceiling), and x256
+    counts, where it copies nothing (the cost an aligned call pays)."""
+    gen = torch.Generator().manual_seed(0)
+    for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
+        aligned = random_counts(experts, tokens, gen)
+        a = torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda")
+        ws = torch.empty(ragged_rows_bytes(tokens, hidden, inter), dtype=torch.uint8,
+                         device="cuda")
+        split = ragged_rows_split(tokens, hidden)
+        a_rows = ws[:tokens * hidden * 2].view(torch.bfloat16).view(tokens, hidden)
+        b_rows = ws[split:split + tokens * inter * 2].view(torch.bfloat16).view(tokens, inter)
+        pow2 = max(2, 1 << (experts - 1).bit_length())
+        for label, counts in (("odd", odd_counts(aligned, gen)), ("x256", aligned)):
+            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
+                                   device="cuda")
+            begins = [0] + list(itertools.accumulate(counts))[:-1]
+            copied = sum(n for s0, n in zip(begins, counts)
+                         if n and (n % 8 or s0 * hidden % 8 or s0 * inter % 8))
+            moved = 2 * 2 * copied * (hidden + inter)
+            print(f"E={experts} {hidden}x{inter} tokens={tokens} counts {label}: "
+                  f"{copied} tokens to copy, {moved / 1e6:.0f} MB moved", flush=True)
+            for cfg in ROWS_CONFIGS:
+                def run(skip=True, cfg=cfg, offsets=offsets):
+                    launch_ragged_rows(cfg, a, b, a_rows, b_rows, offsets, hidden=hidden,
+                                       inter=inter, skip_aligned=skip, experts_pow2=pow2)
+                try:
+                    ws.fill_(255)   # poison (NaN), then every expert copied and compared
+                    run(skip=False)
+                    a_flat, b_flat = a.reshape(-1), b.reshape(-1)
+                    exact = all(
+                        torch.equal(a_rows[s0:s0 + n], a_flat[hidden * s0:hidden * (s0 + n)]
+                                    .view(hidden, n).t())
+                        and torch.equal(b_rows[s0:s0 + n], b_flat[inter * s0:inter * (s0 + n)]
+                                        .view(inter, n).t())
+                        for s0, n in zip(begins, counts))
+                    us = stream_time_us(run)
+                    rate = f" {moved / us / 1e6:.2f} TB/s ({moved / us / 4.25e6:.2f} of copy)"
+                    print(f"  {cfg}: {us:.1f} us{rate if moved else ''} exact={exact}",
+                          flush=True)
+                except Exception as e:
+                    print(f"  {cfg}: failed {type(e).__name__}: {str(e)[:160]}", flush=True)
+
+
 if __name__ == "__main__":
-    if "--layouts" in sys.argv[1:]:
+    if "--rows" in sys.argv[1:]:
+        main_rows("--first" in sys.argv[1:])
+    elif "--layouts" in sys.argv[1:]:
         main_layouts("--first" in sys.argv[1:])
     elif "--ragged" in sys.argv[1:]:
         main_ragged("--first" in sys.argv[1:])

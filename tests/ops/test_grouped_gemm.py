@@ -156,6 +156,49 @@ def test_ragged_rows_workspace_interpreted(with_rows, decreasing_at):
         _check_ragged_rows([16, 0, 5, 33, 17, 1, 8], 36, 24, "cpu", with_rows, decreasing_at)
 
 
+def _check_rows_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
+    """_ragged_rows_kernel alone into a poisoned workspace: with every expert copied, each
+    expert's rows equal its blocks transposed, bit for bit; with aligned experts skipped, their
+    rows stay poisoned; with out-of-order offsets nothing is written."""
+    from graphrt.ops.grouped_gemm.kernels import launch_ragged_rows
+    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, device)
+    if decreasing_at is not None:
+        offsets[decreasing_at] = offsets[decreasing_at - 1] - 1
+    t = sum(counts)
+    begins = [0] + list(itertools.accumulate(counts))[:-1]
+    for skip_aligned in (False, True):
+        a_rows = torch.full((t, hidden), float("nan"), dtype=BF16, device=device)
+        b_rows = torch.full((t, inter), float("nan"), dtype=BF16, device=device)
+        launch_ragged_rows(cfg, a, b, a_rows, b_rows, offsets, hidden=hidden, inter=inter,
+                           skip_aligned=skip_aligned, experts_pow2=8)
+        for s0, n in zip(begins, counts):
+            aligned = n % 8 == 0 and s0 * hidden % 8 == 0 and s0 * inter % 8 == 0
+            if decreasing_at is not None or (skip_aligned and aligned):
+                assert a_rows[s0:s0 + n].isnan().all() and b_rows[s0:s0 + n].isnan().all()
+            else:
+                assert torch.equal(a_rows[s0:s0 + n], a2d[:, s0:s0 + n].t())
+                assert torch.equal(b_rows[s0:s0 + n], b2d[s0:s0 + n])
+
+
+@needs_interpreter
+@pytest.mark.parametrize("decreasing_at", [None, 3])
+def test_ragged_rows_copy_interpreted(decreasing_at):
+    """The copy kernel's persistent loop: 16 x 16 tiles over 2 programs, so that each walks many
+    (expert, column tile, token tile) items, partial tiles at both widths and counts."""
+    from graphrt.ops.grouped_gemm.kernels import RowsConfig
+    torch.manual_seed(6)
+    _check_rows_copy([16, 0, 5, 33, 17, 1, 8], 36, 24, "cpu", RowsConfig(16, 16, 4, 1),
+                     decreasing_at)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("decreasing_at", [None, 4])
+def test_gpu_ragged_rows_copy(seed, decreasing_at):
+    from graphrt.ops.grouped_gemm.kernels import ROWS_CONFIG
+    _check_rows_copy([0, 301, 17, 0, 1023, 259, 1, 256], 1156, 768, "cuda", ROWS_CONFIG,
+                     decreasing_at)
+
+
 @needs_interpreter
 def test_functional_ragged_call_gives_execute_the_rows_workspace(monkeypatch):
     """The functional ragged call allocates the rows' workspace like an output, passes it to

@@ -18,8 +18,9 @@ import triton
 import triton.language as tl
 
 from ... import device_checks
-from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch, mma, next_power_of_2, pow2,
-                             TL_DTYPES)
+from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch, mma, next_power_of_2,
+                             persistent_grid, pow2, TL_DTYPES)
+from ...validate import sm_count
 
 OFFSETS_DECREASING = tl.constexpr(device_checks.OFFSETS_DECREASING)
 OFFSETS_OUT_OF_RANGE = tl.constexpr(device_checks.OFFSETS_OUT_OF_RANGE)
@@ -159,14 +160,23 @@ def _expert_tokens(OFFSETS, ERRORS, expert, experts, flag, tokens_sum):
 
 
 @triton.jit
-def _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2: tl.constexpr):
-    """Whether every expert's bounds are valid (0 <= begin <= end <= tokens_sum): then the
+def _expert_bounds(OFFSETS, experts, tokens_sum, EXPERTS_POW2: tl.constexpr):
+    """Every expert's (begin, count) as int64 vectors of EXPERTS_POW2 (zeros past ``experts``),
+    and whether every expert's bounds are valid (0 <= begin <= end <= tokens_sum): then the
     experts' ragged blocks, and their tokens' rows, are disjoint and in order."""
     i = tl.arange(0, EXPERTS_POW2)
-    ends = tl.load(OFFSETS + i, mask=i < experts, other=0).to(tl.int64)
-    begins = tl.load(OFFSETS + i - 1, mask=(i > 0) & (i < experts), other=0).to(tl.int64)
-    bad = (i < experts) & ((ends < begins) | (begins < 0) | (ends > tokens_sum.to(tl.int64)))
-    return tl.sum(bad.to(tl.int32), axis=0) == 0
+    live = i < experts
+    ends = tl.load(OFFSETS + i, mask=live, other=0).to(tl.int64)
+    begins = tl.load(OFFSETS + i - 1, mask=(i > 0) & live, other=0).to(tl.int64)
+    bad = live & ((ends < begins) | (begins < 0) | (ends > tokens_sum.to(tl.int64)))
+    return begins, ends - begins, tl.sum(bad.to(tl.int32), axis=0) == 0
+
+
+@triton.jit
+def _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2: tl.constexpr):
+    """Whether every expert's bounds are valid (see _expert_bounds)."""
+    _, _, in_order = _expert_bounds(OFFSETS, experts, tokens_sum, EXPERTS_POW2)
+    return in_order
 
 
 @triton.jit
@@ -177,52 +187,52 @@ def _ragged_rows_aligned(begin, count, HIDDEN: tl.constexpr, INTER: tl.constexpr
 
 
 @triton.jit
-def _block_to_rows(SRC, DST, w0, count, first, parts, WIDTH: tl.constexpr,
-                   BLOCK_W: tl.constexpr, BLOCK_T: tl.constexpr):
-    """Columns w0 .. w0 + BLOCK_W of one expert's ragged block SRC [WIDTH, count] (tokens
-    unit-stride) written as rows DST [count, WIDTH], token tiles first, first + parts, ..."""
+def _tile_to_rows(SRC, DST, w0, t0, count, WIDTH: tl.constexpr, BLOCK_W: tl.constexpr,
+                  BLOCK_T: tl.constexpr):
+    """Columns w0 .. w0 + BLOCK_W, tokens t0 .. t0 + BLOCK_T of one expert's ragged block
+    SRC [WIDTH, count] (tokens unit-stride) written as rows of DST [count, WIDTH]."""
     w = w0 + tl.arange(0, BLOCK_W)
-    t = tl.arange(0, BLOCK_T)
-    w_mask = w < WIDTH
-    for t0 in range(first * BLOCK_T, count, parts * BLOCK_T):
-        tt = t0 + t
-        mask = w_mask[:, None] & (tt < count)[None, :]
-        v = tl.load(SRC + w[:, None].to(tl.int64) * count + tt[None, :], mask=mask)
-        tl.store(DST + tt[None, :].to(tl.int64) * WIDTH + w[:, None], v, mask=mask)
+    t = t0 + tl.arange(0, BLOCK_T)
+    mask = (w < WIDTH)[:, None] & (t < count)[None, :]
+    v = tl.load(SRC + w[:, None].to(tl.int64) * count + t[None, :], mask=mask)
+    tl.store(DST + t[None, :].to(tl.int64) * WIDTH + w[:, None], v, mask=mask)
 
 
-@triton.jit(do_not_specialize=["tokens_sum"])
+@triton.jit(do_not_specialize=["tokens_sum", "experts"])
 def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, experts,
                         HIDDEN: tl.constexpr, INTER: tl.constexpr, SKIP_ALIGNED: tl.constexpr,
                         EXPERTS_POW2: tl.constexpr, BLOCK_W: tl.constexpr,
                         BLOCK_T: tl.constexpr):
     """The ragged blocks of the experts that the GEMM cannot load 8 tokens at a time (all of
     them unless ``SKIP_ALIGNED``) copied as rows: A_ROWS [tokens_sum, HIDDEN], B_ROWS
-    [tokens_sum, INTER], each expert's tokens at its own rows. Program (column tile, part): its
-    columns of every such expert, one token tile in num_programs(1). Nothing is copied unless
-    every expert's bounds are valid (the GEMM then reads the blocks themselves)."""
-    tile = tl.program_id(0)
-    part, parts = tl.program_id(1), tl.num_programs(1)
-    tiles_a: tl.constexpr = (HIDDEN + BLOCK_W - 1) // BLOCK_W
-    if _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2):
-        begin = tl.zeros((), dtype=tl.int64)
-        for expert in range(0, experts):
-            end = tl.load(OFFSETS + expert).to(tl.int64)
-            count = end - begin
-            copy = count > 0
-            if SKIP_ALIGNED:
-                copy = copy & (_ragged_rows_aligned(begin, count, HIDDEN, INTER) == 0)
-            if copy:
-                first = (part + expert) % parts   # experts' short last tiles spread out
-                if tile < tiles_a:
-                    _block_to_rows(A + HIDDEN * begin, A_ROWS + HIDDEN * begin,
-                                   tile * BLOCK_W, count, first, parts, HIDDEN, BLOCK_W,
-                                   BLOCK_T)
-                else:
-                    _block_to_rows(B + INTER * begin, B_ROWS + INTER * begin,
-                                   (tile - tiles_a) * BLOCK_W, count, first, parts, INTER,
-                                   BLOCK_W, BLOCK_T)
-            begin = end
+    [tokens_sum, INTER], each expert's tokens at its own rows. Persistent: the copy is cut
+    into items (expert, column tile, token tile), numbered expert by expert, and program p
+    takes items p, p + num_programs, ...; a call with nothing to copy reads the offsets once
+    and returns. Nothing is copied unless every expert's bounds are valid (the GEMM then reads
+    the blocks themselves)."""
+    TILES_A: tl.constexpr = (HIDDEN + BLOCK_W - 1) // BLOCK_W
+    TILES: tl.constexpr = TILES_A + (INTER + BLOCK_W - 1) // BLOCK_W
+    i = tl.arange(0, EXPERTS_POW2)
+    begins, counts, in_order = _expert_bounds(OFFSETS, experts, tokens_sum, EXPERTS_POW2)
+    copy = (counts > 0) & in_order
+    if SKIP_ALIGNED:
+        copy = copy & (_ragged_rows_aligned(begins, counts, HIDDEN, INTER) == 0)
+    token_tiles = tl.where(copy, (counts + BLOCK_T - 1) // BLOCK_T, 0).to(tl.int32)
+    items = token_tiles * TILES
+    items_end = tl.cumsum(items, axis=0)
+    for item in range(tl.program_id(0), tl.sum(items, axis=0), tl.num_programs(0)):
+        mine = i == tl.sum((items_end <= item).to(tl.int32), axis=0)
+        local = item - tl.sum(tl.where(mine, items_end - items, 0), axis=0)
+        tiles_t = tl.sum(tl.where(mine, token_tiles, 0), axis=0)
+        begin = tl.sum(tl.where(mine, begins, 0), axis=0)
+        count = tl.sum(tl.where(mine, counts, 0), axis=0)
+        col, t0 = local // tiles_t, local % tiles_t * BLOCK_T
+        if col < TILES_A:
+            _tile_to_rows(A + HIDDEN * begin, A_ROWS + HIDDEN * begin, col * BLOCK_W, t0,
+                          count, HIDDEN, BLOCK_W, BLOCK_T)
+        else:
+            _tile_to_rows(B + INTER * begin, B_ROWS + INTER * begin, (col - TILES_A) * BLOCK_W,
+                          t0, count, INTER, BLOCK_W, BLOCK_T)
 
 
 @triton.jit
@@ -506,8 +516,18 @@ def _grid_and_outputs(cfg: GemmConfig, hidden: int, inter: int, a, offsets, out,
     return (grid, a, out_ptrs) if out_ptrs is not None else (grid, out, offsets)
 
 
-ROWS_BLOCK_W, ROWS_BLOCK_T, ROWS_WARPS = 64, 64, 8   # _ragged_rows_kernel's tile (124 registers)
-ROWS_PROGRAMS = 2048   # about how many programs it takes (each walks every expert)
+@dataclass(frozen=True)
+class RowsConfig:
+    """_ragged_rows_kernel's tile [block_w columns, block_t tokens] and its persistent grid."""
+    block_w: int = 64
+    block_t: int = 64
+    num_warps: int = 8
+    programs_per_sm: int = 4
+
+
+# 64 x 64 on 8 warps, 4 programs an SM: 0.64-0.71 of the copy ceiling at the benchmark cases'
+# odd counts, 2.3 us where nothing is copied (scripts/sweep_wgrad.py --rows, H200)
+ROWS_CONFIG = RowsConfig()
 
 
 def ragged_rows_bytes(tokens_sum: int, hidden: int, inter: int) -> int:
@@ -521,9 +541,25 @@ def ragged_rows_split(tokens_sum: int, hidden: int) -> int:
     return -(-tokens_sum * hidden * 2 // 256) * 256
 
 
+def launch_ragged_rows(cfg: RowsConfig, a, b, a_rows, b_rows, offsets, *, hidden: int,
+                       inter: int, skip_aligned: bool, experts_pow2: int) -> None:
+    """The ragged blocks of a (hidden, T) and b (intermediate, T) copied as rows into a_rows
+    (T, hidden) and b_rows (T, intermediate): every expert's, or those off 16-byte rows when
+    ``skip_aligned``; a grid of at most ``programs_per_sm`` programs per SM, fewer when the
+    copy of every expert would need fewer tiles."""
+    tokens_sum, experts = a.shape[1], offsets.shape[0]
+    tiles = cdiv(hidden, cfg.block_w) + cdiv(inter, cfg.block_w)
+    items = (cdiv(tokens_sum, cfg.block_t) + experts) * tiles
+    programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
+    launch(_ragged_rows_kernel, (programs,), a, b, a_rows, b_rows, offsets, tokens_sum, experts,
+           HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=skip_aligned, EXPERTS_POW2=experts_pow2,
+           BLOCK_W=cfg.block_w, BLOCK_T=cfg.block_t, num_warps=cfg.num_warps)
+
+
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
                  hidden: int, inter: int, a_k_major: bool, b_k_major: bool, ragged: bool,
-                 accumulate: bool, dot_fp32: bool, rows=None) -> None:
+                 accumulate: bool, dot_fp32: bool, rows=None,
+                 rows_cfg: RowsConfig = ROWS_CONFIG) -> None:
     """out: the dense output; with ``out_ptrs`` (discrete) the addresses are read from it;
     ``errors``: the device's error flags (graphrt.device_checks.error_flags). ``rows``
     (ragged): a uint8 scratch of ``ragged_rows_bytes`` into which the experts whose blocks are
@@ -546,12 +582,8 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         split = ragged_rows_split(tokens_sum, hidden)
         a_rows = rows[:tokens_sum * hidden * 2].view(torch.bfloat16)
         b_rows = rows[split:split + tokens_sum * inter * 2].view(torch.bfloat16)
-        tiles = cdiv(hidden, ROWS_BLOCK_W) + cdiv(inter, ROWS_BLOCK_W)
-        parts = max(1, min(cdiv(tokens_sum, ROWS_BLOCK_T), cdiv(ROWS_PROGRAMS, tiles)))
-        launch(_ragged_rows_kernel, (tiles, parts), a, b, a_rows, b_rows, offsets, tokens_sum,
-               grid[1], HIDDEN=hidden, INTER=inter,
-               SKIP_ALIGNED=aligned_bases, EXPERTS_POW2=experts_pow2, BLOCK_W=ROWS_BLOCK_W,
-               BLOCK_T=ROWS_BLOCK_T, num_warps=ROWS_WARPS)
+        launch_ragged_rows(rows_cfg, a, b, a_rows, b_rows, offsets, hidden=hidden, inter=inter,
+                           skip_aligned=aligned_bases, experts_pow2=experts_pow2)
     launch(_wgrad_kernel, grid, a, b, a_rows, b_rows, offsets, out_arg, ptrs_arg, errors,
         tokens_sum, HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major,
         RAGGED=ragged, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
@@ -632,7 +664,8 @@ def compile_cases() -> list[CompileCase]:
              tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, SKIP_ALIGNED=c,
              EXPERTS_POW2=c, BLOCK_W=c, BLOCK_T=c),
         dict(HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=True, EXPERTS_POW2=8,
-             BLOCK_W=ROWS_BLOCK_W, BLOCK_T=ROWS_BLOCK_T), num_warps=ROWS_WARPS))
+             BLOCK_W=ROWS_CONFIG.block_w, BLOCK_T=ROWS_CONFIG.block_t),
+        num_warps=ROWS_CONFIG.num_warps))
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                ERRORS="*i32", tokens_sum="i32", sa_m="i64", sa_k="i64", sb_k="i64", sb_n="i64",
                HIDDEN=c, INTER=c, SCALES_MN_MAJOR=c, ROWS_ALIGNED=c, DISCRETE=c, ACCUMULATE=c,
