@@ -183,7 +183,7 @@ def main_layouts(first: bool):
 
 def main_rows(first: bool):
     """The copy of ragged experts off 16-byte rows (_ragged_rows_kernel) alone, per RowsConfig:
-    odd counts (GB/s of its reads and writes against the 4.25 TB/s copy ceiling), and x256
+    odd counts (TB/s of its reads and writes against the 4.25 TB/s copy ceiling), and x256
     counts, where it copies nothing (the cost an aligned call pays)."""
     gen = torch.Generator().manual_seed(0)
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:

@@ -217,6 +217,8 @@ def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, experts,
     copy = (counts > 0) & in_order
     if SKIP_ALIGNED:
         copy = copy & (_ragged_rows_aligned(begins, counts, HIDDEN, INTER) == 0)
+    # int32 items: about (tokens_sum / BLOCK_T + experts) x TILES, below 2^31 for any
+    # input that fits in a GPU (tokens_sum itself is int32)
     token_tiles = tl.where(copy, (counts + BLOCK_T - 1) // BLOCK_T, 0).to(tl.int32)
     items = token_tiles * TILES
     items_end = tl.cumsum(items, axis=0)
