@@ -152,6 +152,26 @@ def main_ragged(first: bool):
                                  ragged=True, accumulate=False, dot_fp32=False, rows=rows)
                 _timed(f"bf16 {cfg}{', rows workspace' if rows is not None else ''}", run, sets,
                        lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
+            _with_and_without_rows_in_turn(RAGGED_CONFIGS[0], sets, offsets, out, ws, errors,
+                                           hidden, inter)
+
+
+def _with_and_without_rows_in_turn(cfg, sets, offsets, out, ws, errors, hidden, inter,
+                                   rounds=5):
+    """The plan's tile with and without the rows workspace timed in turn (median of
+    ``rounds``): timed one after another, the GPU's clock drift between them reads as a cost
+    of the rows branch, in either direction."""
+    times = {None: [], "rows": []}
+    for _ in range(rounds):
+        for key in times:
+            def run(a, b, rows=ws if key else None):
+                launch_wgrad(cfg, a, b, offsets, out, None, torch.bfloat16, errors,
+                             hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
+                             ragged=True, accumulate=False, dot_fp32=False, rows=rows)
+            times[key].append(stream_time_us(rotating(run, sets)))
+    none, rows = (sorted(t)[rounds // 2] for t in times.values())
+    print(f"  in turn, {cfg.block_m} x {cfg.block_n}: no workspace {none:.1f} us, rows "
+          f"workspace {rows:.1f} us ({rows / none:.3f})", flush=True)
 
 
 def main_layouts(first: bool):
