@@ -21,7 +21,7 @@ from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon as gluon
 from graphrt.ops.grouped_gemm.kernels import (GemmConfig, launch_ragged_rows, launch_wgrad,
                                               launch_wgrad_fp8, ragged_rows_bytes,
-                                              ragged_rows_split, ROWS_CONFIG, RowsConfig)
+                                              ragged_rows_views, ROWS_CONFIG, RowsConfig)
 from graphrt.ops.grouped_gemm.reference import expert_bounds
 
 CONFIGS = [GemmConfig(*c) for c in [
@@ -212,10 +212,7 @@ def main_rows(first: bool):
         b = torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda")
         ws = torch.empty(ragged_rows_bytes(tokens, hidden, inter), dtype=torch.uint8,
                          device="cuda")
-        split = ragged_rows_split(tokens, hidden)
-        a_rows = ws[:tokens * hidden * 2].view(torch.bfloat16).view(tokens, hidden)
-        b_rows = ws[split:split + tokens * inter * 2].view(torch.bfloat16).view(tokens, inter)
-        pow2 = max(2, 1 << (experts - 1).bit_length())
+        a_rows, b_rows = ragged_rows_views(ws, tokens, hidden, inter)
         for label, counts in (("odd", odd_counts(aligned, gen)), ("x256", aligned)):
             offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
                                    device="cuda")
@@ -228,7 +225,7 @@ def main_rows(first: bool):
             for cfg in ROWS_CONFIGS:
                 def run(skip=True, cfg=cfg, offsets=offsets):
                     launch_ragged_rows(cfg, a, b, a_rows, b_rows, offsets, hidden=hidden,
-                                       inter=inter, skip_aligned=skip, experts_pow2=pow2)
+                                       inter=inter, skip_aligned=skip)
                 try:
                     ws.fill_(255)   # poison (NaN), then every expert copied and compared
                     run(skip=False)

@@ -170,7 +170,7 @@ def _check_rows_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
         a_rows = torch.full((t, hidden), float("nan"), dtype=BF16, device=device)
         b_rows = torch.full((t, inter), float("nan"), dtype=BF16, device=device)
         launch_ragged_rows(cfg, a, b, a_rows, b_rows, offsets, hidden=hidden, inter=inter,
-                           skip_aligned=skip_aligned, experts_pow2=8)
+                           skip_aligned=skip_aligned)
         for s0, n in zip(begins, counts):
             aligned = n % 8 == 0 and s0 * hidden % 8 == 0 and s0 * inter % 8 == 0
             if decreasing_at is not None or (skip_aligned and aligned):

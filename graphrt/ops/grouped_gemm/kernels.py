@@ -543,8 +543,23 @@ def ragged_rows_split(tokens_sum: int, hidden: int) -> int:
     return -(-tokens_sum * hidden * 2 // 256) * 256
 
 
+def ragged_rows_views(rows: torch.Tensor, tokens_sum: int, hidden: int,
+                      inter: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A's rows [tokens_sum, hidden] and B's rows [tokens_sum, intermediate], BF16 views of a
+    uint8 scratch of ``ragged_rows_bytes``."""
+    split = ragged_rows_split(tokens_sum, hidden)
+    return (rows[:tokens_sum * hidden * 2].view(torch.bfloat16).view(tokens_sum, hidden),
+            rows[split:split + tokens_sum * inter * 2].view(torch.bfloat16)
+            .view(tokens_sum, inter))
+
+
+def experts_vector(experts: int) -> int:
+    """EXPERTS_POW2 of the kernels that read every expert's offsets as one vector."""
+    return max(2, next_power_of_2(experts))
+
+
 def launch_ragged_rows(cfg: RowsConfig, a, b, a_rows, b_rows, offsets, *, hidden: int,
-                       inter: int, skip_aligned: bool, experts_pow2: int) -> None:
+                       inter: int, skip_aligned: bool) -> None:
     """The ragged blocks of a (hidden, T) and b (intermediate, T) copied as rows into a_rows
     (T, hidden) and b_rows (T, intermediate): every expert's, or those off 16-byte rows when
     ``skip_aligned``; a grid of at most ``programs_per_sm`` programs per SM, fewer when the
@@ -554,14 +569,14 @@ def launch_ragged_rows(cfg: RowsConfig, a, b, a_rows, b_rows, offsets, *, hidden
     items = (cdiv(tokens_sum, cfg.block_t) + experts) * tiles
     programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
     launch(_ragged_rows_kernel, (programs,), a, b, a_rows, b_rows, offsets, tokens_sum, experts,
-           HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=skip_aligned, EXPERTS_POW2=experts_pow2,
-           BLOCK_W=cfg.block_w, BLOCK_T=cfg.block_t, num_warps=cfg.num_warps)
+           HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=skip_aligned,
+           EXPERTS_POW2=experts_vector(experts), BLOCK_W=cfg.block_w, BLOCK_T=cfg.block_t,
+           num_warps=cfg.num_warps)
 
 
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
                  hidden: int, inter: int, a_k_major: bool, b_k_major: bool, ragged: bool,
-                 accumulate: bool, dot_fp32: bool, rows=None,
-                 rows_cfg: RowsConfig = ROWS_CONFIG) -> None:
+                 accumulate: bool, dot_fp32: bool, rows=None) -> None:
     """out: the dense output; with ``out_ptrs`` (discrete) the addresses are read from it;
     ``errors``: the device's error flags (graphrt.device_checks.error_flags). ``rows``
     (ragged): a uint8 scratch of ``ragged_rows_bytes`` into which the experts whose blocks are
@@ -578,14 +593,12 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     k_aligned = (a_k_major or b_k_major) and not ragged and tokens_sum % 8 == 0 and aligned_bases
     # the vector of offsets the rows' checks read; a fixed value where nothing reads it, so
     # that other launches do not compile per expert count
-    experts_pow2 = max(2, next_power_of_2(grid[1])) if ragged and rows is not None else 2
+    experts_pow2 = experts_vector(grid[1]) if ragged and rows is not None else 2
     a_rows, b_rows = a, b   # the kernel's unused arguments: valid tensors
     if ragged and rows is not None:
-        split = ragged_rows_split(tokens_sum, hidden)
-        a_rows = rows[:tokens_sum * hidden * 2].view(torch.bfloat16)
-        b_rows = rows[split:split + tokens_sum * inter * 2].view(torch.bfloat16)
-        launch_ragged_rows(rows_cfg, a, b, a_rows, b_rows, offsets, hidden=hidden, inter=inter,
-                           skip_aligned=aligned_bases, experts_pow2=experts_pow2)
+        a_rows, b_rows = ragged_rows_views(rows, tokens_sum, hidden, inter)
+        launch_ragged_rows(ROWS_CONFIG, a, b, a_rows, b_rows, offsets, hidden=hidden,
+                           inter=inter, skip_aligned=aligned_bases)
     launch(_wgrad_kernel, grid, a, b, a_rows, b_rows, offsets, out_arg, ptrs_arg, errors,
         tokens_sum, HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major,
         RAGGED=ragged, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
