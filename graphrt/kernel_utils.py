@@ -320,6 +320,25 @@ def launch(kernel, grid: tuple, *args, **kwargs):
     return _launcher(kernel, grid, args, kwargs)
 
 
+def launch_with_scratch(kernel, grid: tuple, *args, **kwargs):
+    """``launch`` of a kernel that makes TMA descriptors on the device (``args[0]`` a tensor on
+    its device). Triton sizes their global scratch per launch and takes it from an allocator:
+    for this call, the caching allocator on the launch's device and current stream (stream-
+    ordered; under CUDA-graph capture, the graph's own memory). The caller's
+    ``triton.set_allocator`` stays as it was. A binding does not record such launches (its
+    replay would run without this allocator)."""
+    from triton.runtime import _allocation
+    device = args[0].device
+    token = _allocation._allocator.set(
+        lambda size, alignment, stream: torch.empty(size, dtype=torch.uint8, device=device))
+    try:
+        compiled = launch(kernel, grid, *args, **kwargs)
+    finally:
+        _allocation._allocator.reset(token)
+    mark_unrecorded_launch()
+    return compiled
+
+
 def direct_launch_enabled() -> bool:
     """Whether this Triton takes the pre-bound launch (``graphrt info`` reports it)."""
     return _launcher.supported if _launcher.supported is not None else _launcher._enable()

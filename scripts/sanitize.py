@@ -38,15 +38,17 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
         b = torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda")
         graphrt.ops.grouped_gemm_wgrad(a.contiguous() if a_k_major else a,
                                        b.t().contiguous().t() if b_k_major else b, offsets)
-    # ragged: aligned experts (16, 8) load 8 tokens at a time; the others are first copied as
-    # rows into the workspace the functional call allocates, or without one load two bytes at
-    # a time
-    a = torch.randn(136, tokens, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda")
-    graphrt.ops.grouped_gemm_wgrad(a, b, offsets, input_order="tensor_ragged")
-    graphrt.ops.GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged").compile().execute(
-        a, b, offsets, wgrad=torch.empty(len(counts), 136, 72, dtype=torch.bfloat16,
-                                         device="cuda"))
+    # ragged: hidden 136 (a multiple of 8) takes Hopper's TMA kernel; hidden 132 the Triton
+    # kernel, where aligned experts (16, 8) load 8 tokens at a time and the others are first
+    # copied as rows into the workspace the functional call allocates, or without one load two
+    # bytes at a time
+    for hidden in (136, 132):
+        a = torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(tokens, 72, dtype=torch.bfloat16, device="cuda")
+        graphrt.ops.grouped_gemm_wgrad(a, b, offsets, input_order="tensor_ragged")
+        graphrt.ops.GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged").compile().execute(
+            a, b, offsets, wgrad=torch.empty(len(counts), hidden, 72, dtype=torch.bfloat16,
+                                             device="cuda"))
 # FP8 inputs, both recipes: experts sharing scale blocks, one inside a single block, an empty
 # one; tokens_sum 368 (rows 16-byte aligned) and 367
 for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):

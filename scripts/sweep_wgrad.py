@@ -2,12 +2,12 @@
 torch.mm per expert, then timed next to torch._grouped_mm. ``--fp8`` sweeps the FP8 kernels
 (MXFP8 and FP32 scales per 128 tokens) next to the BF16 plan on the same shapes, and the
 warp-specialized Gluon kernel (kernels_gluon.py) for 1x128 where it fits; ``--ragged``
-sweeps tensor_ragged inputs (per-expert blocks, tokens unit-stride) with counts in multiples of
-256 and moved off multiples of 8 (``odd``: rows not 16-byte aligned), with and without
-``ragged_prefetch`` (two-byte loads) and the rows' workspace (those experts copied as rows
-first); ``--layouts`` times tile configs on the tensor2d layouts (A M- or K-major, B N- or
-K-major) at the E8 cases; ``--rows`` times the copy of ragged experts as rows alone per
-RowsConfig; ``--first`` only the first benchmark case."""
+times tensor_ragged inputs (per-expert blocks, tokens unit-stride) with counts in multiples of
+256 and moved off multiples of 8 (``odd``: rows not 16-byte aligned): the Triton kernel with
+the rows' workspace (those experts copied as rows first) against Hopper's TMA kernel;
+``--layouts`` times tile configs on the tensor2d layouts (A M- or K-major, B N- or K-major) at
+the E8 cases; ``--rows`` times the copy of ragged experts as rows alone per RowsConfig;
+``--first`` only the first benchmark case."""
 import itertools
 import sys
 
@@ -19,9 +19,11 @@ from graphrt.bench.wgrad import (CASES, FP8_RECIPES, _fp8_operands, _operands, o
 from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon as gluon
+from graphrt.ops.grouped_gemm import kernels_ragged as ragged_tma
 from graphrt.ops.grouped_gemm.kernels import (GemmConfig, launch_ragged_rows, launch_wgrad,
                                               launch_wgrad_fp8, ragged_rows_bytes,
                                               ragged_rows_views, ROWS_CONFIG, RowsConfig)
+from graphrt.ops.grouped_gemm.kernels_ragged import RAGGED_TMA_CONFIG, RaggedTmaConfig
 from graphrt.ops.grouped_gemm.reference import expert_bounds
 
 CONFIGS = [GemmConfig(*c) for c in [
@@ -36,11 +38,9 @@ FP8_CONFIGS = {
         (128, 64, 128, 4, 3, 8), (128, 64, 128, 4, 4, 8), (64, 128, 128, 4, 3, 8),
         (128, 128, 128, 8, 4, 8), (256, 64, 128, 8, 3, 8), (128, 64, 128, 4, 3, 8, 168)]]}
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
-# the plan's tile first; with ragged_prefetch (sm_90a, Triton 3.6) 128 x 256 spills 252 B,
-# 128 x 128 on 8 warps takes 176 registers and spills none (on 4 warps 616 B)
-RAGGED_CONFIGS = [GemmConfig(*c) for c in [
-    (128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 3, 8, None, True), (128, 128, 64, 8, 3, 8),
-    (128, 128, 64, 8, 3, 8, None, True)]]
+# the Triton kernel's tile for ragged inputs off Hopper (the plan's), and the TMA kernel's stages
+RAGGED_CONFIG = GemmConfig(128, 256, 64, 8, 3, 8, None, True)
+RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(3)]
 # the plan's copy first: (block_w, block_t, num_warps, programs_per_sm)
 ROWS_CONFIGS = [ROWS_CONFIG] + [RowsConfig(*c) for c in [
     (64, 64, 4, 16), (64, 64, 4, 8), (64, 64, 8, 8), (64, 128, 8, 4), (128, 64, 8, 4),
@@ -120,13 +120,18 @@ def main(fp8: bool, first: bool):
 
 
 def main_ragged(first: bool):
+    """tensor_ragged at x256 and odd counts: the Triton kernel at the plan's tile with the rows
+    workspace (the path off Hopper) against the TMA kernel (kernels_ragged.py) per
+    RaggedTmaConfig, each checked, then timed in turn with torch._grouped_mm on tensor2d
+    operands of the same counts."""
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
         aligned = random_counts(experts, tokens, gen)
         out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
         flops = 2.0 * hidden * inter * tokens
-        # K-major buffers holding the experts' blocks one after another
+        # K-major buffers holding the experts' blocks one after another (and, read as
+        # tensor2d, torch._grouped_mm's K-major operands)
         sets = [(torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda"),
                  torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda").t())
                 for _ in range(2)]
@@ -145,33 +150,38 @@ def main_ragged(first: bool):
             ref = torch.stack(ref)
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
-            for cfg, rows in itertools.product(RAGGED_CONFIGS, (None, ws)):
-                def run(a, b, cfg=cfg, offsets=offsets, rows=rows):
-                    launch_wgrad(cfg, a, b, offsets, out, None, torch.bfloat16, errors,
-                                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
-                                 ragged=True, accumulate=False, dot_fp32=False, rows=rows)
-                _timed(f"bf16 {cfg}{', rows workspace' if rows is not None else ''}", run, sets,
-                       lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
-            _with_and_without_rows_in_turn(RAGGED_CONFIGS[0], sets, offsets, out, ws, errors,
-                                           hidden, inter)
 
-
-def _with_and_without_rows_in_turn(cfg, sets, offsets, out, ws, errors, hidden, inter,
-                                   rounds=5):
-    """The plan's tile with and without the rows workspace timed in turn (median of
-    ``rounds``): timed one after another, the GPU's clock drift between them reads as a cost
-    of the rows branch, in either direction."""
-    times = {None: [], "rows": []}
-    for _ in range(rounds):
-        for key in times:
-            def run(a, b, rows=ws if key else None):
-                launch_wgrad(cfg, a, b, offsets, out, None, torch.bfloat16, errors,
+            def triton_rows(a, b, offsets=offsets):
+                launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
                              hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
-                             ragged=True, accumulate=False, dot_fp32=False, rows=rows)
-            times[key].append(stream_time_us(rotating(run, sets)))
-    none, rows = (sorted(t)[rounds // 2] for t in times.values())
-    print(f"  in turn, {cfg.block_m} x {cfg.block_n}: no workspace {none:.1f} us, rows "
-          f"workspace {rows:.1f} us ({rows / none:.3f})", flush=True)
+                             ragged=True, accumulate=False, dot_fp32=False, rows=ws)
+            runs = [("Triton 128 x 256, rows workspace", triton_rows)]
+            for tcfg in RAGGED_TMA_CONFIGS:
+                def tma(a, b, offsets=offsets, tcfg=tcfg):
+                    ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
+                                                       errors, hidden=hidden, inter=inter,
+                                                       accumulate=False, config=tcfg)
+                runs.append((f"TMA {tcfg}", tma))
+            for name, run in runs:
+                _timed(name, run, sets,
+                       lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
+            runs.append(("torch._grouped_mm (tensor2d)",
+                         lambda a, b, offsets=offsets: torch._grouped_mm(a, b, offs=offsets)))
+            _in_turn(runs, sets)
+
+
+def _in_turn(runs, sets, rounds=5):
+    """``runs`` ((name, run) pairs) timed in turn, median of ``rounds`` each, and each as a
+    ratio of the first: timed one after another, the GPU's clock drift between them would
+    read as a difference, in either direction."""
+    times = {name: [] for name, _ in runs}
+    for _ in range(rounds):
+        for name, run in runs:
+            times[name].append(stream_time_us(rotating(run, sets)))
+    medians = {name: sorted(t)[rounds // 2] for name, t in times.items()}
+    first = medians[runs[0][0]]
+    print("  in turn: " + "; ".join(f"{name} {us:.1f} us ({us / first:.3f})"
+                                    for name, us in medians.items()), flush=True)
 
 
 def main_layouts(first: bool):

@@ -126,22 +126,23 @@ def _block_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
 
 @gluon.jit
 def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: gl.constexpr):
-    """Waits for the i-th stage the loader filled (block ``block``) and zeroes its tokens
-    outside [begin, end) when the expert shares the block (both operands; each warpgroup its
-    A rows and half of B's, joined by a barrier): (the stage, the zeroings so far)."""
+    """Waits for the i-th stage the loader filled (block ``block`` of a_bufs.shape[2] tokens)
+    and zeroes its tokens outside [begin, end) when the expert shares the block (both
+    operands; each warpgroup its A rows and half of B's, joined by a barrier): (the stage,
+    the zeroings so far)."""
     STAGES: gl.constexpr = a_bufs.shape[0]
+    BK: gl.constexpr = a_bufs.shape[2]
     BN: gl.constexpr = b_bufs.shape[1]
     HALF_N: gl.constexpr = BN // 2
     B_ROW0: gl.constexpr = ROW0 // 64 * HALF_N   # this warpgroup's half of B's rows to zero
     s = i % STAGES
     mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-    k0 = block * BLOCK_K
+    k0 = block * BK
     lo = gl.maximum(begin, k0)
-    hi = gl.minimum(end, k0 + BLOCK_K)
-    if (lo > k0) | (hi < k0 + BLOCK_K):
-        _zero_outside(a_bufs.index(s).slice(ROW0, 64, dim=0), lo, hi, k0, 64, BLOCK_K)
-        _zero_outside(b_bufs.index(s).slice(B_ROW0, HALF_N, dim=0), lo, hi, k0, HALF_N,
-                      BLOCK_K)
+    hi = gl.minimum(end, k0 + BK)
+    if (lo > k0) | (hi < k0 + BK):
+        _zero_outside(a_bufs.index(s).slice(ROW0, 64, dim=0), lo, hi, k0, 64, BK)
+        _zero_outside(b_bufs.index(s).slice(B_ROW0, HALF_N, dim=0), lo, hi, k0, HALF_N, BK)
         gl.thread_barrier()
         mbarrier.arrive(zeroed)
         mbarrier.wait(zeroed, z & 1)

@@ -1,0 +1,265 @@
+"""Hopper kernel (Gluon, Triton 3.6) for the BF16 grouped wgrad with ragged inputs: every
+expert's blocks A_e [hidden, n_e] and B_e [intermediate, n_e] (tokens unit-stride) read by TMA,
+whatever n_e, with no copy.
+
+TMA needs 16-byte row strides, and a block's rows are n_e tokens apart: with n_e off a
+multiple of 8 neither the block nor any 16-byte load of its rows fits. Eight rows together
+are 8 n_e tokens apart, 16-byte aligned for any n_e, and TMA takes any start coordinate. So the
+kernel views A_e as [hidden / 8, 8 n_e] (view row g holds rows 8g .. 8g + 7 one after the
+other) and loads a row tile as one box of view rows at column j n_e + t0: rows 8g + j of the
+block, tokens t0 .. t0 + 63. Its output rows are therefore 8 apart (h = 8g + j), which the
+store handles. B's tile of 256 columns is eight boxes of 32 view rows, one per residue i,
+stacked in shared memory: column 32 i + q of the product is output column 8 (q0 + q) + i. Each
+thread of the product holds the eight residues of its columns, so the un-stacking is a
+reordering of its registers (no data movement), and the stores stay 16 bytes wide.
+
+A box past the expert's last token reads the next row's first tokens (or zeros past the view):
+the expert's last step zeroes the tokens past n_e in both operands in shared memory before
+the product, so no other value reaches the sum.
+
+Persistent and warp-specialized like the 1x128 FP8 kernel (kernels_gluon.py): a loader warp
+makes each work item's two descriptors on the device (routing may change between CUDA-graph
+replays) and streams the boxes through a ring of stages; two MMA warpgroups of 64 output rows
+each keep one product in flight. Device-made descriptors live in Triton's global scratch,
+which the launch takes from the caching allocator (``launch_with_scratch``). Before it rewrites
+them for the next item, the loader waits for its loads in flight, which read the old ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch,
+                             ON_TESTED_TRITON, register_share, TL_DTYPES)
+from ...validate import sm_count
+from .kernels_gluon import _expert_tokens, _release, _stage_ready, _store_tile, _tile_origin
+
+BLOCK_M = gl.constexpr(128)   # two warpgroups of 64 output rows
+BLOCK_N = gl.constexpr(256)   # eight residues of 32 columns
+BLOCK_K = gl.constexpr(64)    # tokens a stage: 128 bytes, the swizzle's width
+RESIDUES = gl.constexpr(8)    # rows of a block that together are 16 bytes of tokens apart
+GROUP_M = 8
+GLUON_API_OK = ON_TESTED_TRITON
+LAUNCH_REGS = register_share(4 + 4 + 4)
+LOADER_REGS, MMA_REGS = gl.constexpr(40), gl.constexpr(232)
+
+# The product's [64, 256] FP32 tile with its columns in output order: registers 0-2 of a thread
+# hold 8 consecutive output columns (one per residue, so one 16-byte store), the rest as the
+# m64n256 wgmma accumulator lays them out (lanes 4 a row, 8 rows a warp, 16 rows a warp).
+_OUT_LAYOUT = gl.DistributedLinearLayout(
+    reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [8, 0], [0, 64], [0, 128]],
+    lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
+    warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 256])
+
+
+@dataclass(frozen=True)
+class RaggedTmaConfig:
+    """Shared-memory stages of 48 KB (A's 128 and B's 256 rows of 64 tokens)."""
+
+    stages: int = 4
+
+
+RAGGED_TMA_CONFIG = RaggedTmaConfig()
+
+
+@gluon.constexpr_function
+def _row_tiles(hidden):
+    """Row tiles of an expert's output: 8 residues x tiles of view rows."""
+    return RESIDUES.value * -(-(hidden // RESIDUES.value) // BLOCK_M.value)
+
+
+@gluon.constexpr_function
+def _col_tiles(inter):
+    return -(-inter // BLOCK_N.value)
+
+
+@gluon.jit
+def _ragged_work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
+                 HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
+    """Work item ``work`` (experts outermost): its expert, residue j and first view row g0 of
+    A (output rows 8 (g0 + r) + j), first view row q0 of B (output columns 8 q0 ..
+    8 q0 + 255), and the expert's (begin, count); FLAG: this partition reports bad offsets."""
+    TILES_M: gl.constexpr = _row_tiles(HIDDEN)
+    TILES_N: gl.constexpr = _col_tiles(INTER)
+    tiles: gl.constexpr = TILES_M * TILES_N
+    expert = work // tiles
+    tile = work % tiles
+    m0, n0 = _tile_origin(tile, TILES_M * BLOCK_M, TILES_N * BLOCK_N, BLOCK_M, BLOCK_N, GROUP)
+    tile_m = m0 // BLOCK_M
+    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, experts, FLAG & (tile == 0),
+                                  tokens_sum)
+    return (expert, tile_m % RESIDUES, tile_m // RESIDUES * BLOCK_M, n0 // RESIDUES, begin,
+            count)
+
+
+@gluon.jit
+def _drain(ready, i):
+    """Waits until the loads of the last (up to) STAGES stages filled have landed."""
+    STAGES: gl.constexpr = ready.shape[0]
+    for back in range(gl.minimum(i, STAGES)):
+        prev = i - 1 - back
+        mbarrier.wait(ready.index(prev % STAGES), (prev // STAGES) & 1)
+
+
+@gluon.jit
+def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
+                           tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                           GROUP: gl.constexpr):
+    STAGES: gl.constexpr = a_bufs.shape[0]
+    BQ: gl.constexpr = BLOCK_N // RESIDUES
+    NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
+    work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
+    i = 0
+    for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
+        expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
+                                                       tokens_sum, False, HIDDEN, INTER, GROUP)
+        if count > 0:
+            _drain(ready, i)
+            width = (count * RESIDUES).to(gl.int32)
+            a_desc = tma.make_tensor_descriptor(
+                A + HIDDEN * begin, [HIDDEN // RESIDUES, width], [width, 1], [BLOCK_M, BLOCK_K],
+                a_bufs.type.layout)
+            b_desc = tma.make_tensor_descriptor(
+                B + INTER * begin, [INTER // RESIDUES, width], [width, 1], [BQ, BLOCK_K],
+                b_bufs.type.layout)
+            n = count.to(gl.int32)
+            for k0 in range(0, n, BLOCK_K):
+                s = i % STAGES
+                mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh: phase 1 passes
+                bar = ready.index(s)
+                mbarrier.expect(bar, NBYTES)
+                tma.async_copy_global_to_shared(a_desc, [g0, j * n + k0], bar, a_bufs.index(s))
+                for r in gl.static_range(RESIDUES):
+                    tma.async_copy_global_to_shared(b_desc, [q0, r * n + k0], bar,
+                                                    b_bufs.index(s).slice(r * BQ, BQ, dim=0))
+                i += 1
+
+
+@gluon.jit
+def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS, ERRORS,
+                          experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                          DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                          OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, ROW0: gl.constexpr):
+    """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box."""
+    BQ: gl.constexpr = BLOCK_N // RESIDUES
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+    work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
+    i = 0
+    z = 0
+    for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
+        expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
+                                                       tokens_sum, ROW0 == 0, HIDDEN, INTER,
+                                                       GROUP)
+        acc = gl.zeros([64, BLOCK_N], gl.float32, layout)
+        steps = (count + BLOCK_K - 1) // BLOCK_K
+        for step in range(steps):
+            # the last step's tokens past the count belong to the next row: zeroed
+            s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, step, 0, count, ROW0)
+            acc = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
+                                b_bufs.index(s).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+            if step > 0:
+                _release(empty, i - 1)
+            i += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        if steps > 0:
+            _release(empty, i - 1)
+        # stacked residues -> output column order: a reordering of each thread's registers
+        acc = gl.reshape(gl.permute(gl.reshape(acc, [64, RESIDUES, BQ]), [0, 2, 1]),
+                         [64, BLOCK_N])
+        acc = gl.convert_layout(acc, _OUT_LAYOUT, assert_trivial=True)
+        rows = (g0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, _OUT_LAYOUT))) * RESIDUES
+        m = rows + j   # past hidden where the view row is past hidden / 8
+        n = q0 * RESIDUES + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, _OUT_LAYOUT))
+        if ACCUMULATE:
+            if count > 0:
+                _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
+                            ACCUMULATE, OUT_DTYPE)
+        else:
+            _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                        OUT_DTYPE)
+
+
+@gluon.jit(do_not_specialize=["experts", "tokens_sum"])
+def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, tokens_sum,
+                             HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
+                             ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
+                             STAGES: gl.constexpr, GROUP: gl.constexpr):
+    smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                              rank=2)
+    a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
+    b_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, BLOCK_K], smem)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    zeroed = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)   # one arrival per MMA warpgroup
+    mbarrier.init(zeroed, count=2)
+    gl.warp_specialize([
+        (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
+                                 ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
+                                 ACCUMULATE, OUT_DTYPE, GROUP, 0)),
+        (_ragged_load_partition, (A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
+                                  tokens_sum, HIDDEN, INTER, GROUP)),
+        (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
+                                 ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
+                                 ACCUMULATE, OUT_DTYPE, GROUP, 64)),
+    ], [1, 4], [LOADER_REGS, MMA_REGS])
+
+
+def fits_ragged_tma_kernel(hidden: int, inter: int, capability) -> bool:
+    """Whether this kernel takes ragged BF16 operands of these sizes: a Hopper GPU, Triton
+    3.6, hidden and intermediate multiples of 8 (every expert's blocks then start 16-byte
+    aligned in the 16-byte aligned buffers plans require, and eight rows are 16 bytes of
+    tokens apart)."""
+    return (GLUON_API_OK and capability is not None and capability[0] == 9
+            and hidden % RESIDUES.value == 0 and inter % RESIDUES.value == 0)
+
+
+def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, hidden: int,
+                            inter: int, accumulate: bool,
+                            config: RaggedTmaConfig = RAGGED_TMA_CONFIG) -> None:
+    """The ragged BF16 wgrad through this kernel: a (hidden, T) and b (T, intermediate)
+    holding the experts' blocks, arguments as kernels.launch_wgrad's, on operands
+    ``fits_ragged_tma_kernel`` accepts, 16-byte aligned."""
+    experts = offsets.numel()
+    if experts == 0:
+        return
+    work = _row_tiles(hidden) * _col_tiles(inter) * experts
+    out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
+    launch_with_scratch(_wgrad_ragged_tma_kernel, (min(work, sm_count(a.device)),), a, b,
+                        offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], HIDDEN=hidden,
+                        INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
+                        OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
+                        num_warps=4, maxnreg=LAUNCH_REGS)
+
+
+def compile_cases() -> list[CompileCase]:
+    """The variants scripts/compile_check.py compiles: dense and discrete (accumulating)
+    output at the first benchmark case's sizes."""
+    import triton
+
+    from ..registry import op
+    _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
+    c = CONSTEXPR
+    cases = []
+    for discrete in (False, True):
+        name = f"wgrad ragged TMA (Gluon) discrete={discrete}"
+        if not GLUON_API_OK:
+            cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
+                                                             f"{triton.__version__}"))
+            continue
+        cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
+            A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
+            experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c,
+            OUT_DTYPE=c, STAGES=c, GROUP=c),
+            dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
+                 OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M),
+            num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
+    return cases
