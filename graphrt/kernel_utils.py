@@ -1,6 +1,7 @@
 """Triton helpers shared by the ops' kernels."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 from dataclasses import dataclass
@@ -168,13 +169,46 @@ class DirectRun:
             c_launch(*leading, *args)
 
 
-def direct_run(compiled):
-    """A ``DirectRun`` for this compiled kernel, or its own ``run`` where the C launch cannot
-    be called directly (scratch buffers, a sanitizer build, an unknown launcher)."""
+class ScratchRun:
+    """``compiled.run`` of a kernel with global scratch (TMA descriptors made on the device):
+    each call takes the scratch from the caching allocator on the kernel's device and current
+    stream (stream-ordered; under CUDA-graph capture, the graph's own memory), set for that
+    call alone, so that a binding's replay gets it too and the caller's
+    ``triton.set_allocator`` stays as it was."""
+
+    __slots__ = ("run", "allocate")
+
+    def __init__(self, run, device):
+        self.run = run
+        self.allocate = lambda size, alignment, stream: torch.empty(size, dtype=torch.uint8,
+                                                                    device=device)
+
+    def __call__(self, *args):
+        with _scratch_allocator(self.allocate):
+            self.run(*args)
+
+
+@contextlib.contextmanager
+def _scratch_allocator(allocate):
+    from triton.runtime import _allocation
+    token = _allocation._allocator.set(allocate)
+    try:
+        yield
+    finally:
+        _allocation._allocator.reset(token)
+
+
+def direct_run(compiled, device=None):
+    """A ``DirectRun`` for this compiled kernel; a ``ScratchRun`` on ``device`` for one with
+    global scratch alone; its own ``run`` where the C launch cannot be called directly
+    (profile scratch, a sanitizer build, an unknown launcher)."""
     run = compiled.run
     packed = c_launch_layout(type(run))
-    if (packed is None or getattr(run, "global_scratch_size", 1)
-            or getattr(run, "profile_scratch_size", 1) or getattr(run, "gsan_enabled", False)):
+    if getattr(run, "profile_scratch_size", 1) or getattr(run, "gsan_enabled", False):
+        return run
+    if getattr(run, "global_scratch_size", 1):
+        return ScratchRun(run, device) if device is not None else run
+    if packed is None:
         return run
     return DirectRun(run, packed)
 
@@ -238,7 +272,7 @@ class _Launcher:
             tail = _trailing_arguments(kernel, len(args), kwargs)
             if tail is None or hasattr(compiled, "result"):  # an async compile's future
                 return _unrecorded(recording, compiled)
-            run = direct_run(compiled)
+            run = direct_run(compiled, device)
             entry = self.bound[key] = (compiled, tail, run)
             stream = self.current_stream(device)
         else:
@@ -322,21 +356,13 @@ def launch(kernel, grid: tuple, *args, **kwargs):
 
 def launch_with_scratch(kernel, grid: tuple, *args, **kwargs):
     """``launch`` of a kernel that makes TMA descriptors on the device (``args[0]`` a tensor on
-    its device). Triton sizes their global scratch per launch and takes it from an allocator:
-    for this call, the caching allocator on the launch's device and current stream (stream-
-    ordered; under CUDA-graph capture, the graph's own memory). The caller's
-    ``triton.set_allocator`` stays as it was. A binding does not record such launches (its
-    replay would run without this allocator)."""
-    from triton.runtime import _allocation
+    its device): Triton sizes their global scratch per launch and takes it from an allocator,
+    here the caching allocator on the launch's device (see ``ScratchRun``; the first launch,
+    which compiles, takes Triton's own path)."""
     device = args[0].device
-    token = _allocation._allocator.set(
-        lambda size, alignment, stream: torch.empty(size, dtype=torch.uint8, device=device))
-    try:
-        compiled = launch(kernel, grid, *args, **kwargs)
-    finally:
-        _allocation._allocator.reset(token)
-    mark_unrecorded_launch()
-    return compiled
+    with _scratch_allocator(lambda size, alignment, stream: torch.empty(
+            size, dtype=torch.uint8, device=device)):
+        return launch(kernel, grid, *args, **kwargs)
 
 
 def direct_launch_enabled() -> bool:

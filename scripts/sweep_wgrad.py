@@ -121,8 +121,9 @@ def main(fp8: bool, first: bool):
 
 def main_ragged(first: bool):
     """tensor_ragged at x256 and odd counts: the Triton kernel at the plan's tile with the rows
-    workspace (the path off Hopper) against the TMA kernel (kernels_ragged.py) per
-    RaggedTmaConfig, each checked, then timed in turn with torch._grouped_mm on tensor2d
+    workspace (the path off Hopper) against the TMA kernel (kernels_ragged.py, counts in
+    multiples of 8) per RaggedTmaConfig followed by the Triton kernel for the other experts
+    (the plan on Hopper), each checked, then timed in turn with torch._grouped_mm on tensor2d
     operands of the same counts."""
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
@@ -151,17 +152,19 @@ def main_ragged(first: bool):
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
 
-            def triton_rows(a, b, offsets=offsets):
+            def triton_rows(a, b, offsets=offsets, skip_aligned=False):
                 launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
                              hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
-                             ragged=True, accumulate=False, dot_fp32=False, rows=ws)
+                             ragged=True, accumulate=False, dot_fp32=False, rows=ws,
+                             skip_aligned=skip_aligned)
             runs = [("Triton 128 x 256, rows workspace", triton_rows)]
             for tcfg in RAGGED_TMA_CONFIGS:
-                def tma(a, b, offsets=offsets, tcfg=tcfg):
+                def tma(a, b, offsets=offsets, tcfg=tcfg):   # the plan's two launches
                     ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                        errors, hidden=hidden, inter=inter,
                                                        accumulate=False, config=tcfg)
-                runs.append((f"TMA {tcfg}", tma))
+                    triton_rows(a, b, offsets, skip_aligned=True)
+                runs.append((f"TMA {tcfg}, then Triton", tma))
             for name, run in runs:
                 _timed(name, run, sets,
                        lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)

@@ -505,14 +505,19 @@ def test_gpu_ragged_rows_workspace(seed, with_rows, decreasing_at):
 
 
 def _ragged_tma_plan(a, b, offsets, **flags):
-    """The plan of a ragged call on this GPU, checked to run the TMA kernel."""
+    """The plan of a ragged call on this GPU, checked to run the TMA kernel (for counts in
+    multiples of 8; the others copied as rows into a poisoned workspace, as the functional
+    call does, and multiplied by the Triton kernel), and that workspace."""
     plan = GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged", **flags).compile()
-    assert plan.ragged_tma is not None and plan.rows_workspace_bytes(a.shape[1]) == 0
-    return plan
+    assert plan.ragged_tma is not None
+    ws = torch.full((plan.rows_workspace_bytes(a.shape[1]),), 255, dtype=torch.uint8,
+                    device=a.device)
+    return plan, ws
 
 
-# every residue of the count mod 8 and mod 64, below and above a step, empty experts
-TMA_COUNTS = [0, 301, 17, 0, 1023, 259, 1, 256, 7, 64, 130, 6, 3, 0, 45, 72]
+# counts in multiples of 8 (TMA) below, at and above a step of 64 tokens, and off them (the
+# Triton kernel), empty experts
+TMA_COUNTS = [0, 304, 17, 0, 1024, 259, 8, 256, 7, 64, 136, 6, 3, 0, 45, 72]
 
 
 @pytest.mark.gpu
@@ -521,34 +526,35 @@ TMA_COUNTS = [0, 301, 17, 0, 1023, 259, 1, 256, 7, 64, 130, 6, 3, 0, 45, 72]
 @pytest.mark.parametrize("mode,accumulate", [("dense", False), ("dense", True),
                                              ("discrete", False), ("discrete", True)])
 def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accumulate):
-    """Hopper's ragged TMA kernel through the plan: counts at every residue, short row and
-    column tiles, both output modes, overwritten (output poisoned) or accumulated into."""
+    """Hopper's ragged TMA kernel through the plan, with the Triton kernel for the counts it
+    leaves: short row and column tiles, both output modes, overwritten (output poisoned) or
+    accumulated into."""
     counts = TMA_COUNTS
     a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
-    plan = _ragged_tma_plan(a, b, offsets, wgrad_dtype=dtype, output_mode=mode,
-                            accumulate_on_output=accumulate)
+    plan, ws = _ragged_tma_plan(a, b, offsets, wgrad_dtype=dtype, output_mode=mode,
+                                accumulate_on_output=accumulate)
     init = torch.randn(len(counts), hidden, inter, device="cuda").to(dtype)
     w = init.clone() if accumulate else torch.full_like(init, float("nan"))
     ptrs = (torch.tensor([w[e].data_ptr() for e in range(len(counts))], device="cuda")
             if mode == "discrete" else None)
-    plan.execute(a, b, offsets, wgrad=w, wgrad_ptrs=ptrs)
+    plan.execute(a, b, offsets, wgrad=w, wgrad_ptrs=ptrs, workspace=ws)
     _close(w, _expected(a2d, b2d, offsets, "tensor2d", dtype, init if accumulate else None,
                         counts), dtype)
 
 
 @pytest.mark.gpu
 def test_gpu_ragged_tma_next_rows_stay_out(seed):
-    """A box past an expert's count reads the next row's first tokens: NaN and inf there reach
-    only the rows and columns that own them."""
-    counts = [37, 0, 21, 83]
+    """A box past an expert's count (40 and 88 tokens: steps of 64) reads the next row's first
+    tokens: NaN and inf there reach only the rows and columns that own them."""
+    counts = [40, 0, 24, 88]
     a, b, a2d, b2d, offsets = _ragged_problem(counts, 64, 256, "cuda")
-    block_a = a.reshape(-1)[:64 * 37].view(64, 37)        # expert 0's A block
-    block_b = b.reshape(-1)[256 * 58:].view(256, 83)      # expert 3's B block
+    block_a = a.reshape(-1)[:64 * 40].view(64, 40)        # expert 0's A block
+    block_b = b.reshape(-1)[256 * 64:].view(256, 88)      # expert 3's B block
     block_a[5, :8] = float("nan")
     block_b[9, :3] = float("inf")
     a2d[5, :8] = float("nan")
-    b2d[58:61, 9] = float("inf")
-    plan = _ragged_tma_plan(a, b, offsets, wgrad_dtype=torch.float32)
+    b2d[64:67, 9] = float("inf")
+    plan, _ = _ragged_tma_plan(a, b, offsets, wgrad_dtype=torch.float32)
     w = torch.full((4, 64, 256), 3.0, device="cuda")
     plan.execute(a, b, offsets, wgrad=w)
     ref = _expected(a2d, b2d, offsets, "tensor2d", torch.float32)
@@ -562,13 +568,13 @@ def test_gpu_ragged_tma_next_rows_stay_out(seed):
 def test_gpu_ragged_tma_bad_offsets_flag_and_stay_in_bounds(seed):
     """An expert whose end falls below its begin: flagged, computed as empty, the others
     exact (the TMA kernel reads only inside each valid expert's blocks)."""
-    counts = [0, 301, 17, 0, 1023, 259, 1, 256]
+    counts = [0, 304, 17, 0, 1024, 259, 1, 256]
     a, b, _, _, offsets = _ragged_problem(counts, 1024, 768, "cuda")
     offsets[4] = offsets[3] - 3
-    plan = _ragged_tma_plan(a, b, offsets, wgrad_dtype=torch.float32)
+    plan, ws = _ragged_tma_plan(a, b, offsets, wgrad_dtype=torch.float32)
     graphrt.check_errors("cuda")
     w = torch.full((len(counts), 1024, 768), float("nan"), device="cuda")
-    plan.execute(a, b, offsets, wgrad=w)
+    plan.execute(a, b, offsets, wgrad=w, workspace=ws)
     with pytest.raises(graphrt.DeviceCheckError):
         graphrt.check_errors("cuda")
     ref = grouped_gemm_wgrad_reference(a, b, offsets, input_order="tensor_ragged",

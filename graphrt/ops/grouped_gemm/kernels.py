@@ -273,12 +273,16 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
                   K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
                   RAGGED_PREFETCH: tl.constexpr, RAGGED_ROWS: tl.constexpr,
-                  EXPERTS_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
+                  RAGGED_SKIP_ALIGNED: tl.constexpr, EXPERTS_POW2: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
     expert, m, n, m_mask, n_mask, begin, count = _program_tile(
         OFFSETS, ERRORS, tokens_sum, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
     if ACCUMULATE:
         if count == 0:
+            return
+    if RAGGED_SKIP_ALIGNED:   # those experts are another kernel's (kernels_ragged.py)
+        if _ragged_rows_aligned(begin, count, HIDDEN, INTER):
             return
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if RAGGED:   # the expert's blocks: A_e (hidden, count), B_e (intermediate, count)
@@ -576,12 +580,14 @@ def launch_ragged_rows(cfg: RowsConfig, a, b, a_rows, b_rows, offsets, *, hidden
 
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
                  hidden: int, inter: int, a_k_major: bool, b_k_major: bool, ragged: bool,
-                 accumulate: bool, dot_fp32: bool, rows=None) -> None:
+                 accumulate: bool, dot_fp32: bool, rows=None,
+                 skip_aligned: bool = False) -> None:
     """out: the dense output; with ``out_ptrs`` (discrete) the addresses are read from it;
     ``errors``: the device's error flags (graphrt.device_checks.error_flags). ``rows``
     (ragged): a uint8 scratch of ``ragged_rows_bytes`` into which the experts whose blocks are
     not 16-byte aligned row by row are first copied as rows, which the GEMM then reads at full
-    speed; without it those experts load two bytes at a time."""
+    speed; without it those experts load two bytes at a time. ``skip_aligned`` (ragged): the
+    other experts (and those with invalid bounds) are left alone, for Hopper's TMA kernel."""
     launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
     if launch_args is None:
         return
@@ -606,7 +612,8 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         RAGGED_ALIGNED=ragged and aligned_bases,
         # with the rows, two-byte loads remain only for out-of-order offsets
         RAGGED_PREFETCH=ragged and cfg.ragged_prefetch and rows is None,
-        RAGGED_ROWS=ragged and rows is not None, EXPERTS_POW2=experts_pow2,
+        RAGGED_ROWS=ragged and rows is not None, RAGGED_SKIP_ALIGNED=ragged and skip_aligned,
+        EXPERTS_POW2=experts_pow2,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, **cfg.launch_options())
 
@@ -649,30 +656,32 @@ def compile_cases() -> list[CompileCase]:
                 OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", HIDDEN=c,
                 INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c, DISCRETE=c, ACCUMULATE=c,
                 DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c, RAGGED_ALIGNED=c, RAGGED_PREFETCH=c,
-                RAGGED_ROWS=c, EXPERTS_POW2=c, BLOCK_M=c, BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c,
-                GROUP_M=c)
+                RAGGED_ROWS=c, RAGGED_SKIP_ALIGNED=c, EXPERTS_POW2=c, BLOCK_M=c, BLOCK_N=c,
+                BLOCK_K=c, NUM_STAGES=c, GROUP_M=c)
     plan_cfg = gemm_config(False)
     cases = [CompileCase(
         f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc} "
         f"aligned={aligned}{' ragged_prefetch (plan tile)' if prefetch else ''}"
-        f"{' ragged rows' if rows else ''}", _wgrad_kernel,
+        f"{' ragged rows' if rows else ''}{' skip aligned' if skip else ''}", _wgrad_kernel,
         bf16, dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
                    DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
-                   RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, EXPERTS_POW2=8, BLOCK_M=128,
+                   RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, RAGGED_SKIP_ALIGNED=skip,
+                   EXPERTS_POW2=8, BLOCK_M=128,
                    BLOCK_N=plan_cfg.block_n if prefetch or rows else 128, BLOCK_K=64,
                    NUM_STAGES=3, GROUP_M=8), num_warps=8)
-        for a_k, b_k, ragged, discrete, acc, aligned, prefetch, rows in (
-                (False, False, False, False, False, False, False, False),
-                (True, False, False, False, False, False, False, False),
-                (True, False, False, False, False, True, False, False),
-                (True, True, False, False, False, True, False, False),
-                (False, True, False, True, True, True, False, False),
-                (False, True, False, True, True, False, False, False),
-                (True, False, True, False, False, False, False, False),
-                (True, True, True, False, False, True, False, False),
-                (True, True, True, False, False, True, True, False),
-                (True, True, True, False, False, True, False, True))]
+        for a_k, b_k, ragged, discrete, acc, aligned, prefetch, rows, skip in (
+                (False, False, False, False, False, False, False, False, False),
+                (True, False, False, False, False, False, False, False, False),
+                (True, False, False, False, False, True, False, False, False),
+                (True, True, False, False, False, True, False, False, False),
+                (False, True, False, True, True, True, False, False, False),
+                (False, True, False, True, True, False, False, False, False),
+                (True, False, True, False, False, False, False, False, False),
+                (True, True, True, False, False, True, False, False, False),
+                (True, True, True, False, False, True, True, False, False),
+                (True, True, True, False, False, True, False, True, False),
+                (True, True, True, False, False, True, False, True, True))]
     cases.append(CompileCase(
         "wgrad ragged blocks to rows", _ragged_rows_kernel,
         dict(A="*bf16", B="*bf16", A_ROWS="*bf16", B_ROWS="*bf16", OFFSETS="*i32",

@@ -1,28 +1,30 @@
-"""Hopper kernel (Gluon, Triton 3.6) for the BF16 grouped wgrad with ragged inputs: every
-expert's blocks A_e [hidden, n_e] and B_e [intermediate, n_e] (tokens unit-stride) read by TMA,
-whatever n_e, with no copy.
+"""Hopper kernel (Gluon, Triton 3.6) for the BF16 grouped wgrad with ragged inputs: the
+experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e] and B_e
+[intermediate, n_e] (tokens unit-stride) read by TMA. The others are left to the Triton kernel
+(kernels.py: copied as rows, then multiplied), launched after this one.
 
-TMA needs 16-byte row strides, and a block's rows are n_e tokens apart: with n_e off a
-multiple of 8 neither the block nor any 16-byte load of its rows fits. Eight rows together
-are 8 n_e tokens apart, 16-byte aligned for any n_e, and TMA takes any start coordinate. So the
-kernel views A_e as [hidden / 8, 8 n_e] (view row g holds rows 8g .. 8g + 7 one after the
-other) and loads a row tile as one box of view rows at column j n_e + t0: rows 8g + j of the
-block, tokens t0 .. t0 + 63. Its output rows are therefore 8 apart (h = 8g + j), which the
-store handles. B's tile of 256 columns is eight boxes of 32 view rows, one per residue i,
-stacked in shared memory: column 32 i + q of the product is output column 8 (q0 + q) + i. Each
-thread of the product holds the eight residues of its columns, so the un-stacking is a
-reordering of its registers (no data movement), and the stores stay 16 bytes wide.
+Eight rows of a block are viewed as one row of [hidden / 8, 8 n_e]: a row tile is one box of
+view rows at column j n_e + t0 (rows 8g + j of the block, tokens t0 .. t0 + 63), so its output
+rows are 8 apart (h = 8g + j), which the store handles. B's tile of 256 columns is eight boxes
+of 32 view rows, one per residue i, stacked in shared memory: column 32 i + q of the product
+is output column 8 (q0 + q) + i. Each thread of the product then holds its columns' eight
+residues, so the un-stacking is a reordering of its registers and every thread stores 8
+consecutive output columns at once (16 bytes; the accumulator's own layout stores 4). The view
+was built to read counts off multiples of 8 too (eight rows are 16 bytes of tokens apart for
+any n_e), but TMA takes no box whose first token is off 16 bytes: such copies stopped the
+kernel with an illegal instruction on the H200 (2026-12-03).
 
 A box past the expert's last token reads the next row's first tokens (or zeros past the view):
-the expert's last step zeroes the tokens past n_e in both operands in shared memory before
-the product, so no other value reaches the sum.
+the expert's last step zeroes the tokens past n_e in both operands in shared memory before the
+product, so no other value reaches the sum.
 
 Persistent and warp-specialized like the 1x128 FP8 kernel (kernels_gluon.py): a loader warp
 makes each work item's two descriptors on the device (routing may change between CUDA-graph
 replays) and streams the boxes through a ring of stages; two MMA warpgroups of 64 output rows
 each keep one product in flight. Device-made descriptors live in Triton's global scratch,
-which the launch takes from the caching allocator (``launch_with_scratch``). Before it rewrites
-them for the next item, the loader waits for its loads in flight, which read the old ones.
+which the launch takes from the caching allocator (kernel_utils.ScratchRun). Before it
+rewrites them for the next item, the loader waits for its loads in flight, which read the old
+ones.
 """
 from __future__ import annotations
 
@@ -117,7 +119,7 @@ def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, 
     for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
         expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                        tokens_sum, False, HIDDEN, INTER, GROUP)
-        if count > 0:
+        if (count > 0) & (count % RESIDUES == 0):
             _drain(ready, i)
             width = (count * RESIDUES).to(gl.int32)
             a_desc = tma.make_tensor_descriptor(
@@ -145,9 +147,6 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
                           DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                           OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, ROW0: gl.constexpr):
     """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box."""
-    BQ: gl.constexpr = BLOCK_N // RESIDUES
-    layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
     work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
     i = 0
     z = 0
@@ -155,34 +154,50 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
         expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                        tokens_sum, ROW0 == 0, HIDDEN, INTER,
                                                        GROUP)
-        acc = gl.zeros([64, BLOCK_N], gl.float32, layout)
-        steps = (count + BLOCK_K - 1) // BLOCK_K
-        for step in range(steps):
-            # the last step's tokens past the count belong to the next row: zeroed
-            s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, step, 0, count, ROW0)
-            acc = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
-                                b_bufs.index(s).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-            if step > 0:
-                _release(empty, i - 1)
-            i += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        if steps > 0:
+        if count % RESIDUES == 0:   # the others are the Triton kernels'
+            i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j,
+                                g0, q0, count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                                OUT_DTYPE, ROW0)
+
+
+@gluon.jit
+def _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j, g0, q0, count,
+                 i, z, HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
+                 ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, ROW0: gl.constexpr):
+    """One work item of one warpgroup: the product over the expert's stages (the i-th filled
+    onwards) and its store; (stages used, zeroings) so far."""
+    BQ: gl.constexpr = BLOCK_N // RESIDUES
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+    acc = gl.zeros([64, BLOCK_N], gl.float32, layout)
+    steps = (count + BLOCK_K - 1) // BLOCK_K
+    for step in range(steps):
+        # the last step's tokens past the count belong to the next row: zeroed
+        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, step, 0, count, ROW0)
+        acc = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
+                            b_bufs.index(s).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        if step > 0:
             _release(empty, i - 1)
-        # stacked residues -> output column order: a reordering of each thread's registers
-        acc = gl.reshape(gl.permute(gl.reshape(acc, [64, RESIDUES, BQ]), [0, 2, 1]),
-                         [64, BLOCK_N])
-        acc = gl.convert_layout(acc, _OUT_LAYOUT, assert_trivial=True)
-        rows = (g0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, _OUT_LAYOUT))) * RESIDUES
-        m = rows + j   # past hidden where the view row is past hidden / 8
-        n = q0 * RESIDUES + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, _OUT_LAYOUT))
-        if ACCUMULATE:
-            if count > 0:
-                _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
-                            ACCUMULATE, OUT_DTYPE)
-        else:
-            _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                        OUT_DTYPE)
+        i += 1
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if steps > 0:
+        _release(empty, i - 1)
+    # stacked residues -> output column order: a reordering of each thread's registers
+    acc = gl.reshape(gl.permute(gl.reshape(acc, [64, RESIDUES, BQ]), [0, 2, 1]),
+                     [64, BLOCK_N])
+    acc = gl.convert_layout(acc, _OUT_LAYOUT, assert_trivial=True)
+    rows = (g0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, _OUT_LAYOUT))) * RESIDUES
+    m = rows + j   # past hidden where the view row is past hidden / 8
+    n = q0 * RESIDUES + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, _OUT_LAYOUT))
+    if ACCUMULATE:
+        if count > 0:
+            _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
+                        ACCUMULATE, OUT_DTYPE)
+    else:
+        _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                    OUT_DTYPE)
+    return i, z
 
 
 @gluon.jit(do_not_specialize=["experts", "tokens_sum"])

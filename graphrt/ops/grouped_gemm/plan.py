@@ -79,13 +79,13 @@ class GroupedGemmWgrad(Plan):
     the tensors, so neighbouring experts may share one. With ``input_order="tensor_ragged"``
     each buffer holds, in memory order, one compact block per expert with the tokens as the
     unit-stride axis (A_e [hidden, n_e], B_e [intermediate, n_e]); the tensors' own strides then
-    only have to be dense, either way. On Hopper (Triton 3.6) with hidden and intermediate
-    multiples of 8, TMA reads every expert's blocks whatever its count. Elsewhere an expert
-    whose block rows are not 16-byte aligned (a count off a multiple of 8) runs at full speed
-    when ``execute`` gets a ``workspace`` of ``rows_workspace_bytes(tokens_sum)`` bytes (as
-    large as ``a`` and ``b``), as the functional call gives it: such experts' blocks are
-    copied there as rows first; without it they run 4-5x slower. offsets: int32 [E]
-    cumulative ends, read on the device.
+    only have to be dense, either way. An expert whose block rows are not 16-byte aligned (a
+    count off a multiple of 8) runs at full speed when ``execute`` gets a ``workspace`` of
+    ``rows_workspace_bytes(tokens_sum)`` bytes (as large as ``a`` and ``b``), as the
+    functional call gives it: such experts' blocks are copied there as rows first; without it
+    they run 4-5x slower. On Hopper (Triton 3.6) with hidden and intermediate multiples of 8,
+    the other experts are read by TMA. offsets: int32 [E] cumulative ends, read on the
+    device.
     Output dense (E, hidden, intermediate) or discrete (``wgrad_ptrs``: int64 [E] addresses),
     BF16/FP16/FP32, overwritten or accumulated into.
 
@@ -181,23 +181,23 @@ class GroupedGemmWgrad(Plan):
             self.gluon = gluon if gluon is not None and gluon.GLUON_API_OK else None
         ragged_bf16 = (self.backend == "triton" and not self.fp8
                        and self.contract.flag("input_order") == "tensor_ragged")
-        # ragged BF16 on Hopper: the TMA kernel reads every expert's blocks whatever its count
+        # ragged BF16 on Hopper: the TMA kernel takes the experts with counts in multiples of
+        # 8, the Triton kernel (after it) the others
         ragged_tma = (hopper_module(__package__, "kernels_ragged", self.contract.capability)
                       if ragged_bf16 else None)
         if ragged_tma is not None and not ragged_tma.fits_ragged_tma_kernel(
                 self.hidden, self.inter, self.contract.capability):
             ragged_tma = None
         self.ragged_tma = ragged_tma
-        self.ragged_rows = ragged_bf16 and self.ragged_tma is None
+        self.ragged_rows = ragged_bf16
 
     def rows_workspace_bytes(self, tokens_sum: int) -> int:
         """Bytes of the optional ``workspace`` for a call with ``tokens_sum`` tokens: with it,
         ``execute`` first copies the ragged experts whose blocks are not 16-byte aligned row by
         row (token counts off multiples of 8) as rows, which the GEMM reads at full speed;
         without it, or with a smaller one, they load two bytes at a time (about 5x slower).
-        0 when the plan has no use for it (tensor2d or FP8 inputs, the reference backend,
-        Hopper's TMA kernel for ragged inputs). The functional call allocates it per call,
-        like an output.
+        0 when the plan has no use for it (tensor2d or FP8 inputs, the reference backend). The
+        functional call allocates it per call, like an output.
 
         >>> ws = torch.empty(plan.rows_workspace_bytes(a.shape[1]), dtype=torch.uint8,
         ...                  device=a.device)                                   # doctest: +SKIP
@@ -273,11 +273,10 @@ class GroupedGemmWgrad(Plan):
                     out_dtype, errors, hidden=self.hidden, inter=self.inter,
                     accumulate=accumulate)
                 return
-            if self.ragged_tma is not None:
+            if self.ragged_tma is not None:   # the experts with counts in multiples of 8
                 self.ragged_tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
                     hidden=self.hidden, inter=self.inter, accumulate=accumulate)
-                return
             if self.fp8:
                 launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
                                  wgrad_ptrs if discrete else None, out_dtype, errors,
@@ -288,7 +287,8 @@ class GroupedGemmWgrad(Plan):
                          out_dtype, errors, hidden=self.hidden, inter=self.inter,
                          a_k_major=c.spec("a").layout == "k", b_k_major=c.spec("b").layout == "k",
                          ragged=c.flag("input_order") == "tensor_ragged", accumulate=accumulate,
-                         dot_fp32=self.interpreted, rows=rows)
+                         dot_fp32=self.interpreted, rows=rows,
+                         skip_aligned=self.ragged_tma is not None)
 
     def _rows_operand(self, workspace, tokens_sum: int, device) -> torch.Tensor | None:
         """The ragged rows' scratch (see ``rows_workspace_bytes``) as uint8; None without one
