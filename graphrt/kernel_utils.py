@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from torch.utils._python_dispatch import _disable_current_modes
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from . import binding
@@ -176,20 +177,29 @@ class ScratchRun:
     call alone, so that a binding's replay gets it too and the caller's
     ``triton.set_allocator`` stays as it was."""
 
-    __slots__ = ("run", "allocate")
+    __slots__ = ("run", "device")
 
     def __init__(self, run, device):
-        self.run = run
-        self.allocate = lambda size, alignment, stream: torch.empty(size, dtype=torch.uint8,
-                                                                    device=device)
+        self.run, self.device = run, device
 
     def __call__(self, *args):
-        with _scratch_allocator(self.allocate):
+        with _scratch_allocator(self.device):
             self.run(*args)
 
 
+def _scratch_allocator(device):
+    """Triton's allocator, for the calls inside the block: scratch from the caching allocator
+    on ``device``, allocated outside any torch dispatch mode (a binding's recording takes a
+    tensor operation in ``execute`` for one it could not replay; this scratch is allocated
+    again on every call, replays included)."""
+    def allocate(size, alignment, stream):
+        with _disable_current_modes():
+            return torch.empty(size, dtype=torch.uint8, device=device)
+    return _allocator_set_to(allocate)
+
+
 @contextlib.contextmanager
-def _scratch_allocator(allocate):
+def _allocator_set_to(allocate):
     from triton.runtime import _allocation
     token = _allocation._allocator.set(allocate)
     try:
@@ -359,9 +369,7 @@ def launch_with_scratch(kernel, grid: tuple, *args, **kwargs):
     its device): Triton sizes their global scratch per launch and takes it from an allocator,
     here the caching allocator on the launch's device (see ``ScratchRun``; the first launch,
     which compiles, takes Triton's own path)."""
-    device = args[0].device
-    with _scratch_allocator(lambda size, alignment, stream: torch.empty(
-            size, dtype=torch.uint8, device=device)):
+    with _scratch_allocator(args[0].device):
         return launch(kernel, grid, *args, **kwargs)
 
 
