@@ -22,9 +22,9 @@ Persistent and warp-specialized like the 1x128 FP8 kernel (kernels_gluon.py): a 
 makes each work item's two descriptors on the device (routing may change between CUDA-graph
 replays) and streams the boxes through a ring of stages; two MMA warpgroups of 64 output rows
 each keep one product in flight. Device-made descriptors live in Triton's global scratch,
-which the launch takes from the caching allocator (kernel_utils.ScratchRun). Before it
-rewrites them for the next item, the loader waits for its loads in flight, which read the old
-ones.
+which the launch takes from the caching allocator (kernel_utils.ScratchRun), in two slots
+that items take in turn: before it rewrites a slot, the loader waits for the loads still in
+flight that read it.
 """
 from __future__ import annotations
 
@@ -99,46 +99,76 @@ def _ragged_work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
 
 
 @gluon.jit
-def _drain(ready, i):
-    """Waits until the loads of the last (up to) STAGES stages filled have landed."""
+def _wait_landed(ready, lo, hi):
+    """Waits until the loads of the filled stages lo .. hi - 1 have landed (each among the
+    last STAGES filled: its barrier's latest phase)."""
     STAGES: gl.constexpr = ready.shape[0]
-    for back in range(gl.minimum(i, STAGES)):
-        prev = i - 1 - back
-        mbarrier.wait(ready.index(prev % STAGES), (prev // STAGES) & 1)
+    for stage in range(lo, hi):
+        mbarrier.wait(ready.index(stage % STAGES), (stage // STAGES) & 1)
+
+
+@gluon.jit
+def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+               HIDDEN: gl.constexpr, INTER: gl.constexpr):
+    """The item's descriptors made, its boxes streamed into the stages from the i-th filled
+    on: the next stage to fill."""
+    STAGES: gl.constexpr = a_bufs.shape[0]
+    BQ: gl.constexpr = BLOCK_N // RESIDUES
+    NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
+    width = (count * RESIDUES).to(gl.int32)
+    a_desc = tma.make_tensor_descriptor(
+        A + HIDDEN * begin, [HIDDEN // RESIDUES, width], [width, 1], [BLOCK_M, BLOCK_K],
+        a_bufs.type.layout)
+    b_desc = tma.make_tensor_descriptor(
+        B + INTER * begin, [INTER // RESIDUES, width], [width, 1], [BQ, BLOCK_K],
+        b_bufs.type.layout)
+    n = count.to(gl.int32)
+    for k0 in range(0, n, BLOCK_K):
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
+        bar = ready.index(s)
+        mbarrier.expect(bar, NBYTES)
+        tma.async_copy_global_to_shared(a_desc, [g0, j * n + k0], bar, a_bufs.index(s))
+        for r in gl.static_range(RESIDUES):
+            tma.async_copy_global_to_shared(b_desc, [q0, r * n + k0], bar,
+                                            b_bufs.index(s).slice(r * BQ, BQ, dim=0))
+        i += 1
+    return i
 
 
 @gluon.jit
 def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
                            tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                            GROUP: gl.constexpr):
+    """Items alternate between two descriptor slots (two call sites of _load_item, so two
+    places in the global scratch): an item rewrites the slot of the item before the last, and
+    first waits for that item's loads still in flight (those among the last STAGES filled;
+    a stage refilled since was consumed, so it had landed)."""
     STAGES: gl.constexpr = a_bufs.shape[0]
-    BQ: gl.constexpr = BLOCK_N // RESIDUES
-    NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
     work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
     i = 0
+    slot = 0
+    start0 = 0
+    end0 = 0
+    start1 = 0
+    end1 = 0
     for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
         expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                        tokens_sum, False, HIDDEN, INTER, GROUP)
         if (count > 0) & (count % RESIDUES == 0):
-            _drain(ready, i)
-            width = (count * RESIDUES).to(gl.int32)
-            a_desc = tma.make_tensor_descriptor(
-                A + HIDDEN * begin, [HIDDEN // RESIDUES, width], [width, 1], [BLOCK_M, BLOCK_K],
-                a_bufs.type.layout)
-            b_desc = tma.make_tensor_descriptor(
-                B + INTER * begin, [INTER // RESIDUES, width], [width, 1], [BQ, BLOCK_K],
-                b_bufs.type.layout)
-            n = count.to(gl.int32)
-            for k0 in range(0, n, BLOCK_K):
-                s = i % STAGES
-                mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh: phase 1 passes
-                bar = ready.index(s)
-                mbarrier.expect(bar, NBYTES)
-                tma.async_copy_global_to_shared(a_desc, [g0, j * n + k0], bar, a_bufs.index(s))
-                for r in gl.static_range(RESIDUES):
-                    tma.async_copy_global_to_shared(b_desc, [q0, r * n + k0], bar,
-                                                    b_bufs.index(s).slice(r * BQ, BQ, dim=0))
-                i += 1
+            if slot == 0:
+                _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
+                start0 = i
+                i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+                               HIDDEN, INTER)
+                end0 = i
+            else:
+                _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
+                start1 = i
+                i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+                               HIDDEN, INTER)
+                end1 = i
+            slot = 1 - slot
 
 
 @gluon.jit
