@@ -47,7 +47,7 @@ RESIDUES = gl.constexpr(8)    # rows of a block that together are 16 bytes of to
 GROUP_M = 8
 GLUON_API_OK = ON_TESTED_TRITON
 LAUNCH_REGS = register_share(4 + 4 + 4)
-LOADER_REGS, MMA_REGS = gl.constexpr(40), gl.constexpr(232)
+LOADER_REGS, MMA_REGS = gl.constexpr(48), gl.constexpr(224)
 
 # The product's [64, 256] FP32 tile with its columns in output order: registers 0-2 of a thread
 # hold 8 consecutive output columns (one per residue, so one 16-byte store), the rest as the
