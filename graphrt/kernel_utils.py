@@ -399,6 +399,12 @@ class CompileCase:
     skip: str | None = None   # why this variant cannot compile with the Triton installed here
 
 
+def untested_triton_case(name: str) -> CompileCase:
+    """The CompileCase of a Gluon kernel written for Triton 3.6's API, skipped on another."""
+    return CompileCase(name, None, {}, {},
+                       skip=f"written for Triton 3.6, this is {triton.__version__}")
+
+
 def register_share(warps: int) -> int:
     """Registers a thread of a warp-specialized kernel launched with ``warps`` warps may use
     at launch: their even share of the SM's 64K-register file, a multiple of 8 (setmaxnreg

@@ -32,7 +32,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 
 from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, gluon_descriptor, gluon_descriptor_type,
-                             launch, ON_TESTED_TRITON, register_share, TL_DTYPES)
+                             launch, ON_TESTED_TRITON, register_share, TL_DTYPES,
+                             untested_triton_case)
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 
@@ -226,6 +227,21 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                         OUT_DTYPE)
 
 
+@gluon.jit
+def _stage_barriers(STAGES: gl.constexpr):
+    """The ring's barriers, initialized: ``ready`` per stage (its TMA loads landed),
+    ``empty`` per stage (both MMA warpgroups are done with it), ``zeroed`` (both zeroed their
+    share of a stage)."""
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    zeroed = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)   # one arrival per MMA warpgroup
+    mbarrier.init(zeroed, count=2)
+    return ready, empty, zeroed
+
+
 @gluon.jit(do_not_specialize=["experts", "tokens_sum", "sa_m", "sa_k", "sb_k", "sb_n"])
 def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS,
                          experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
@@ -235,13 +251,7 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
                                        a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
                                        b_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    zeroed = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    for s in gl.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=2)   # one arrival per MMA warpgroup
-    mbarrier.init(zeroed, count=2)
+    ready, empty, zeroed = _stage_barriers(STAGES)
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
@@ -287,8 +297,6 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: dense and discrete output at the first
     benchmark case's sizes."""
-    import triton
-
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
@@ -296,8 +304,7 @@ def compile_cases() -> list[CompileCase]:
     for discrete in (False, True):
         name = f"wgrad fp8 1x128 (Gluon) discrete={discrete}"
         if not GLUON_API_OK:
-            cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
-                                                             f"{triton.__version__}"))
+            cases.append(untested_triton_case(name))
             continue
         fp8 = torch.float8_e4m3fn
         cases.append(CompileCase(name, _wgrad_fp8_ws_kernel, dict(

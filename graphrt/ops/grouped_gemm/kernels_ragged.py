@@ -35,10 +35,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch,
-                             ON_TESTED_TRITON, register_share, TL_DTYPES)
+from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TESTED_TRITON,
+                             register_share, TL_DTYPES, untested_triton_case)
 from ...validate import sm_count
-from .kernels_gluon import _expert_tokens, _release, _stage_ready, _store_tile, _tile_origin
+from .kernels_gluon import (_expert_tokens, _release, _stage_barriers, _stage_ready, _store_tile,
+                            _tile_origin)
 
 BLOCK_M = gl.constexpr(128)   # two warpgroups of 64 output rows
 BLOCK_N = gl.constexpr(256)   # eight residues of 32 columns
@@ -239,13 +240,7 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
     b_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, BLOCK_K], smem)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    zeroed = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    for s in gl.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=2)   # one arrival per MMA warpgroup
-    mbarrier.init(zeroed, count=2)
+    ready, empty, zeroed = _stage_barriers(STAGES)
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
@@ -288,8 +283,6 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: dense and discrete (accumulating)
     output at the first benchmark case's sizes."""
-    import triton
-
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
@@ -297,8 +290,7 @@ def compile_cases() -> list[CompileCase]:
     for discrete in (False, True):
         name = f"wgrad ragged TMA (Gluon) discrete={discrete}"
         if not GLUON_API_OK:
-            cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
-                                                             f"{triton.__version__}"))
+            cases.append(untested_triton_case(name))
             continue
         cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
             A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",

@@ -26,7 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, war
                                                               warpgroup_mma_wait)
 
 from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, gluon_descriptor, gluon_descriptor_type,
-                             launch, ON_TESTED_TRITON, register_share)
+                             launch, ON_TESTED_TRITON, register_share, untested_triton_case)
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 
@@ -329,8 +329,6 @@ def launch_ws(cfg: WsConfig, x, w, cos, sin, row, row_s, col, col_s, *, tokens: 
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: the warp-specialized kernel for W
     [out, in] and [in, out] at the benchmark's shape."""
-    import triton
-
     from ..registry import op
     _, _, heads, nope, rope = op("gemm_proj_rope_mxfp8").cases[0]
     c, cfg = CONSTEXPR, WS_CONFIG
@@ -342,8 +340,7 @@ def compile_cases() -> list[CompileCase]:
     for w_out_in in (True, False):
         name = f"proj warp-specialized w_out_in={w_out_in}"
         if not GLUON_API_OK:
-            cases.append(CompileCase(name, None, {}, {}, skip=f"written for Triton 3.6, this is "
-                                                             f"{triton.__version__}"))
+            cases.append(untested_triton_case(name))
             continue
         w_blocks = ([128, 64], [64, 64]) if w_out_in else ([64, 128], [64, 64])
         cases.append(CompileCase(name, _proj_rope_ws_kernel, dict(
