@@ -119,6 +119,31 @@ def test_ragged_aligned_and_odd_experts_interpreted(hidden):
         _check_ragged_aligned_and_odd([16, 0, 8, 5, 24, 3], hidden, 24, "cpu")
 
 
+@needs_interpreter
+@pytest.mark.parametrize("with_rows", [True, False])
+def test_ragged_skip_aligned_leaves_those_experts_interpreted(with_rows):
+    """The Triton kernel's share when Hopper's TMA kernel runs first (``skip_aligned``): the
+    experts with counts in multiples of 8 left untouched (poisoned), the others exact, with
+    and without the rows workspace."""
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
+    torch.manual_seed(7)
+    counts, hidden, inter = [16, 0, 5, 24, 17, 1, 8], 40, 24
+    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cpu")
+    rows = (torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255, dtype=torch.uint8)
+            if with_rows else None)
+    w = torch.full((len(counts), hidden, inter), float("nan"))
+    launch_wgrad(gemm_config(True), a, b, offsets, w, None, torch.float32, error_flags(a.device),
+                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
+                 accumulate=False, dot_fp32=True, rows=rows, skip_aligned=True)
+    ref = _expected(a2d, b2d, offsets, "tensor2d", torch.float32)
+    for e, n in enumerate(counts):
+        if n % 8 == 0:
+            assert w[e].isnan().all(), e
+        else:
+            assert rel_l2(w[e], ref[e]) < 1e-5, e
+
+
 def _check_ragged_rows(counts, hidden, inter, device, with_rows, decreasing_at=None):
     """tensor_ragged through ``plan.execute``: with the rows' workspace (poisoned: 0xFF bytes
     are BF16 NaNs) or without; with ``decreasing_at`` that expert's end moved below its begin
