@@ -731,3 +731,14 @@ def test_ragged_blocks_in_any_dense_tensor_match_fp64_per_expert(a_major, b_majo
     for e in range(4):
         want = blocks_a[e].double() @ blocks_b[e].double().t()
         assert torch.allclose(w[e].double(), want, atol=1e-5), e
+
+
+def test_ragged_tma_kernel_takes_only_calls_its_coordinates_reach():
+    """Hopper's ragged TMA kernel: hidden and intermediate multiples of 8 on Hopper only, and
+    calls whose 8 x tokens_sum fits TMA's 32-bit coordinates (the others run the Triton kernel
+    for every expert)."""
+    from graphrt.ops.grouped_gemm import kernels_ragged as k
+    assert k.fits_tokens(2**28 - 1) and not k.fits_tokens(2**28)
+    assert not k.fits_ragged_tma_kernel(7168, 2048, (8, 0))
+    assert not k.fits_ragged_tma_kernel(7164, 2048, (9, 0))
+    assert k.fits_ragged_tma_kernel(7168, 2048, (9, 0)) == k.GLUON_API_OK

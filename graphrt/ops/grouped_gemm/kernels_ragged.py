@@ -44,15 +44,16 @@ from .kernels_gluon import (_expert_tokens, _release, _stage_barriers, _stage_re
 BLOCK_M = gl.constexpr(128)   # two warpgroups of 64 output rows
 BLOCK_N = gl.constexpr(256)   # eight residues of 32 columns
 BLOCK_K = gl.constexpr(64)    # tokens a stage: 128 bytes, the swizzle's width
-RESIDUES = gl.constexpr(8)    # rows of a block that together are 16 bytes of tokens apart
+RESIDUES = gl.constexpr(8)    # rows of a block viewed as one: 8 n_e tokens, 16-byte aligned
 GROUP_M = 8
 GLUON_API_OK = ON_TESTED_TRITON
 LAUNCH_REGS = register_share(4 + 4 + 4)
 LOADER_REGS, MMA_REGS = gl.constexpr(48), gl.constexpr(224)
 
 # The product's [64, 256] FP32 tile with its columns in output order: registers 0-2 of a thread
-# hold 8 consecutive output columns (one per residue, so one 16-byte store), the rest as the
-# m64n256 wgmma accumulator lays them out (lanes 4 a row, 8 rows a warp, 16 rows a warp).
+# hold 8 consecutive output columns (one per residue, so one 16-byte store); the rest as the
+# m64n256 wgmma accumulator lays them out (4 lanes along a row, 8 rows a warp, 16 rows apart
+# between warps).
 _OUT_LAYOUT = gl.DistributedLinearLayout(
     reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [8, 0], [0, 64], [0, 128]],
     lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
@@ -260,6 +261,12 @@ def fits_ragged_tma_kernel(hidden: int, inter: int, capability) -> bool:
     tokens apart)."""
     return (GLUON_API_OK and capability is not None and capability[0] == 9
             and hidden % RESIDUES.value == 0 and inter % RESIDUES.value == 0)
+
+
+def fits_tokens(tokens_sum: int) -> bool:
+    """Whether a call of ``tokens_sum`` tokens fits TMA's 32-bit coordinates (a view row holds
+    8 n_e tokens)."""
+    return tokens_sum * RESIDUES.value < 2**31
 
 
 def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, hidden: int,

@@ -273,8 +273,10 @@ class GroupedGemmWgrad(Plan):
                     out_dtype, errors, hidden=self.hidden, inter=self.inter,
                     accumulate=accumulate)
                 return
-            if self.ragged_tma is not None:   # the experts with counts in multiples of 8
-                self.ragged_tma.launch_wgrad_ragged_tma(
+            tma = (self.ragged_tma if self.ragged_tma is not None
+                   and self.ragged_tma.fits_tokens(tokens_sum) else None)
+            if tma is not None:   # the experts with counts in multiples of 8
+                tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
                     hidden=self.hidden, inter=self.inter, accumulate=accumulate)
             if self.fp8:
@@ -287,8 +289,7 @@ class GroupedGemmWgrad(Plan):
                          out_dtype, errors, hidden=self.hidden, inter=self.inter,
                          a_k_major=c.spec("a").layout == "k", b_k_major=c.spec("b").layout == "k",
                          ragged=c.flag("input_order") == "tensor_ragged", accumulate=accumulate,
-                         dot_fp32=self.interpreted, rows=rows,
-                         skip_aligned=self.ragged_tma is not None)
+                         dot_fp32=self.interpreted, rows=rows, skip_aligned=tma is not None)
 
     def _rows_operand(self, workspace, tokens_sum: int, device) -> torch.Tensor | None:
         """The ragged rows' scratch (see ``rows_workspace_bytes``) as uint8; None without one
