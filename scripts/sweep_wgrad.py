@@ -120,9 +120,9 @@ def main(fp8: bool, first: bool):
 
 
 def main_ragged(first: bool):
-    """tensor_ragged at x256 and odd counts: the Triton kernel at the plan's tile with the rows
-    workspace (the path off Hopper) against the TMA kernel (kernels_ragged.py, counts in
-    multiples of 8) per RaggedTmaConfig followed by the Triton kernel for the other experts
+    """tensor_ragged at x256, odd and equal counts: the Triton kernel at the plan's tile with
+    the rows workspace (the path off Hopper) against the TMA kernel (kernels_ragged.py, counts
+    in multiples of 8) per RaggedTmaConfig followed by the Triton kernel for the other experts
     (the plan on Hopper), each checked, then timed in turn with torch._grouped_mm on tensor2d
     operands of the same counts."""
     gen = torch.Generator().manual_seed(0)
@@ -138,7 +138,12 @@ def main_ragged(first: bool):
                 for _ in range(2)]
         ws = torch.empty(ragged_rows_bytes(tokens, hidden, inter), dtype=torch.uint8,
                          device="cuda")
-        for label, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen))):
+        # equal: every expert the same count, so that a static split of the work items over
+        # the persistent TMA kernel's programs is balanced (the Triton kernel's programs are
+        # placed by the hardware as SMs free up)
+        equal = [tokens // experts] * experts
+        for label, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen)),
+                              ("equal", equal)):
             offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
                                    device="cuda")
             a_flat, b_flat = sets[0][0].reshape(-1), sets[0][1].t().reshape(-1)
@@ -168,7 +173,7 @@ def main_ragged(first: bool):
             for name, run in runs:
                 _timed(name, run, sets,
                        lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
-            if label == "x256":   # torch._grouped_mm takes counts in multiples of 8 only
+            if label != "odd":   # torch._grouped_mm takes counts in multiples of 8 only
                 runs.append(("torch._grouped_mm (tensor2d)",
                              lambda a, b, offsets=offsets: torch._grouped_mm(a, b, offs=offsets)))
             _in_turn(runs, sets)
