@@ -40,7 +40,7 @@ FP8_CONFIGS = {
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
 # the Triton kernel's tile for ragged inputs off Hopper (the plan's), and the TMA kernel's stages
 RAGGED_CONFIG = GemmConfig(128, 256, 64, 8, 3, 8, None, True)
-RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(3)]
+RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(3), RaggedTmaConfig(4, True)]
 # the plan's copy first: (block_w, block_t, num_warps, programs_per_sm)
 ROWS_CONFIGS = [ROWS_CONFIG] + [RowsConfig(*c) for c in [
     (64, 64, 4, 16), (64, 64, 4, 8), (64, 64, 8, 8), (64, 128, 8, 4), (128, 64, 8, 4),

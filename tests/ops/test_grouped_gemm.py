@@ -3,11 +3,14 @@ import itertools
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import graphrt
 from graphrt import ContractError
 from graphrt.ops import GroupedGemmWgrad, grouped_gemm_wgrad
 from graphrt.ops.grouped_gemm import grouped_gemm_wgrad_reference
+from graphrt.ops.grouped_gemm.kernels import _expert_at_rank, _ranks_by_count, _snake
 
 from ..helpers import assert_rejected, assert_unchanged, env, needs_interpreter, rel_l2, snapshot
 
@@ -568,6 +571,31 @@ def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accu
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("sorted_experts", [False, True])
+def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
+    """The TMA kernel and the Triton kernel's share launched directly, as the plan does, with
+    each of the TMA kernel's work splits (experts in order, or sorted by count with the
+    programs' order snaking), against the reference; FP32 output poisoned."""
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
+    from graphrt.ops.grouped_gemm.kernels_ragged import (launch_wgrad_ragged_tma,
+                                                         RaggedTmaConfig)
+    counts, hidden, inter = TMA_COUNTS, 1024, 768
+    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
+    w = torch.full((len(counts), hidden, inter), float("nan"), device="cuda")
+    errors = error_flags(a.device)
+    launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, errors, hidden=hidden,
+                            inter=inter, accumulate=False,
+                            config=RaggedTmaConfig(sorted_experts=sorted_experts))
+    rows = torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255, dtype=torch.uint8,
+                      device="cuda")
+    launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
+                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
+                 accumulate=False, dot_fp32=False, rows=rows, skip_aligned=True)
+    _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
+
+
+@pytest.mark.gpu
 def test_gpu_ragged_tma_next_rows_stay_out(seed):
     """A box past an expert's count (40 and 88 tokens: steps of 64) reads the next row's first
     tokens: NaN and inf there reach only the rows and columns that own them."""
@@ -742,3 +770,40 @@ def test_ragged_tma_kernel_takes_only_calls_its_coordinates_reach():
     assert not k.fits_ragged_tma_kernel(7168, 2048, (8, 0))
     assert not k.fits_ragged_tma_kernel(7164, 2048, (9, 0))
     assert k.fits_ragged_tma_kernel(7168, 2048, (9, 0)) == k.GLUON_API_OK
+
+
+@triton.jit
+def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
+                  EXPERTS_POW2: tl.constexpr):
+    """ORDER[r]: the expert of rank r; POSITIONS[round, program]: the snake's position."""
+    idx = tl.arange(0, EXPERTS_POW2)
+    ranks = _ranks_by_count(OFFSETS, idx, experts, tokens_sum)
+    program, programs = tl.program_id(0), tl.num_programs(0)
+    if program == 0:
+        for rank in range(0, experts):
+            tl.store(ORDER + rank, _expert_at_rank(ranks, idx, rank))
+    for round_ in range(0, rounds):
+        tl.store(POSITIONS + round_ * programs + program, _snake(round_, program, programs))
+
+
+@needs_interpreter
+@pytest.mark.parametrize("counts,bad_at", [([5, 0, 9, 9, 1, 30], None), ([7, 7, 7], None),
+                                           ([0, 0, 0, 0, 4], None), ([3, 8, 2, 6, 6, 1, 4], 2),
+                                           ([12], None)])
+def test_experts_ranked_by_count_interpreted(counts, bad_at):
+    """The order a balanced persistent split walks experts in: by count, largest first, ties
+    by index, an expert with bad bounds as empty; and the snake covers every position once."""
+    ends = list(itertools.accumulate(counts))
+    if bad_at is not None:   # its end below its begin
+        ends[bad_at] = ends[bad_at - 1] - 1
+    offsets = torch.tensor(ends, dtype=torch.int32)
+    order = torch.full((len(counts),), -1, dtype=torch.int32)
+    programs, rounds = 5, 3
+    positions = torch.full((rounds, programs), -1, dtype=torch.int32)
+    _order_kernel[(programs,)](offsets, order, positions, len(counts), sum(counts), rounds,
+                               EXPERTS_POW2=max(2, 1 << (len(counts) - 1).bit_length()))
+    begins = [0] + ends[:-1]
+    sizes = [end - begin if 0 <= begin <= end else 0 for begin, end in zip(begins, ends)]
+    assert order.tolist() == sorted(range(len(counts)), key=lambda e: (-sizes[e], e))
+    assert sorted(positions.reshape(-1).tolist()) == list(range(rounds * programs))
+    assert positions[1].tolist() == [2 * programs - 1 - p for p in range(programs)]

@@ -160,6 +160,39 @@ def _expert_tokens(OFFSETS, ERRORS, expert, experts, flag, tokens_sum):
 
 
 @triton.jit
+def _ranks_by_count(OFFSETS, idx, experts, tokens_sum):
+    """Each expert ``idx`` (a vector over a power of two >= experts, in any layout) ranked by
+    token count, largest first, ties by index: a permutation of 0 .. experts - 1 for the
+    experts, the lanes past them after it. Experts with invalid bounds count as empty.
+    One pass over the experts (scalar code and vectors alone: the Gluon kernel compiles it
+    too, in its own layouts); every program computes the same order."""
+    live = idx < experts
+    ends = tl.load(OFFSETS + idx, mask=live, other=0).to(tl.int64)
+    begins = tl.load(OFFSETS + idx - 1, mask=(idx > 0) & live, other=0).to(tl.int64)
+    valid = (begins >= 0) & (begins <= ends) & (ends <= tokens_sum.to(tl.int64))
+    counts = tl.where(live, tl.where(valid, ends - begins, 0), -1)
+    ranks = idx * 0
+    for other in range(0, experts):
+        count = tl.sum(tl.where(idx == other, counts, 0), axis=0)
+        ranks += ((count > counts) | ((count == counts) & (other < idx))).to(ranks.dtype)
+    return ranks
+
+
+@triton.jit
+def _expert_at_rank(ranks, idx, rank):
+    """The expert of ``rank`` in ``_ranks_by_count``'s order."""
+    return tl.sum(tl.where(ranks == rank, idx, 0), axis=0)
+
+
+@triton.jit
+def _snake(round_, program, programs):
+    """The position program ``program`` (of ``programs``) takes in round ``round_`` of a
+    persistent loop that walks its positions largest first: the programs' order reverses every
+    round, so that no program takes the largest of every round."""
+    return round_ * programs + tl.where(round_ % 2 == 0, program, programs - 1 - program)
+
+
+@triton.jit
 def _expert_bounds(OFFSETS, experts, tokens_sum, EXPERTS_POW2: tl.constexpr):
     """Every expert's (begin, count) as int64 vectors of EXPERTS_POW2 (zeros past ``experts``),
     and whether every expert's bounds are valid (0 <= begin <= end <= tokens_sum): then the

@@ -38,6 +38,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, war
 from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TESTED_TRITON,
                              register_share, TL_DTYPES, untested_triton_case)
 from ...validate import sm_count
+from . import kernels as _triton_kernels
+from .kernels import experts_vector
 from .kernels_gluon import (_expert_tokens, _release, _stage_barriers, _stage_ready, _store_tile,
                             _tile_origin)
 
@@ -62,12 +64,22 @@ _OUT_LAYOUT = gl.DistributedLinearLayout(
 
 @dataclass(frozen=True)
 class RaggedTmaConfig:
-    """Shared-memory stages of 48 KB (A's 128 and B's 256 rows of 64 tokens)."""
+    """Shared-memory stages of 48 KB (A's 128 and B's 256 rows of 64 tokens); ``sorted_experts``:
+    the programs walk the experts largest first, the programs' order reversed every round
+    (a balanced split by docs/perf/wgrad.md's model; not yet measured), rather than experts in
+    order, program p taking items p, p + programs, ..."""
 
     stages: int = 4
+    sorted_experts: bool = False
 
 
 RAGGED_TMA_CONFIG = RaggedTmaConfig()
+
+# the order of the experts and the snake, the Triton kernels' own code (vectors in the layouts
+# the caller gives; tested in the interpreter)
+_ranks_by_count = gluon.jit(_triton_kernels._ranks_by_count.fn)
+_expert_at_rank = gluon.jit(_triton_kernels._expert_at_rank.fn)
+_snake = gluon.jit(_triton_kernels._snake.fn)
 
 
 @gluon.constexpr_function
@@ -82,22 +94,58 @@ def _col_tiles(inter):
 
 
 @gluon.jit
-def _ragged_work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
-                 HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
-    """Work item ``work`` (experts outermost): its expert, residue j and first view row g0 of
-    A (output rows 8 (g0 + r) + j), first view row q0 of B (output columns 8 q0 ..
-    8 q0 + 255), and the expert's (begin, count); FLAG: this partition reports bad offsets."""
+def _item(expert, tile, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
+          HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
+    """Tile ``tile`` of ``expert``: residue j and first view row g0 of A (output rows
+    8 (g0 + r) + j), first view row q0 of B (output columns 8 q0 .. 8 q0 + 255), and the
+    expert's (begin, count); FLAG: this partition reports bad offsets."""
     TILES_M: gl.constexpr = _row_tiles(HIDDEN)
     TILES_N: gl.constexpr = _col_tiles(INTER)
-    tiles: gl.constexpr = TILES_M * TILES_N
-    expert = work // tiles
-    tile = work % tiles
     m0, n0 = _tile_origin(tile, TILES_M * BLOCK_M, TILES_N * BLOCK_N, BLOCK_M, BLOCK_N, GROUP)
     tile_m = m0 // BLOCK_M
     begin, count = _expert_tokens(OFFSETS, ERRORS, expert, experts, FLAG & (tile == 0),
                                   tokens_sum)
-    return (expert, tile_m % RESIDUES, tile_m // RESIDUES * BLOCK_M, n0 // RESIDUES, begin,
-            count)
+    return tile_m % RESIDUES, tile_m // RESIDUES * BLOCK_M, n0 // RESIDUES, begin, count
+
+
+@gluon.jit
+def _ragged_work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
+                 HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
+    """Work item ``work`` (experts outermost): its expert and ``_item``'s values."""
+    tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
+    expert = work // tiles
+    j, g0, q0, begin, count = _item(expert, work % tiles, OFFSETS, ERRORS, experts, tokens_sum,
+                                    FLAG, HIDDEN, INTER, GROUP)
+    return expert, j, g0, q0, begin, count
+
+
+@gluon.jit
+def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
+                  WARPS: gl.constexpr):
+    """(ranks, idx): every expert's rank by count, largest first, over a vector of the
+    calling partition's WARPS warps."""
+    idx = gl.arange(0, EXPERTS_POW2, layout=gl.BlockedLayout([1], [32], [WARPS], [0]))
+    return _ranks_by_count(OFFSETS, idx, experts, tokens_sum), idx
+
+
+@gluon.jit
+def _sorted_work(round_, ranks, idx, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
+                 HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
+    """This program's item in round ``round_`` of the sorted split (RaggedTmaConfig): whether
+    there is one, its expert and ``_item``'s values."""
+    tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
+    position = _snake(round_, gl.program_id(0), gl.num_programs(0))
+    live = position < experts * tiles
+    expert = gl.where(live, _expert_at_rank(ranks, idx, position // tiles), 0)
+    j, g0, q0, begin, count = _item(expert, position % tiles, OFFSETS, ERRORS, experts,
+                                    tokens_sum, FLAG & live, HIDDEN, INTER, GROUP)
+    return live, expert, j, g0, q0, begin, count
+
+
+@gluon.jit
+def _rounds(experts, HIDDEN: gl.constexpr, INTER: gl.constexpr):
+    """Rounds of the sorted split: every program takes at most one item a round."""
+    return gl.cdiv(experts * (_row_tiles(HIDDEN) * _col_tiles(INTER)), gl.num_programs(0))
 
 
 @gluon.jit
@@ -141,55 +189,84 @@ def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
 @gluon.jit
 def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
                            tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                           GROUP: gl.constexpr):
+                           GROUP: gl.constexpr, SORTED: gl.constexpr,
+                           EXPERTS_POW2: gl.constexpr):
     """Items alternate between two descriptor slots (two call sites of _load_item, so two
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
     a stage refilled since was consumed, so it had landed)."""
-    STAGES: gl.constexpr = a_bufs.shape[0]
     work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
-    i = 0
-    slot = 0
-    start0 = 0
-    end0 = 0
-    start1 = 0
-    end1 = 0
-    for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
-        expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
-                                                       tokens_sum, False, HIDDEN, INTER, GROUP)
-        if (count > 0) & (count % RESIDUES == 0):
-            if slot == 0:
-                _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
-                start0 = i
-                i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                               HIDDEN, INTER)
-                end0 = i
-            else:
-                _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
-                start1 = i
-                i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                               HIDDEN, INTER)
-                end1 = i
-            slot = 1 - slot
+    slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
+    if SORTED:
+        ranks, idx = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1)
+        for round_ in range(0, _rounds(experts, HIDDEN, INTER)):
+            live, expert, j, g0, q0, begin, count = _sorted_work(
+                round_, ranks, idx, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN, INTER,
+                GROUP)
+            if live & (count > 0) & (count % RESIDUES == 0):
+                slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
+                                      begin, count, HIDDEN, INTER)
+    else:
+        for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
+            expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
+                                                           tokens_sum, False, HIDDEN, INTER,
+                                                           GROUP)
+            if (count > 0) & (count % RESIDUES == 0):
+                slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
+                                      begin, count, HIDDEN, INTER)
+
+
+@gluon.jit
+def _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0, begin, count,
+                  HIDDEN: gl.constexpr, INTER: gl.constexpr):
+    """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it."""
+    STAGES: gl.constexpr = a_bufs.shape[0]
+    i, slot, start0, end0, start1, end1 = slots
+    if slot == 0:
+        _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
+        start0 = i
+        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, HIDDEN,
+                       INTER)
+        end0 = i
+    else:
+        _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
+        start1 = i
+        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, HIDDEN,
+                       INTER)
+        end1 = i
+    return i, 1 - slot, start0, end0, start1, end1
 
 
 @gluon.jit
 def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS, ERRORS,
                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                           DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                          OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, ROW0: gl.constexpr):
-    """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box."""
+                          OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
+                          EXPERTS_POW2: gl.constexpr, ROW0: gl.constexpr):
+    """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box. The experts with counts off
+    multiples of 8 are the Triton kernel's."""
     work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
     i = 0
     z = 0
-    for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
-        expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
-                                                       tokens_sum, ROW0 == 0, HIDDEN, INTER,
-                                                       GROUP)
-        if count % RESIDUES == 0:   # the others are the Triton kernels'
-            i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j,
-                                g0, q0, count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                                OUT_DTYPE, ROW0)
+    if SORTED:
+        ranks, idx = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4)
+        for round_ in range(0, _rounds(experts, HIDDEN, INTER)):
+            live, expert, j, g0, q0, begin, count = _sorted_work(
+                round_, ranks, idx, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0, HIDDEN,
+                INTER, GROUP)
+            if live & (count % RESIDUES == 0):
+                i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
+                                    j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                                    OUT_DTYPE, ROW0)
+    else:
+        for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
+            expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
+                                                           tokens_sum, ROW0 == 0, HIDDEN, INTER,
+                                                           GROUP)
+            if count % RESIDUES == 0:
+                i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
+                                    j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                                    OUT_DTYPE, ROW0)
 
 
 @gluon.jit
@@ -236,7 +313,8 @@ def _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j,
 def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, tokens_sum,
                              HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                              ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
-                             STAGES: gl.constexpr, GROUP: gl.constexpr):
+                             STAGES: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
+                             EXPERTS_POW2: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -245,12 +323,12 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, 0)),
+                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 0)),
         (_ragged_load_partition, (A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
-                                  tokens_sum, HIDDEN, INTER, GROUP)),
+                                  tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2)),
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, 64)),
+                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -284,6 +362,8 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
                         offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], HIDDEN=hidden,
                         INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
                         OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
+                        SORTED=config.sorted_experts,
+                        EXPERTS_POW2=experts_vector(experts) if config.sorted_experts else 2,
                         num_warps=4, maxnreg=LAUNCH_REGS)
 
 
@@ -294,16 +374,17 @@ def compile_cases() -> list[CompileCase]:
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete in (False, True):
-        name = f"wgrad ragged TMA (Gluon) discrete={discrete}"
+    for discrete, sorted_experts in ((False, False), (True, False), (False, True)):
+        name = f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
         cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
             A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c,
-            OUT_DTYPE=c, STAGES=c, GROUP=c),
+            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
-                 OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M),
+                 OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
+                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
