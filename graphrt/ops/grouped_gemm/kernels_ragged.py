@@ -21,7 +21,10 @@ product, so no other value reaches the sum.
 Persistent and warp-specialized like the 1x128 FP8 kernel (kernels_gluon.py): a loader warp
 makes each work item's two descriptors on the device (routing may change between CUDA-graph
 replays) and streams the boxes through a ring of stages; two MMA warpgroups of 64 output rows
-each keep one product in flight. Device-made descriptors live in Triton's global scratch,
+each keep one product in flight. Program p takes items p, p + programs, ... (experts
+outermost), or with ``RaggedTmaConfig(sorted_experts=True)`` the items of the experts sorted by
+count, largest first, the programs' order reversed every round (docs/perf/wgrad.md's model of
+the split; every partition computes the same order). Device-made descriptors live in Triton's global scratch,
 which the launch takes from the caching allocator (kernel_utils.ScratchRun), in two slots
 that items take in turn: before it rewrites a slot, the loader waits for the loads still in
 flight that read it.
