@@ -3,11 +3,12 @@ torch.mm per expert, then timed next to torch._grouped_mm. ``--fp8`` sweeps the 
 (MXFP8 and FP32 scales per 128 tokens) next to the BF16 plan on the same shapes, and the
 warp-specialized Gluon kernel (kernels_gluon.py) for 1x128 where it fits; ``--ragged``
 times tensor_ragged inputs (per-expert blocks, tokens unit-stride) with counts in multiples of
-256 and moved off multiples of 8 (``odd``: rows not 16-byte aligned): the Triton kernel with
-the rows' workspace (those experts copied as rows first) against Hopper's TMA kernel;
+256, moved off multiples of 8 (``odd``: rows not 16-byte aligned) and equal: the Triton kernel
+with the rows' workspace (those experts copied as rows first) against Hopper's TMA kernel;
 ``--layouts`` times tile configs on the tensor2d layouts (A M- or K-major, B N- or K-major) at
-the E8 cases; ``--rows`` times the copy of ragged experts as rows alone per RowsConfig;
-``--first`` only the first benchmark case."""
+the E8 cases, and the plan's tile with the experts in order and sorted by count in turn;
+``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--first`` only the
+first benchmark case."""
 import itertools
 import sys
 
@@ -51,7 +52,8 @@ LAYOUT_CONFIGS = [
     (GemmConfig(128, 256, 64, 8, 3, 8), ALL_LAYOUTS),
     (GemmConfig(128, 256, 64, 8, 4, 8), (("M", "N"), ("K", "K"))),
     (GemmConfig(256, 128, 64, 8, 3, 8), (("M", "N"), ("K", "K"))),
-    (GemmConfig(128, 256, 64, 8, 3, 4), (("M", "N"), ("K", "K")))]
+    (GemmConfig(128, 256, 64, 8, 3, 4), (("M", "N"), ("K", "K"))),
+    (GemmConfig(128, 256, 64, 8, 3, 8, sorted_experts=True), ALL_LAYOUTS)]
 
 
 def _case(experts, hidden, inter, tokens, gen):
@@ -208,6 +210,7 @@ def main_layouts(first: bool):
 
             def check(ref=ref):
                 return ((out.float() - ref).norm() / ref.norm()).item()
+            in_turn = []
             for cfg, layouts in LAYOUT_CONFIGS:
                 if (a_major, b_major) not in layouts:
                     continue
@@ -217,6 +220,10 @@ def main_layouts(first: bool):
                                  hidden=hidden, inter=inter, a_k_major=a_k, b_k_major=b_k,
                                  ragged=False, accumulate=False, dot_fp32=False)
                 _timed(f"{a_major}{b_major} {cfg}", run, sets, check, flops)
+                if layouts == ALL_LAYOUTS:   # the plan's tile, in order and sorted
+                    in_turn.append((f"{a_major}{b_major} sorted_experts={cfg.sorted_experts}",
+                                    run))
+            _in_turn(in_turn, sets)
             del sets, ref
 
 
