@@ -21,8 +21,8 @@ from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon as gluon
 from graphrt.ops.grouped_gemm import kernels_ragged as ragged_tma
-from graphrt.ops.grouped_gemm.kernels import (GemmConfig, launch_ragged_rows, launch_wgrad,
-                                              launch_wgrad_fp8, ragged_rows_bytes,
+from graphrt.ops.grouped_gemm.kernels import (gemm_config, GemmConfig, launch_ragged_rows,
+                                              launch_wgrad, launch_wgrad_fp8, ragged_rows_bytes,
                                               ragged_rows_views, ROWS_CONFIG, RowsConfig)
 from graphrt.ops.grouped_gemm.kernels_ragged import RAGGED_TMA_CONFIG, RaggedTmaConfig
 from graphrt.ops.grouped_gemm.reference import expert_bounds
@@ -40,7 +40,7 @@ FP8_CONFIGS = {
         (128, 128, 128, 8, 4, 8), (256, 64, 128, 8, 3, 8), (128, 64, 128, 4, 3, 8, 168)]]}
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
 # the Triton kernel's tile for ragged inputs off Hopper (the plan's), and the TMA kernel's stages
-RAGGED_CONFIG = GemmConfig(128, 256, 64, 8, 3, 8, None, True)
+RAGGED_CONFIG = gemm_config(False)
 RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(3), RaggedTmaConfig(4, True)]
 # the plan's copy first: (block_w, block_t, num_warps, programs_per_sm)
 ROWS_CONFIGS = [ROWS_CONFIG] + [RowsConfig(*c) for c in [

@@ -168,11 +168,8 @@ def _ranks_by_count(OFFSETS, idx, experts, tokens_sum):
     experts, the lanes past them after it. Experts with invalid bounds count as empty.
     One pass over the experts (scalar code and vectors alone: the Gluon kernel compiles it
     too, in its own layouts); every program computes the same order."""
-    live = idx < experts
-    ends = tl.load(OFFSETS + idx, mask=live, other=0).to(tl.int64)
-    begins = tl.load(OFFSETS + idx - 1, mask=(idx > 0) & live, other=0).to(tl.int64)
-    valid = (begins >= 0) & (begins <= ends) & (ends <= tokens_sum.to(tl.int64))
-    counts = tl.where(live, tl.where(valid, ends - begins, 0), -1)
+    _, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
+    counts = tl.where(idx < experts, tl.where(bad, 0, counts), -1)
     ranks = idx * 0
     for other in range(0, experts):
         count = tl.sum(tl.where(idx == other, counts, 0), axis=0)
@@ -195,16 +192,23 @@ def _snake(round_, program, programs):
 
 
 @triton.jit
+def _bounds_at(OFFSETS, idx, experts, tokens_sum):
+    """(begin, count, bad) of each expert ``idx`` (a vector in any layout; zeros and not bad
+    past ``experts``), int64; bad: not 0 <= begin <= end <= tokens_sum."""
+    live = idx < experts
+    ends = tl.load(OFFSETS + idx, mask=live, other=0).to(tl.int64)
+    begins = tl.load(OFFSETS + idx - 1, mask=(idx > 0) & live, other=0).to(tl.int64)
+    bad = live & ((ends < begins) | (begins < 0) | (ends > tokens_sum.to(tl.int64)))
+    return begins, ends - begins, bad
+
+
+@triton.jit
 def _expert_bounds(OFFSETS, experts, tokens_sum, EXPERTS_POW2: tl.constexpr):
     """Every expert's (begin, count) as int64 vectors of EXPERTS_POW2 (zeros past ``experts``),
     and whether every expert's bounds are valid (0 <= begin <= end <= tokens_sum): then the
     experts' ragged blocks, and their tokens' rows, are disjoint and in order."""
-    i = tl.arange(0, EXPERTS_POW2)
-    live = i < experts
-    ends = tl.load(OFFSETS + i, mask=live, other=0).to(tl.int64)
-    begins = tl.load(OFFSETS + i - 1, mask=(i > 0) & live, other=0).to(tl.int64)
-    bad = live & ((ends < begins) | (begins < 0) | (ends > tokens_sum.to(tl.int64)))
-    return begins, ends - begins, tl.sum(bad.to(tl.int32), axis=0) == 0
+    begins, counts, bad = _bounds_at(OFFSETS, tl.arange(0, EXPERTS_POW2), experts, tokens_sum)
+    return begins, counts, tl.sum(bad.to(tl.int32), axis=0) == 0
 
 
 @triton.jit

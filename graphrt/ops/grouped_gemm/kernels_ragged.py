@@ -24,10 +24,10 @@ replays) and streams the boxes through a ring of stages; two MMA warpgroups of 6
 each keep one product in flight. Program p takes items p, p + programs, ... (experts
 outermost), or with ``RaggedTmaConfig(sorted_experts=True)`` the items of the experts sorted by
 count, largest first, the programs' order reversed every round (docs/perf/wgrad.md's model of
-the split; every partition computes the same order). Device-made descriptors live in Triton's global scratch,
-which the launch takes from the caching allocator (kernel_utils.ScratchRun), in two slots
-that items take in turn: before it rewrites a slot, the loader waits for the loads still in
-flight that read it.
+the split; every partition computes the same order). Device-made descriptors live in Triton's
+global scratch, which the launch takes from the caching allocator (kernel_utils.ScratchRun),
+in two slots that items take in turn: before it rewrites a slot, the loader waits for the
+loads still in flight that read it.
 """
 from __future__ import annotations
 

@@ -179,17 +179,16 @@ class GroupedGemmWgrad(Plan):
             gluon = (hopper_module(__package__, "kernels_gluon", self.contract.capability)
                      if self.fp8 and self.scale_block == 128 else None)
             self.gluon = gluon if gluon is not None and gluon.GLUON_API_OK else None
-        ragged_bf16 = (self.backend == "triton" and not self.fp8
-                       and self.contract.flag("input_order") == "tensor_ragged")
+        self.ragged_rows = (self.backend == "triton" and not self.fp8
+                            and self.contract.flag("input_order") == "tensor_ragged")
         # ragged BF16 on Hopper: the TMA kernel takes the experts with counts in multiples of
         # 8, the Triton kernel (after it) the others
         ragged_tma = (hopper_module(__package__, "kernels_ragged", self.contract.capability)
-                      if ragged_bf16 else None)
+                      if self.ragged_rows else None)
         if ragged_tma is not None and not ragged_tma.fits_ragged_tma_kernel(
                 self.hidden, self.inter, self.contract.capability):
             ragged_tma = None
         self.ragged_tma = ragged_tma
-        self.ragged_rows = ragged_bf16
 
     def rows_workspace_bytes(self, tokens_sum: int) -> int:
         """Bytes of the optional ``workspace`` for a call with ``tokens_sum`` tokens: with it,
