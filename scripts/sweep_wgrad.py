@@ -2,9 +2,10 @@
 torch.mm per expert, then timed next to torch._grouped_mm. ``--fp8`` sweeps the FP8 kernels
 (MXFP8 and FP32 scales per 128 tokens) next to the BF16 plan on the same shapes, and the
 warp-specialized Gluon kernel (kernels_gluon.py) for 1x128 where it fits; ``--ragged``
-times tensor_ragged inputs (per-expert blocks, tokens unit-stride) with counts in multiples of
-256, moved off multiples of 8 (``odd``: rows not 16-byte aligned) and equal: the Triton kernel
-with the rows' workspace (those experts copied as rows first) against Hopper's TMA kernel;
+(``--many``: 128 and 256 experts) times tensor_ragged inputs (per-expert blocks, tokens
+unit-stride) with counts in multiples of 256, moved off multiples of 8 (``odd``: rows not
+16-byte aligned) and equal: the Triton kernel with the rows' workspace (those experts copied
+as rows first) against Hopper's TMA kernel;
 ``--layouts`` times tile configs on the tensor2d layouts (A M- or K-major, B N- or K-major) at
 the E8 cases, and the plan's tile with the experts in order and sorted by count in turn;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--first`` only the
@@ -41,7 +42,9 @@ FP8_CONFIGS = {
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
 # the Triton kernel's tile for ragged inputs off Hopper (the plan's), and the TMA kernel's stages
 RAGGED_CONFIG = gemm_config(False)
-RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(3), RaggedTmaConfig(4, True)]
+RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(4, sorted_experts=False),
+                      RaggedTmaConfig(3, sorted_experts=True)]
+MANY_EXPERTS_CASES = [(128, 2048, 1024, 32768), (256, 2048, 1024, 65536)]
 # the plan's copy first: (block_w, block_t, num_warps, programs_per_sm)
 ROWS_CONFIGS = [ROWS_CONFIG] + [RowsConfig(*c) for c in [
     (64, 64, 4, 16), (64, 64, 4, 8), (64, 64, 8, 8), (64, 128, 8, 4), (128, 64, 8, 4),
@@ -121,15 +124,17 @@ def main(fp8: bool, first: bool):
             del a_val, b_val
 
 
-def main_ragged(first: bool):
+def main_ragged(first: bool, many: bool):
     """tensor_ragged at x256, odd and equal counts: the Triton kernel at the plan's tile with
     the rows workspace (the path off Hopper) against the TMA kernel (kernels_ragged.py, counts
     in multiples of 8) per RaggedTmaConfig followed by the Triton kernel for the other experts
     (the plan on Hopper), each checked, then timed in turn with torch._grouped_mm on tensor2d
-    operands of the same counts."""
+    operands of the same counts. ``many``: cases of 128 and 256 experts, where ranking the
+    experts by count costs the most."""
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
-    for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
+    cases = MANY_EXPERTS_CASES if many else CASES[:1] if first else CASES
+    for experts, hidden, inter, tokens in cases:
         aligned = random_counts(experts, tokens, gen)
         out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
         flops = 2.0 * hidden * inter * tokens
@@ -276,6 +281,6 @@ if __name__ == "__main__":
     elif "--layouts" in sys.argv[1:]:
         main_layouts("--first" in sys.argv[1:])
     elif "--ragged" in sys.argv[1:]:
-        main_ragged("--first" in sys.argv[1:])
+        main_ragged("--first" in sys.argv[1:], "--many" in sys.argv[1:])
     else:
         main("--fp8" in sys.argv[1:], "--first" in sys.argv[1:])

@@ -798,10 +798,10 @@ def test_ragged_tma_kernel_takes_only_calls_its_coordinates_reach():
 
 @triton.jit
 def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
-                  EXPERTS_POW2: tl.constexpr):
+                  EXPERTS_POW2: tl.constexpr, CHUNK: tl.constexpr):
     """ORDER[r]: the expert of rank r; POSITIONS[round, program]: the snake's position."""
     idx = tl.arange(0, EXPERTS_POW2)
-    ranks = _ranks_by_count(OFFSETS, idx, experts, tokens_sum)
+    ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, CHUNK), experts, tokens_sum)
     program, programs = tl.program_id(0), tl.num_programs(0)
     if program == 0:
         for rank in range(0, experts):
@@ -811,12 +811,16 @@ def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
 
 
 @needs_interpreter
+@pytest.mark.parametrize("chunk", [2, 8])
 @pytest.mark.parametrize("counts,bad_at", [([5, 0, 9, 9, 1, 30], None), ([7, 7, 7], None),
                                            ([0, 0, 0, 0, 4], None), ([3, 8, 2, 6, 6, 1, 4], 2),
-                                           ([12], None)])
-def test_experts_ranked_by_count_interpreted(counts, bad_at):
+                                           ([12], None), ("random 37", 20)])
+def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk):
     """The order a balanced persistent split walks experts in: by count, largest first, ties
-    by index, an expert with bad bounds as empty; and the snake covers every position once."""
+    by index, an expert with bad bounds as empty, compared a chunk of experts at a time
+    (chunks shorter and longer than the experts); and the snake covers every position once."""
+    if counts == "random 37":   # ties and empty experts among more experts than a chunk
+        counts = torch.randint(0, 6, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     ends = list(itertools.accumulate(counts))
     if bad_at is not None:   # its end below its begin
         ends[bad_at] = ends[bad_at - 1] - 1
@@ -825,7 +829,8 @@ def test_experts_ranked_by_count_interpreted(counts, bad_at):
     programs, rounds = 5, 3
     positions = torch.full((rounds, programs), -1, dtype=torch.int32)
     _order_kernel[(programs,)](offsets, order, positions, len(counts), sum(counts), rounds,
-                               EXPERTS_POW2=max(2, 1 << (len(counts) - 1).bit_length()))
+                               EXPERTS_POW2=max(2, 1 << (len(counts) - 1).bit_length()),
+                               CHUNK=chunk)
     begins = [0] + ends[:-1]
     sizes = [end - begin if 0 <= begin <= end else 0 for begin, end in zip(begins, ends)]
     assert order.tolist() == sorted(range(len(counts)), key=lambda e: (-sizes[e], e))

@@ -25,6 +25,7 @@ from ...validate import sm_count
 OFFSETS_DECREASING = tl.constexpr(device_checks.OFFSETS_DECREASING)
 OFFSETS_OUT_OF_RANGE = tl.constexpr(device_checks.OFFSETS_OUT_OF_RANGE)
 OFFSETS_LAST_NOT_TOTAL = tl.constexpr(device_checks.OFFSETS_LAST_NOT_TOTAL)
+RANK_CHUNK = tl.constexpr(8)   # experts compared at a time when ranking them by count
 
 
 @dataclass(frozen=True)
@@ -162,18 +163,28 @@ def _expert_tokens(OFFSETS, ERRORS, expert, experts, flag, tokens_sum):
 
 
 @triton.jit
-def _ranks_by_count(OFFSETS, idx, experts, tokens_sum):
-    """Each expert ``idx`` (a vector over a power of two >= experts, in any layout) ranked by
-    token count, largest first, ties by index: a permutation of 0 .. experts - 1 for the
-    experts, the lanes past them after it. Experts with invalid bounds count as empty.
-    One pass over the experts (scalar code and vectors alone: the Gluon kernel compiles it
-    too, in its own layouts); every program computes the same order."""
-    _, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
-    counts = tl.where(idx < experts, tl.where(bad, 0, counts), -1)
+def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum):
+    """Each expert ``idx`` (a vector over a power of two >= experts) ranked by token count,
+    largest first, ties by index: a permutation of 0 .. experts - 1 for the experts,
+    ``experts`` for the lanes past them. Experts with invalid bounds count as empty.
+    ``others`` (a few lanes, ``others[None, :]`` broadcast against ``idx[:, None]``) walks
+    the experts a chunk at a time. The Gluon kernel compiles this too, with the chunk in each
+    thread's registers: each chunk's comparisons and sum stay in a thread, so the cost grows
+    with experts / chunk, not with a reduction across threads per expert. Every program
+    computes the same order."""
+    _begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
+    counts = tl.where(bad, 0, counts)[:, None]
+    rows = idx[:, None]
     ranks = idx * 0
-    for other in range(0, experts):
-        count = tl.sum(tl.where(idx == other, counts, 0), axis=0)
-        ranks += ((count > counts) | ((count == counts) & (other < idx))).to(ranks.dtype)
+    for start in range(0, experts, others.shape[0]):
+        other = start + others
+        _other_begins, other_counts, other_bad = _bounds_at(OFFSETS, other, experts,
+                                                            tokens_sum)
+        other_counts = tl.where(other_bad, 0, other_counts)[None, :]
+        other = other[None, :]
+        ahead = (other < experts) & ((other_counts > counts) |
+                                     ((other_counts == counts) & (other < rows)))
+        ranks += tl.sum(ahead.to(ranks.dtype), axis=1)
     return ranks
 
 
@@ -289,8 +300,9 @@ def _program_tile(OFFSETS, ERRORS, tokens_sum, HIDDEN: tl.constexpr, INTER: tl.c
     expert = tl.program_id(1)
     if SORTED_EXPERTS:
         idx = tl.arange(0, EXPERTS_POW2)
-        expert = _expert_at_rank(_ranks_by_count(OFFSETS, idx, tl.num_programs(1), tokens_sum),
-                                 idx, expert)
+        ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, RANK_CHUNK), tl.num_programs(1),
+                                tokens_sum)
+        expert = _expert_at_rank(ranks, idx, expert)
     m, n = _tile_rows_cols(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
     m_mask, n_mask = m < HIDDEN, n < INTER
     begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tl.num_programs(1), tile == 0,
