@@ -231,15 +231,17 @@ def _launch_goal(name: str, case, best: dict) -> dict:
             **({"same kernels us": same[0]} if same else {})}
 
 
-def run(progress=print, rounds: int = 5) -> list[dict]:
+def run(progress=print, rounds: int = 5, match: str = "") -> list[dict]:
+    """Every case's host time, or with ``match`` only the cases whose names hold it (beside
+    torch.add and the bare launch, and without the wall-time rows)."""
     device = torch.device("cuda", torch.cuda.current_device())
     small = torch.zeros(16, device=device)
     cases = {"torch.add, 16 elements": lambda: torch.add(small, small),
              BARE_LAUNCH: lambda: _add_one_kernel[(1,)](small, 16, BLOCK=16)}
-    cases.update(op_cases(device))
     rows, hidden = MODULE_SHAPES[0]
-    cases.update(module_cases(rows, hidden, device))
-    cases.update(optimizer_cases(device))
+    measured = {**op_cases(device), **module_cases(rows, hidden, device),
+                **optimizer_cases(device)}
+    cases.update((name, fn) for name, fn in measured.items() if match in name)
     progress(f"host time per call, behind a GPU sleep ({torch.cuda.get_device_name()}); "
              f"{len(cases)} cases x {rounds} rounds")
     for fn in cases.values():   # compiles, plan builds and bindings before timing
@@ -251,6 +253,8 @@ def run(progress=print, rounds: int = 5) -> list[dict]:
             best[name] = min(best[name], host_us(fn))
     table = [{"call": name, "host us": us, **_launch_goal(name, cases[name], best)}
              for name, us in best.items()]
+    if match:
+        return table
     for rows, hidden in MODULE_SHAPES:
         for name, fn in module_cases(rows, hidden, device).items():
             if name.endswith("backward"):
@@ -307,8 +311,8 @@ def trace(name: str, progress=print) -> None:
     progress(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
 
 
-def main(progress=print) -> list[dict]:
-    return report.publish("host", run(progress), progress,
+def main(progress=print, match: str = "") -> list[dict]:
+    return report.publish("host", run(progress, match=match), progress,
                           columns=["call", "host us", "kernels", "goal us", "same kernels us"],
                           legend="goal us (plan.execute rows): issue 26's goal, this run's bare "
                                  "3-argument launch plus 5 us per further kernel; same kernels "
@@ -320,10 +324,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", default="", help="a case to run under cProfile")
     parser.add_argument("--trace", default="", help="a case to run under torch.profiler")
+    parser.add_argument("--match", default="", help="time only the cases whose names hold this")
     args = parser.parse_args()
     if args.profile:
         profile(args.profile)
     if args.trace:
         trace(args.trace)
     if not (args.profile or args.trace):
-        main()
+        main(match=args.match)

@@ -796,6 +796,16 @@ def test_ragged_tma_kernel_takes_only_calls_its_coordinates_reach():
     assert k.fits_ragged_tma_kernel(7168, 2048, (9, 0)) == k.GLUON_API_OK
 
 
+def test_ragged_tma_sorted_split_up_to_its_expert_limit():
+    """The sorted split is the default up to 64 experts (slower above on the H200), and off
+    everywhere when the config turns it off."""
+    from graphrt.ops.grouped_gemm.kernels_ragged import RAGGED_TMA_CONFIG, RaggedTmaConfig
+    assert RAGGED_TMA_CONFIG.sorts(1) and RAGGED_TMA_CONFIG.sorts(64)
+    assert not RAGGED_TMA_CONFIG.sorts(65)
+    assert not RaggedTmaConfig(sorted_experts=False).sorts(8)
+    assert RaggedTmaConfig(sorted_max_experts=256).sorts(256)
+
+
 @triton.jit
 def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
                   EXPERTS_POW2: tl.constexpr, CHUNK: tl.constexpr):

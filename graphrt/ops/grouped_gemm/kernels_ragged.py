@@ -68,13 +68,20 @@ _OUT_LAYOUT = gl.DistributedLinearLayout(
 @dataclass(frozen=True)
 class RaggedTmaConfig:
     """Shared-memory stages of 48 KB (A's 128 and B's 256 rows of 64 tokens); ``sorted_experts``:
-    the programs walk the experts largest first, the programs' order reversed every round,
-    rather than experts in order, program p taking items p, p + programs, ... At random
-    counts the sorted split is 2-10% faster on the H200 (the static split leaves some SMs the
-    large experts' items, docs/perf/wgrad.md); at equal counts 2-5% slower."""
+    for calls of at most ``sorted_max_experts`` experts, the programs walk the experts largest
+    first, the programs' order reversed every round, rather than experts in order, program p
+    taking items p, p + programs, ... On the H200 (docs/perf/wgrad.md, 2026-12-03) the sorted
+    split is 2-10% faster at 8 and 32 experts with random counts (the static split leaves some
+    SMs the large experts' items), 2-5% slower at equal counts, and 5-9% slower at 128 and 256
+    experts, where looking up each item's expert costs more than the balance gains."""
 
     stages: int = 4
     sorted_experts: bool = True
+    sorted_max_experts: int = 64
+
+    def sorts(self, experts: int) -> bool:
+        """Whether a call of ``experts`` experts takes the sorted split."""
+        return self.sorted_experts and experts <= self.sorted_max_experts
 
 
 RAGGED_TMA_CONFIG = RaggedTmaConfig()
@@ -368,8 +375,8 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
                         offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], HIDDEN=hidden,
                         INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
                         OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
-                        SORTED=config.sorted_experts,
-                        EXPERTS_POW2=experts_vector(experts) if config.sorted_experts else 2,
+                        SORTED=config.sorts(experts),
+                        EXPERTS_POW2=experts_vector(experts) if config.sorts(experts) else 2,
                         num_warps=4, maxnreg=LAUNCH_REGS)
 
 
