@@ -808,10 +808,12 @@ def test_ragged_tma_sorted_split_up_to_its_expert_limit():
 
 @triton.jit
 def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
-                  EXPERTS_POW2: tl.constexpr, CHUNK: tl.constexpr):
+                  EXPERTS_POW2: tl.constexpr, CHUNK: tl.constexpr,
+                  UNALIGNED_LAST: tl.constexpr):
     """ORDER[r]: the expert of rank r; POSITIONS[round, program]: the snake's position."""
     idx = tl.arange(0, EXPERTS_POW2)
-    ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, CHUNK), experts, tokens_sum)
+    ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, CHUNK), experts, tokens_sum,
+                            UNALIGNED_LAST)
     program, programs = tl.program_id(0), tl.num_programs(0)
     if program == 0:
         for rank in range(0, experts):
@@ -821,14 +823,17 @@ def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
 
 
 @needs_interpreter
+@pytest.mark.parametrize("unaligned_last", [False, True])
 @pytest.mark.parametrize("chunk", [2, 8])
 @pytest.mark.parametrize("counts,bad_at", [([5, 0, 9, 9, 1, 30], None), ([7, 7, 7], None),
                                            ([0, 0, 0, 0, 4], None), ([3, 8, 2, 6, 6, 1, 4], 2),
                                            ([12], None), ("random 37", 20)])
-def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk):
+def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, unaligned_last):
     """The order a balanced persistent split walks experts in: by count, largest first, ties
     by index, an expert with bad bounds as empty, compared a chunk of experts at a time
-    (chunks shorter and longer than the experts); and the snake covers every position once."""
+    (chunks shorter and longer than the experts), and for the ragged TMA kernel the experts
+    with counts off multiples of 8 after the empty ones; and the snake covers every position
+    once."""
     if counts == "random 37":   # ties and empty experts among more experts than a chunk
         counts = torch.randint(0, 6, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     ends = list(itertools.accumulate(counts))
@@ -840,9 +845,11 @@ def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk):
     positions = torch.full((rounds, programs), -1, dtype=torch.int32)
     _order_kernel[(programs,)](offsets, order, positions, len(counts), sum(counts), rounds,
                                EXPERTS_POW2=max(2, 1 << (len(counts) - 1).bit_length()),
-                               CHUNK=chunk)
+                               CHUNK=chunk, UNALIGNED_LAST=unaligned_last)
     begins = [0] + ends[:-1]
     sizes = [end - begin if 0 <= begin <= end else 0 for begin, end in zip(begins, ends)]
+    if unaligned_last:
+        sizes = [n if n % 8 == 0 else -1 for n in sizes]
     assert order.tolist() == sorted(range(len(counts)), key=lambda e: (-sizes[e], e))
     assert sorted(positions.reshape(-1).tolist()) == list(range(rounds * programs))
     assert positions[1].tolist() == [2 * programs - 1 - p for p in range(programs)]

@@ -163,27 +163,37 @@ def _expert_tokens(OFFSETS, ERRORS, expert, experts, flag, tokens_sum):
 
 
 @triton.jit
-def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum):
+def _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST: tl.constexpr):
+    """What ``_ranks_by_count`` orders experts ``idx`` by: the token count (0 for invalid
+    bounds), or with UNALIGNED_LAST -1 for counts off multiples of 8; -2 past the experts."""
+    _begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
+    counts = tl.where(bad, 0, counts)
+    if UNALIGNED_LAST:
+        counts = tl.where(counts % 8 == 0, counts, -1)
+    return tl.where(idx < experts, counts, -2)
+
+
+@triton.jit
+def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum,
+                    UNALIGNED_LAST: tl.constexpr = False):
     """Each expert ``idx`` (a vector over a power of two >= experts) ranked by token count,
     largest first, ties by index: a permutation of 0 .. experts - 1 for the experts,
-    ``experts`` for the lanes past them. Experts with invalid bounds count as empty.
+    ``experts`` for the lanes past them. Experts with invalid bounds count as empty; with
+    UNALIGNED_LAST, experts whose counts are off multiples of 8 come after the empty ones.
     ``others`` (a few lanes, ``others[None, :]`` broadcast against ``idx[:, None]``) walks
     the experts a chunk at a time. The Gluon kernel compiles this too, with the chunk in each
     thread's registers: each chunk's comparisons and sum stay in a thread, so the cost grows
     with experts / chunk, not with a reduction across threads per expert. Every program
     computes the same order."""
-    _begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
-    counts = tl.where(bad, 0, counts)[:, None]
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST)[:, None]
     rows = idx[:, None]
     ranks = idx * 0
     for start in range(0, experts, others.shape[0]):
         other = start + others
-        _other_begins, other_counts, other_bad = _bounds_at(OFFSETS, other, experts,
-                                                            tokens_sum)
-        other_counts = tl.where(other_bad, 0, other_counts)[None, :]
+        other_keys = _rank_keys(OFFSETS, other, experts, tokens_sum, UNALIGNED_LAST)[None, :]
         other = other[None, :]
-        ahead = (other < experts) & ((other_counts > counts) |
-                                     ((other_counts == counts) & (other < rows)))
+        ahead = (other < experts) & ((other_keys > keys) |
+                                     ((other_keys == keys) & (other < rows)))
         ranks += tl.sum(ahead.to(ranks.dtype), axis=1)
     return ranks
 

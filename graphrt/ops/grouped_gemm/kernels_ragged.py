@@ -89,6 +89,7 @@ RAGGED_TMA_CONFIG = RaggedTmaConfig()
 # the order of the experts and the snake, the Triton kernels' own code (vectors in the layouts
 # the caller gives; tested in the interpreter)
 _ranks_by_count = gluon.jit(_triton_kernels._ranks_by_count.fn)
+_rank_keys = gluon.jit(_triton_kernels._rank_keys.fn)
 _expert_at_rank = gluon.jit(_triton_kernels._expert_at_rank.fn)
 _snake = gluon.jit(_triton_kernels._snake.fn)
 
@@ -133,22 +134,27 @@ def _ragged_work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
 @gluon.jit
 def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
                   WARPS: gl.constexpr, CHUNK: gl.constexpr):
-    """(ranks, idx): every expert's rank by count, largest first, over the calling partition's
-    WARPS warps, the experts compared CHUNK at a time in each thread's registers."""
+    """(ranks, idx, taken): every expert's rank by count, largest first, the experts with
+    counts off multiples of 8 (the Triton kernel's) last, over the calling partition's WARPS
+    warps, the experts compared CHUNK at a time in each thread's registers; ``taken``: how many
+    experts this kernel takes (the ranks before those)."""
     pairs: gl.constexpr = gl.BlockedLayout([1, CHUNK], [32, 1], [WARPS, 1], [1, 0])
     idx = gl.arange(0, EXPERTS_POW2, layout=gl.SliceLayout(1, pairs))
     others = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, pairs))
-    return _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum), idx
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, True)
+    taken = gl.sum(((idx < experts) & (keys >= 0)).to(gl.int32), axis=0)
+    return _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, True), idx, taken
 
 
 @gluon.jit
-def _sorted_work(round_, ranks, idx, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
-                 HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
-    """This program's item in round ``round_`` of the sorted split (RaggedTmaConfig): whether
-    there is one, its expert and ``_item``'s values."""
+def _sorted_work(round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum,
+                 FLAG: gl.constexpr, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                 GROUP: gl.constexpr):
+    """This program's item in round ``round_`` of the sorted split (RaggedTmaConfig) over the
+    ``taken`` experts ranked first: whether there is one, its expert and ``_item``'s values."""
     tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
     position = _snake(round_, gl.program_id(0), gl.num_programs(0))
-    live = position < experts * tiles
+    live = position < taken * tiles
     expert = gl.where(live, _expert_at_rank(ranks, idx, position // tiles), 0)
     j, g0, q0, begin, count = _item(expert, position % tiles, OFFSETS, ERRORS, experts,
                                     tokens_sum, FLAG & live, HIDDEN, INTER, GROUP)
@@ -156,9 +162,10 @@ def _sorted_work(round_, ranks, idx, OFFSETS, ERRORS, experts, tokens_sum, FLAG:
 
 
 @gluon.jit
-def _rounds(experts, HIDDEN: gl.constexpr, INTER: gl.constexpr):
-    """Rounds of the sorted split: every program takes at most one item a round."""
-    return gl.cdiv(experts * (_row_tiles(HIDDEN) * _col_tiles(INTER)), gl.num_programs(0))
+def _rounds(taken, HIDDEN: gl.constexpr, INTER: gl.constexpr):
+    """Rounds of the sorted split over ``taken`` experts: every program takes at most one item
+    a round."""
+    return gl.cdiv(taken * (_row_tiles(HIDDEN) * _col_tiles(INTER)), gl.num_programs(0))
 
 
 @gluon.jit
@@ -211,11 +218,11 @@ def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, 
     work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
     slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
     if SORTED:
-        ranks, idx = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4)
-        for round_ in range(0, _rounds(experts, HIDDEN, INTER)):
+        ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4)
+        for round_ in range(0, _rounds(taken, HIDDEN, INTER)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
-                round_, ranks, idx, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN, INTER,
-                GROUP)
+                round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
+                INTER, GROUP)
             if live & (count > 0) & (count % RESIDUES == 0):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
                                       begin, count, HIDDEN, INTER)
@@ -262,11 +269,11 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
     i = 0
     z = 0
     if SORTED:
-        ranks, idx = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8)
-        for round_ in range(0, _rounds(experts, HIDDEN, INTER)):
+        ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8)
+        for round_ in range(0, _rounds(taken, HIDDEN, INTER)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
-                round_, ranks, idx, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0, HIDDEN,
-                INTER, GROUP)
+                round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
+                HIDDEN, INTER, GROUP)
             if live & (count % RESIDUES == 0):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
                                     j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
