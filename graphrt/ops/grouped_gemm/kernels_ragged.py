@@ -21,10 +21,12 @@ product, so no other value reaches the sum.
 Persistent and warp-specialized like the 1x128 FP8 kernel (kernels_gluon.py): a loader warp
 makes each work item's two descriptors on the device (routing may change between CUDA-graph
 replays) and streams the boxes through a ring of stages; two MMA warpgroups of 64 output rows
-each keep one product in flight. Program p takes the items of the experts sorted by count,
-largest first, the programs' order reversed every round (docs/perf/wgrad.md's model of the
-split; every partition computes the same order), or with ``RaggedTmaConfig(sorted_experts=
-False)`` items p, p + programs, ... (experts outermost). Device-made descriptors live in
+each keep one product in flight. Up to ``RaggedTmaConfig.sorted_max_experts`` experts,
+program p takes the items of the experts sorted by count, largest first, the programs' order
+reversed every round (docs/perf/wgrad.md's model of the split; every partition computes the
+same order), the experts left to the Triton kernel ranked last and never walked; above that,
+or with ``sorted_experts=False``, items p, p + programs, ... (experts outermost), skipping
+those experts' items one by one. Device-made descriptors live in
 Triton's global scratch, which the launch takes from the caching allocator
 (kernel_utils.ScratchRun), in two slots that items take in turn: before it rewrites a slot,
 the loader waits for the loads still in flight that read it.
