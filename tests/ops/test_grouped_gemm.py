@@ -788,14 +788,15 @@ def test_ragged_blocks_in_any_dense_tensor_match_fp64_per_expert(a_major, b_majo
 
 
 def test_ragged_tma_kernel_takes_only_calls_its_coordinates_reach():
-    """Hopper's ragged TMA kernel: hidden and intermediate multiples of 8 on Hopper only, and
-    calls whose 8 x tokens_sum fits TMA's 32-bit coordinates (the others run the Triton kernel
-    for every expert)."""
+    """Hopper's ragged TMA kernel: hidden and intermediate multiples of 8 on Hopper only, plans
+    of at most 64 experts, and calls whose 8 x tokens_sum fits TMA's 32-bit coordinates (the
+    others run the Triton kernel for every expert)."""
     from graphrt.ops.grouped_gemm import kernels_ragged as k
     assert k.fits_tokens(2**28 - 1) and not k.fits_tokens(2**28)
-    assert not k.fits_ragged_tma_kernel(7168, 2048, (8, 0))
-    assert not k.fits_ragged_tma_kernel(7164, 2048, (9, 0))
-    assert k.fits_ragged_tma_kernel(7168, 2048, (9, 0)) == k.GLUON_API_OK
+    assert not k.fits_ragged_tma_kernel(7168, 2048, 8, (8, 0))
+    assert not k.fits_ragged_tma_kernel(7164, 2048, 8, (9, 0))
+    assert not k.fits_ragged_tma_kernel(7168, 2048, 65, (9, 0))
+    assert k.fits_ragged_tma_kernel(7168, 2048, 64, (9, 0)) == k.GLUON_API_OK
 
 
 def test_ragged_tma_sorted_split_up_to_its_expert_limit():

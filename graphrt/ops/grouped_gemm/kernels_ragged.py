@@ -1,7 +1,8 @@
 """Hopper kernel (Gluon, Triton 3.6) for the BF16 grouped wgrad with ragged inputs: the
 experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e] and B_e
 [intermediate, n_e] (tokens unit-stride) read by TMA. The others are left to the Triton kernel
-(kernels.py: copied as rows, then multiplied), launched after this one.
+(kernels.py: copied as rows, then multiplied), launched after this one. Plans run it for up to
+PLAN_MAX_EXPERTS experts.
 
 Eight rows of a block are viewed as one row of [hidden / 8, 8 n_e]: a row tile is one box of
 view rows at column j n_e + t0 (rows 8g + j of the block, tokens t0 .. t0 + 63), so its output
@@ -54,6 +55,10 @@ BLOCK_K = gl.constexpr(64)    # tokens a stage: 128 bytes, the swizzle's width
 RESIDUES = gl.constexpr(8)    # rows of a block viewed as one: 8 n_e tokens, 16-byte aligned
 GROUP_M = 8
 GLUON_API_OK = ON_TESTED_TRITON
+# at 128 and 256 experts (items of 2-4 steps) the Triton kernel alone was 4-9% faster than
+# this kernel then the Triton kernel's share at random counts on the H200 (2-3% slower at
+# equal counts; docs/perf/wgrad.md, 2026-12-03)
+PLAN_MAX_EXPERTS = 64
 LAUNCH_REGS = register_share(4 + 4 + 4)
 LOADER_REGS, MMA_REGS = gl.constexpr(48), gl.constexpr(224)
 
@@ -378,13 +383,14 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
-def fits_ragged_tma_kernel(hidden: int, inter: int, capability) -> bool:
-    """Whether this kernel takes ragged BF16 operands of these sizes: a Hopper GPU, Triton
-    3.6, hidden and intermediate multiples of 8 (every expert's blocks then start 16-byte
-    aligned in the 16-byte aligned buffers plans require, and eight rows are 16 bytes of
-    tokens apart)."""
+def fits_ragged_tma_kernel(hidden: int, inter: int, experts: int, capability) -> bool:
+    """Whether plans run this kernel for ragged BF16 operands of these sizes: a Hopper GPU,
+    Triton 3.6, hidden and intermediate multiples of 8 (every expert's blocks then start
+    16-byte aligned in the 16-byte aligned buffers plans require, and eight rows are 16 bytes
+    of tokens apart), and at most PLAN_MAX_EXPERTS experts."""
     return (GLUON_API_OK and capability is not None and capability[0] == 9
-            and hidden % RESIDUES.value == 0 and inter % RESIDUES.value == 0)
+            and hidden % RESIDUES.value == 0 and inter % RESIDUES.value == 0
+            and experts <= PLAN_MAX_EXPERTS)
 
 
 def fits_tokens(tokens_sum: int) -> bool:

@@ -186,7 +186,7 @@ class GroupedGemmWgrad(Plan):
         ragged_tma = (hopper_module(__package__, "kernels_ragged", self.contract.capability)
                       if self.ragged_rows else None)
         if ragged_tma is not None and not ragged_tma.fits_ragged_tma_kernel(
-                self.hidden, self.inter, self.contract.capability):
+                self.hidden, self.inter, self.experts, self.contract.capability):
             ragged_tma = None
         self.ragged_tma = ragged_tma
 
