@@ -27,10 +27,10 @@ program p takes the items of the experts sorted by count, largest first, the pro
 reversed every round (docs/perf/wgrad.md's model of the split; every partition computes the
 same order), the experts left to the Triton kernel ranked last and never walked; above that,
 or with ``sorted_experts=False``, items p, p + programs, ... (experts outermost), skipping
-those experts' items one by one. Device-made descriptors live in
-Triton's global scratch, which the launch takes from the caching allocator
-(kernel_utils.ScratchRun), in two slots that items take in turn: before it rewrites a slot,
-the loader waits for the loads still in flight that read it.
+those experts' items one by one. Device-made descriptors live in Triton's global scratch,
+which the launch takes from the caching allocator (kernel_utils.ScratchRun), in two slots that
+items take in turn: before it rewrites a slot, the loader waits for the loads still in flight
+that read it.
 """
 from __future__ import annotations
 
