@@ -595,6 +595,24 @@ def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accu
 
 
 @pytest.mark.gpu
+def test_gpu_ragged_many_experts_run_the_triton_kernel_alone(seed):
+    """A plan of more than 64 experts leaves out the TMA kernel (slower there on the H200) and
+    the Triton kernel takes every expert, aligned and odd counts, empty ones among them."""
+    from graphrt.ops.grouped_gemm.kernels_ragged import PLAN_MAX_EXPERTS
+    counts = torch.randint(0, 40, (PLAN_MAX_EXPERTS + 8,)).tolist()
+    counts[::9] = [8 * (e % 5) for e in range(len(counts[::9]))]   # aligned, some empty
+    a, b, a2d, b2d, offsets = _ragged_problem(counts, 264, 136, "cuda")
+    plan = GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged",
+                            wgrad_dtype=torch.float32).compile()
+    assert plan.ragged_tma is None
+    ws = torch.full((plan.rows_workspace_bytes(a.shape[1]),), 255, dtype=torch.uint8,
+                    device="cuda")
+    w = torch.full((len(counts), 264, 136), float("nan"), device="cuda")
+    plan.execute(a, b, offsets, wgrad=w, workspace=ws)
+    _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("sorted_experts", [False, True])
 def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, ahead):
