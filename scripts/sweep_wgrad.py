@@ -7,7 +7,7 @@ unit-stride) with counts in multiples of 256, moved off multiples of 8 (``odd``:
 16-byte aligned) and equal: the Triton kernel with the rows' workspace (those experts copied
 as rows first) against Hopper's TMA kernel;
 ``--layouts`` times tile configs on the tensor2d layouts (A M- or K-major, B N- or K-major) at
-the E8 cases, and the plan's tile with the experts in order and sorted by count in turn;
+the E8 cases;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--first`` only the
 first benchmark case."""
 import itertools
@@ -56,8 +56,7 @@ LAYOUT_CONFIGS = [
     (GemmConfig(128, 256, 64, 8, 3, 8), ALL_LAYOUTS),
     (GemmConfig(128, 256, 64, 8, 4, 8), (("M", "N"), ("K", "K"))),
     (GemmConfig(256, 128, 64, 8, 3, 8), (("M", "N"), ("K", "K"))),
-    (GemmConfig(128, 256, 64, 8, 3, 4), (("M", "N"), ("K", "K"))),
-    (GemmConfig(128, 256, 64, 8, 3, 8, sorted_experts=True), ALL_LAYOUTS)]
+    (GemmConfig(128, 256, 64, 8, 3, 4), (("M", "N"), ("K", "K")))]
 
 
 def _case(experts, hidden, inter, tokens, gen):
@@ -216,7 +215,6 @@ def main_layouts(first: bool):
 
             def check(ref=ref):
                 return ((out.float() - ref).norm() / ref.norm()).item()
-            in_turn = []
             for cfg, layouts in LAYOUT_CONFIGS:
                 if (a_major, b_major) not in layouts:
                     continue
@@ -226,10 +224,6 @@ def main_layouts(first: bool):
                                  hidden=hidden, inter=inter, a_k_major=a_k, b_k_major=b_k,
                                  ragged=False, accumulate=False, dot_fp32=False)
                 _timed(f"{a_major}{b_major} {cfg}", run, sets, check, flops)
-                if layouts == ALL_LAYOUTS:   # the plan's tile, in order and sorted
-                    in_turn.append((f"{a_major}{b_major} sorted_experts={cfg.sorted_experts}",
-                                    run))
-            _in_turn(in_turn, sets)
             del sets, ref
 
 

@@ -147,30 +147,6 @@ def test_ragged_skip_aligned_leaves_those_experts_interpreted(with_rows):
             assert rel_l2(w[e], ref[e]) < 1e-5, e
 
 
-@needs_interpreter
-@pytest.mark.parametrize("a_major,b_major,order", [("m", "n", "tensor2d"), ("k", "k", "tensor2d"),
-                                                   ("k", "k", "tensor_ragged")])
-def test_sorted_experts_grid_interpreted(a_major, b_major, order):
-    """``GemmConfig(sorted_experts=True)``: the grid's expert axis taken by rank of count (ties
-    by index, empty and single-token experts among them); every expert's gradient exact and
-    nothing left poisoned."""
-    from graphrt.device_checks import error_flags
-    from graphrt.ops.grouped_gemm.kernels import GemmConfig, launch_wgrad
-    torch.manual_seed(8)
-    counts, hidden, inter = [5, 0, 17, 17, 1, 33, 0], 40, 24
-    if order == "tensor_ragged":
-        a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cpu")
-    else:
-        a, b, offsets = _problem(counts, hidden, inter, a_major, b_major)
-        a2d, b2d = a, b
-    w = torch.full((len(counts), hidden, inter), float("nan"))
-    launch_wgrad(GemmConfig(16, 16, 16, 1, 1, 2, sorted_experts=True), a, b, offsets, w, None,
-                 torch.float32, error_flags(a.device), hidden=hidden, inter=inter,
-                 a_k_major=a_major == "k", b_k_major=b_major == "k",
-                 ragged=order == "tensor_ragged", accumulate=False, dot_fp32=True)
-    assert rel_l2(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32)) < 1e-5
-
-
 def _check_ragged_rows(counts, hidden, inter, device, with_rows, decreasing_at=None):
     """tensor_ragged through ``plan.execute``: with the rows' workspace (poisoned: 0xFF bytes
     are BF16 NaNs) or without; with ``decreasing_at`` that expert's end moved below its begin

@@ -25,7 +25,6 @@ from ...validate import sm_count
 OFFSETS_DECREASING = tl.constexpr(device_checks.OFFSETS_DECREASING)
 OFFSETS_OUT_OF_RANGE = tl.constexpr(device_checks.OFFSETS_OUT_OF_RANGE)
 OFFSETS_LAST_NOT_TOTAL = tl.constexpr(device_checks.OFFSETS_LAST_NOT_TOTAL)
-RANK_CHUNK = tl.constexpr(8)   # experts compared at a time when ranking them by count
 
 
 @dataclass(frozen=True)
@@ -40,8 +39,6 @@ class GemmConfig:
     # ragged experts whose rows are not 16-byte aligned: load each step's tiles while the
     # previous step's product runs (the compiler pipelines only loads of 4 bytes and more)
     ragged_prefetch: bool = False
-    # BF16: the grid's experts taken largest first (see _program_tile; not yet measured)
-    sorted_experts: bool = False
 
     def launch_options(self) -> dict:
         """The launch's num_warps, and maxnreg where a register cap is set."""
@@ -181,10 +178,10 @@ def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum,
     ``experts`` for the lanes past them. Experts with invalid bounds count as empty; with
     UNALIGNED_LAST, experts whose counts are off multiples of 8 come after the empty ones.
     ``others`` (a few lanes, ``others[None, :]`` broadcast against ``idx[:, None]``) walks
-    the experts a chunk at a time. The Gluon kernel compiles this too, with the chunk in each
-    thread's registers: each chunk's comparisons and sum stay in a thread, so the cost grows
-    with experts / chunk, not with a reduction across threads per expert. Every program
-    computes the same order."""
+    the experts a chunk at a time. The ragged TMA kernel (kernels_ragged.py) runs it with the
+    chunk in each thread's registers: each chunk's comparisons and sum stay in a thread, so
+    the cost grows with experts / chunk, not with a reduction across threads per expert.
+    Every program computes the same order."""
     keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST)[:, None]
     rows = idx[:, None]
     ranks = idx * 0
@@ -299,20 +296,11 @@ def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, experts,
 
 @triton.jit
 def _program_tile(OFFSETS, ERRORS, tokens_sum, HIDDEN: tl.constexpr, INTER: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
-                  SORTED_EXPERTS: tl.constexpr = False, EXPERTS_POW2: tl.constexpr = 2):
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """(expert, rows, columns, their masks, begin, count) of this program: its output tile and
-    its expert's tokens (see _tile_rows_cols and _expert_tokens). The expert is program_id(1),
-    or with SORTED_EXPERTS the expert of that rank by count, largest first: the hardware then
-    places the largest experts' programs first, which spreads the work more evenly over the
-    SMs (docs/perf/wgrad.md's model)."""
+    its expert's tokens (see _tile_rows_cols and _expert_tokens)."""
     tile = tl.program_id(0)
     expert = tl.program_id(1)
-    if SORTED_EXPERTS:
-        idx = tl.arange(0, EXPERTS_POW2)
-        ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, RANK_CHUNK), tl.num_programs(1),
-                                tokens_sum)
-        expert = _expert_at_rank(ranks, idx, expert)
     m, n = _tile_rows_cols(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
     m_mask, n_mask = m < HIDDEN, n < INTER
     begin, count = _expert_tokens(OFFSETS, ERRORS, expert, tl.num_programs(1), tile == 0,
@@ -342,12 +330,11 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
                   K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
                   RAGGED_PREFETCH: tl.constexpr, RAGGED_ROWS: tl.constexpr,
-                  RAGGED_SKIP_ALIGNED: tl.constexpr, SORTED_EXPERTS: tl.constexpr,
-                  EXPERTS_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
+                  RAGGED_SKIP_ALIGNED: tl.constexpr, EXPERTS_POW2: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
     expert, m, n, m_mask, n_mask, begin, count = _program_tile(
-        OFFSETS, ERRORS, tokens_sum, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M, SORTED_EXPERTS,
-        EXPERTS_POW2)
+        OFFSETS, ERRORS, tokens_sum, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
     if ACCUMULATE:
         if count == 0:
             return
@@ -669,8 +656,7 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     k_aligned = (a_k_major or b_k_major) and not ragged and tokens_sum % 8 == 0 and aligned_bases
     # the vector of offsets the rows' checks read; a fixed value where nothing reads it, so
     # that other launches do not compile per expert count
-    experts_pow2 = (experts_vector(grid[1]) if (ragged and rows is not None) or cfg.sorted_experts
-                    else 2)
+    experts_pow2 = experts_vector(grid[1]) if ragged and rows is not None else 2
     a_rows, b_rows = a, b   # the kernel's unused arguments: valid tensors
     if ragged and rows is not None:
         a_rows, b_rows = ragged_rows_views(rows, tokens_sum, hidden, inter)
@@ -684,7 +670,7 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         # with the rows, two-byte loads remain only for out-of-order offsets
         RAGGED_PREFETCH=ragged and cfg.ragged_prefetch and rows is None,
         RAGGED_ROWS=ragged and rows is not None, RAGGED_SKIP_ALIGNED=ragged and skip_aligned,
-        SORTED_EXPERTS=cfg.sorted_experts, EXPERTS_POW2=experts_pow2,
+        EXPERTS_POW2=experts_pow2,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, **cfg.launch_options())
 
@@ -727,34 +713,32 @@ def compile_cases() -> list[CompileCase]:
                 OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", HIDDEN=c,
                 INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c, DISCRETE=c, ACCUMULATE=c,
                 DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c, RAGGED_ALIGNED=c, RAGGED_PREFETCH=c,
-                RAGGED_ROWS=c, RAGGED_SKIP_ALIGNED=c, SORTED_EXPERTS=c, EXPERTS_POW2=c,
+                RAGGED_ROWS=c, RAGGED_SKIP_ALIGNED=c, EXPERTS_POW2=c,
                 BLOCK_M=c, BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c, GROUP_M=c)
     plan_cfg = gemm_config(False)
     cases = [CompileCase(
         f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc} "
         f"aligned={aligned}{' ragged_prefetch (plan tile)' if prefetch else ''}"
-        f"{' ragged rows' if rows else ''}{' skip aligned' if skip else ''}"
-        f"{' sorted experts' if sorted_experts else ''}", _wgrad_kernel,
+        f"{' ragged rows' if rows else ''}{' skip aligned' if skip else ''}", _wgrad_kernel,
         bf16, dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
                    DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
                    RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, RAGGED_SKIP_ALIGNED=skip,
-                   SORTED_EXPERTS=sorted_experts, EXPERTS_POW2=8, BLOCK_M=128,
+                   EXPERTS_POW2=8, BLOCK_M=128,
                    BLOCK_N=plan_cfg.block_n if prefetch or rows else 128, BLOCK_K=64,
                    NUM_STAGES=3, GROUP_M=8), num_warps=8)
-        for a_k, b_k, ragged, discrete, acc, aligned, prefetch, rows, skip, sorted_experts in (
-                (False, False, False, False, False, False, False, False, False, False),
-                (False, False, False, False, False, False, False, False, False, True),
-                (True, False, False, False, False, False, False, False, False, False),
-                (True, False, False, False, False, True, False, False, False, False),
-                (True, True, False, False, False, True, False, False, False, False),
-                (False, True, False, True, True, True, False, False, False, False),
-                (False, True, False, True, True, False, False, False, False, False),
-                (True, False, True, False, False, False, False, False, False, False),
-                (True, True, True, False, False, True, False, False, False, False),
-                (True, True, True, False, False, True, True, False, False, False),
-                (True, True, True, False, False, True, False, True, False, False),
-                (True, True, True, False, False, True, False, True, True, False))]
+        for a_k, b_k, ragged, discrete, acc, aligned, prefetch, rows, skip in (
+                (False, False, False, False, False, False, False, False, False),
+                (True, False, False, False, False, False, False, False, False),
+                (True, False, False, False, False, True, False, False, False),
+                (True, True, False, False, False, True, False, False, False),
+                (False, True, False, True, True, True, False, False, False),
+                (False, True, False, True, True, False, False, False, False),
+                (True, False, True, False, False, False, False, False, False),
+                (True, True, True, False, False, True, False, False, False),
+                (True, True, True, False, False, True, True, False, False),
+                (True, True, True, False, False, True, False, True, False),
+                (True, True, True, False, False, True, False, True, True))]
     cases.append(CompileCase(
         "wgrad ragged blocks to rows", _ragged_rows_kernel,
         dict(A="*bf16", B="*bf16", A_ROWS="*bf16", B_ROWS="*bf16", OFFSETS="*i32",

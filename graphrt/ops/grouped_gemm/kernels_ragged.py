@@ -96,8 +96,8 @@ class RaggedTmaConfig:
 
 RAGGED_TMA_CONFIG = RaggedTmaConfig()
 
-# the order of the experts and the snake, the Triton kernels' own code (vectors in the layouts
-# the caller gives; tested in the interpreter)
+# the order of the experts and the snake, written as Triton code in kernels.py so that the
+# interpreter tests them (vectors in the layouts the caller gives)
 _ranks_by_count = gluon.jit(_triton_kernels._ranks_by_count.fn)
 _rank_keys = gluon.jit(_triton_kernels._rank_keys.fn)
 _expert_at_rank = gluon.jit(_triton_kernels._expert_at_rank.fn)
@@ -409,13 +409,13 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
     if experts == 0:
         return
     work = _row_tiles(hidden) * _col_tiles(inter) * experts
+    sort = config.sorts(experts)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
     launch_with_scratch(_wgrad_ragged_tma_kernel, (min(work, sm_count(a.device)),), a, b,
                         offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], HIDDEN=hidden,
                         INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
                         OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
-                        SORTED=config.sorts(experts),
-                        EXPERTS_POW2=experts_vector(experts) if config.sorts(experts) else 2,
+                        SORTED=sort, EXPERTS_POW2=experts_vector(experts) if sort else 2,
                         AHEAD=config.ahead, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
