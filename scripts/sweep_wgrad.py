@@ -43,8 +43,7 @@ GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (
 # the Triton kernel's tile for ragged inputs off Hopper (the plan's), and the TMA kernel's stages
 RAGGED_CONFIG = gemm_config(False)
 RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(sorted_experts=False),
-                      RaggedTmaConfig(sorted_max_experts=1024), RaggedTmaConfig(ahead=True),
-                      RaggedTmaConfig(sorted_experts=False, ahead=True)]
+                      RaggedTmaConfig(sorted_max_experts=1024)]
 MANY_EXPERTS_CASES = [(128, 2048, 1024, 32768), (256, 2048, 1024, 65536)]
 # the plan's copy first: (block_w, block_t, num_warps, programs_per_sm)
 ROWS_CONFIGS = [ROWS_CONFIG] + [RowsConfig(*c) for c in [

@@ -589,13 +589,11 @@ def test_gpu_ragged_many_experts_run_the_triton_kernel_alone(seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("sorted_experts", [False, True])
-def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, ahead):
+def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
     """The TMA kernel and the Triton kernel's share launched directly, as the plan does, with
     each of the TMA kernel's work splits (experts in order, or sorted by count with the
-    programs' order snaking), each item's bounds read with it or one item ahead, against the
-    reference; FP32 output poisoned."""
+    programs' order snaking), against the reference; FP32 output poisoned."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
     from graphrt.ops.grouped_gemm.kernels_ragged import (launch_wgrad_ragged_tma,
@@ -606,7 +604,7 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, ahead):
     errors = error_flags(a.device)
     launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, errors, hidden=hidden,
                             inter=inter, accumulate=False,
-                            config=RaggedTmaConfig(sorted_experts=sorted_experts, ahead=ahead))
+                            config=RaggedTmaConfig(sorted_experts=sorted_experts))
     rows = torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255, dtype=torch.uint8,
                       device="cuda")
     launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,

@@ -80,14 +80,11 @@ class RaggedTmaConfig:
     taking items p, p + programs, ... On the H200 (docs/perf/wgrad.md, 2026-12-03) the sorted
     split is 2-10% faster at 8 and 32 experts with random counts (the static split leaves some
     SMs the large experts' items), 2-5% slower at equal counts, and 5-9% slower at 128 and 256
-    experts, where looking up each item's expert costs more than the balance gains.
-    ``ahead``: the product's warpgroups read each item's expert and bounds while the item
-    before runs (for short items, as at 128-256 experts; not yet run on a GPU)."""
+    experts, where looking up each item's expert costs more than the balance gains."""
 
     stages: int = 4
     sorted_experts: bool = True
     sorted_max_experts: int = 64
-    ahead: bool = False
 
     def sorts(self, experts: int) -> bool:
         """Whether a call of ``experts`` experts takes the sorted split."""
@@ -272,48 +269,27 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                           DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                           OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                          EXPERTS_POW2: gl.constexpr, AHEAD: gl.constexpr, ROW0: gl.constexpr):
+                          EXPERTS_POW2: gl.constexpr, ROW0: gl.constexpr):
     """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box. The experts with counts off
-    multiples of 8 are the Triton kernel's. AHEAD: each item's expert and bounds are read one
-    item early, so that their loads land while the item before runs."""
+    multiples of 8 are the Triton kernel's."""
     work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
     i = 0
     z = 0
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8)
-        if AHEAD:
-            live_n, expert_n, j_n, g0_n, q0_n, begin_n, count_n = _sorted_work(
-                0, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0, HIDDEN,
-                INTER, GROUP)
         for round_ in range(0, _rounds(taken, HIDDEN, INTER)):
-            if AHEAD:
-                live, expert, j, g0, q0, count = live_n, expert_n, j_n, g0_n, q0_n, count_n
-                live_n, expert_n, j_n, g0_n, q0_n, begin_n, count_n = _sorted_work(
-                    round_ + 1, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum,
-                    ROW0 == 0, HIDDEN, INTER, GROUP)
-            else:
-                live, expert, j, g0, q0, begin, count = _sorted_work(
-                    round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
-                    HIDDEN, INTER, GROUP)
+            live, expert, j, g0, q0, begin, count = _sorted_work(
+                round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
+                HIDDEN, INTER, GROUP)
             if live & (count % RESIDUES == 0):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
                                     j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
                                     OUT_DTYPE, ROW0)
     else:
-        if AHEAD:   # past the last item: a valid expert's bounds, never used
-            expert_n, j_n, g0_n, q0_n, begin_n, count_n = _ragged_work(
-                gl.minimum(gl.program_id(0), work_items - 1), OFFSETS, ERRORS, experts,
-                tokens_sum, ROW0 == 0, HIDDEN, INTER, GROUP)
         for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
-            if AHEAD:
-                expert, j, g0, q0, count = expert_n, j_n, g0_n, q0_n, count_n
-                expert_n, j_n, g0_n, q0_n, begin_n, count_n = _ragged_work(
-                    gl.minimum(work + gl.num_programs(0), work_items - 1), OFFSETS, ERRORS,
-                    experts, tokens_sum, ROW0 == 0, HIDDEN, INTER, GROUP)
-            else:
-                expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
-                                                               tokens_sum, ROW0 == 0, HIDDEN,
-                                                               INTER, GROUP)
+            expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
+                                                           tokens_sum, ROW0 == 0, HIDDEN, INTER,
+                                                           GROUP)
             if count % RESIDUES == 0:
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
                                     j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
@@ -365,7 +341,7 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
                              HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                              ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
                              STAGES: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                             EXPERTS_POW2: gl.constexpr, AHEAD: gl.constexpr):
+                             EXPERTS_POW2: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -374,12 +350,12 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, AHEAD, 0)),
+                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 0)),
         (_ragged_load_partition, (A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
                                   tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2)),
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, AHEAD, 64)),
+                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -416,7 +392,7 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
                         INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
                         OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
                         SORTED=sort, EXPERTS_POW2=experts_vector(experts) if sort else 2,
-                        AHEAD=config.ahead, num_warps=4, maxnreg=LAUNCH_REGS)
+                        num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
@@ -426,20 +402,17 @@ def compile_cases() -> list[CompileCase]:
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, sorted_experts, ahead in ((False, True, False), (True, True, False),
-                                            (False, False, False), (False, True, True),
-                                            (False, False, True)):
-        name = (f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
-                f"{' ahead' if ahead else ''}")
+    for discrete, sorted_experts in ((False, True), (True, True), (False, False)):
+        name = f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
         cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
             A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c,
-            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c, AHEAD=c),
+            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
-                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2, AHEAD=ahead),
+                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
