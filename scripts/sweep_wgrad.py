@@ -163,18 +163,18 @@ def main_ragged(first: bool, many: bool):
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
 
-            def triton_rows(a, b, offsets=offsets, skip_aligned=False):
+            def triton_rows(a, b, offsets=offsets, skip_tma_taken=False):
                 launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
                              hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
                              ragged=True, accumulate=False, dot_fp32=False, rows=ws,
-                             skip_aligned=skip_aligned)
+                             skip_tma_taken=skip_tma_taken)
             runs = [("Triton 128 x 256, rows workspace", triton_rows)]
             for tcfg in RAGGED_TMA_CONFIGS:
                 def tma(a, b, offsets=offsets, tcfg=tcfg):   # the plan's two launches
                     ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                        errors, hidden=hidden, inter=inter,
                                                        accumulate=False, config=tcfg)
-                    triton_rows(a, b, offsets, skip_aligned=True)
+                    triton_rows(a, b, offsets, skip_tma_taken=True)
                 runs.append((f"TMA {tcfg}, then Triton", tma))
             for name, run in runs:
                 _timed(name, run, sets,

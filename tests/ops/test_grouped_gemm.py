@@ -123,25 +123,33 @@ def test_ragged_aligned_and_odd_experts_interpreted(hidden):
 
 
 @needs_interpreter
-@pytest.mark.parametrize("with_rows", [True, False])
-def test_ragged_skip_aligned_leaves_those_experts_interpreted(with_rows):
-    """The Triton kernel's share when Hopper's TMA kernel runs first (``skip_aligned``): the
-    experts with counts in multiples of 8 left untouched (poisoned), the others exact, with
-    and without the rows workspace."""
+@pytest.mark.parametrize("order,with_rows", [("tensor_ragged", True), ("tensor_ragged", False),
+                                             ("tensor2d", False)])
+def test_triton_kernel_leaves_the_tma_experts_interpreted(order, with_rows):
+    """The Triton kernel's share when Hopper's TMA kernel runs first (``skip_tma_taken``): the
+    experts with counts (tensor2d: and first tokens) in multiples of 8 left untouched
+    (poisoned), the others exact; ragged with and without the rows workspace, tensor2d
+    K-major."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
     torch.manual_seed(7)
-    counts, hidden, inter = [16, 0, 5, 24, 17, 1, 8], 40, 24
-    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cpu")
+    counts, hidden, inter = [16, 0, 5, 24, 17, 1, 8, 6, 2, 0], 40, 24
+    ragged = order == "tensor_ragged"
+    if ragged:
+        a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cpu")
+    else:
+        a, b, offsets = _problem(counts, hidden, inter, "k", "k")
+        a2d, b2d = a, b
     rows = (torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255, dtype=torch.uint8)
             if with_rows else None)
     w = torch.full((len(counts), hidden, inter), float("nan"))
     launch_wgrad(gemm_config(True), a, b, offsets, w, None, torch.float32, error_flags(a.device),
-                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
-                 accumulate=False, dot_fp32=True, rows=rows, skip_aligned=True)
+                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=ragged,
+                 accumulate=False, dot_fp32=True, rows=rows, skip_tma_taken=True)
     ref = _expected(a2d, b2d, offsets, "tensor2d", torch.float32)
-    for e, n in enumerate(counts):
-        if n % 8 == 0:
+    begins = [0, *itertools.accumulate(counts)][:-1]
+    for e, (begin, n) in enumerate(zip(begins, counts)):
+        if n % 8 == 0 and (ragged or begin % 8 == 0):
             assert w[e].isnan().all(), e
         else:
             assert rel_l2(w[e], ref[e]) < 1e-5, e
@@ -546,6 +554,9 @@ def _ragged_tma_plan(a, b, offsets, **flags):
 # counts in multiples of 8 (TMA) below, at and above a step of 64 tokens, and off them (the
 # Triton kernel), empty experts
 TMA_COUNTS = [0, 304, 17, 0, 1024, 259, 8, 256, 7, 64, 136, 6, 3, 0, 45, 72]
+# tensor2d K-K: 2216 tokens (rows 16-byte aligned); the TMA kernel takes experts 0-4, 7-9 and
+# 12 (first token and count in multiples of 8), the Triton kernel those after an odd count
+TENSOR2D_TMA_COUNTS = [0, 304, 16, 0, 1024, 259, 5, 256, 64, 136, 3, 5, 0, 45, 72, 27]
 
 
 @pytest.mark.gpu
@@ -589,27 +600,34 @@ def test_gpu_ragged_many_experts_run_the_triton_kernel_alone(seed):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("order", ["tensor_ragged", "tensor2d"])
 @pytest.mark.parametrize("sorted_experts", [False, True])
-def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
+def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, order):
     """The TMA kernel and the Triton kernel's share launched directly, as the plan does, with
     each of the TMA kernel's work splits (experts in order, or sorted by count with the
-    programs' order snaking), against the reference; FP32 output poisoned."""
+    programs' order snaking), ragged blocks or tensor2d K-major operands, against the
+    reference; FP32 output poisoned."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
     from graphrt.ops.grouped_gemm.kernels_ragged import (launch_wgrad_ragged_tma,
                                                          RaggedTmaConfig)
-    counts, hidden, inter = TMA_COUNTS, 1024, 768
-    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
+    ragged, hidden, inter = order == "tensor_ragged", 1024, 768
+    counts = TMA_COUNTS if ragged else TENSOR2D_TMA_COUNTS
+    if ragged:
+        a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
+    else:
+        a, b, offsets = _problem(counts, hidden, inter, "k", "k", "cuda")
+        a2d, b2d = a, b
     w = torch.full((len(counts), hidden, inter), float("nan"), device="cuda")
     errors = error_flags(a.device)
     launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, errors, hidden=hidden,
-                            inter=inter, accumulate=False,
+                            inter=inter, accumulate=False, tensor2d=not ragged,
                             config=RaggedTmaConfig(sorted_experts=sorted_experts))
-    rows = torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255, dtype=torch.uint8,
-                      device="cuda")
+    rows = (torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255, dtype=torch.uint8,
+                       device="cuda") if ragged else None)
     launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
-                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
-                 accumulate=False, dot_fp32=False, rows=rows, skip_aligned=True)
+                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=ragged,
+                 accumulate=False, dot_fp32=False, rows=rows, skip_tma_taken=True)
     _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
 
 
@@ -633,6 +651,36 @@ def test_gpu_ragged_tma_next_rows_stay_out(seed):
     finite = ref.isfinite()
     assert finite[0, 4].all() and finite[0, 6].all() and finite[3][:, 8].all()
     assert rel_l2(w[finite], ref[finite]) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,accumulate,dtype", [("dense", False, torch.float32),
+                                                   ("dense", True, BF16),
+                                                   ("discrete", False, BF16),
+                                                   ("discrete", True, torch.float32)])
+def test_gpu_tensor2d_k_major_through_tma(seed, mode, accumulate, dtype):
+    """tensor2d with both operands K-major through the plan on Hopper: the TMA kernel takes
+    the experts whose first token and count are multiples of 8, the Triton kernel the rest
+    (after odd counts); a box past an expert's last token reads the next expert's first
+    tokens, where NaN and inf reach only the experts that own them. Output poisoned or
+    accumulated into."""
+    counts, hidden, inter = TENSOR2D_TMA_COUNTS, 1160, 520   # short row and column tiles
+    a, b, offsets = _problem(counts, hidden, inter, "k", "k", "cuda")
+    a[5, 320] = float("nan")    # expert 4's first token, inside expert 2's last box
+    b[2066, 9] = float("inf")   # expert 10's, inside expert 9's last box
+    plan = GroupedGemmWgrad(a, b, offsets, wgrad_dtype=dtype, output_mode=mode,
+                            accumulate_on_output=accumulate).compile()
+    assert plan.ragged_tma is not None
+    init = torch.randn(len(counts), hidden, inter, device="cuda").to(dtype)
+    w = init.clone() if accumulate else torch.full_like(init, float("nan"))
+    ptrs = (torch.tensor([w[e].data_ptr() for e in range(len(counts))], device="cuda")
+            if mode == "discrete" else None)
+    plan.execute(a, b, offsets, wgrad=w, wgrad_ptrs=ptrs)
+    ref = _expected(a, b, offsets, "tensor2d", dtype, init if accumulate else None, counts)
+    assert torch.equal(w.isnan(), ref.isnan()) and torch.equal(w.isinf(), ref.isinf())
+    assert not ref[2].isnan().any() and ref[4, 5].isnan().any()
+    finite = ref.isfinite()
+    _close(w[finite], ref[finite], dtype)
 
 
 @pytest.mark.gpu
@@ -784,7 +832,9 @@ def test_ragged_tma_kernel_takes_only_calls_its_coordinates_reach():
     of at most 64 experts, and calls whose 8 x tokens_sum fits TMA's 32-bit coordinates (the
     others run the Triton kernel for every expert)."""
     from graphrt.ops.grouped_gemm import kernels_ragged as k
-    assert k.fits_tokens(2**28 - 1) and not k.fits_tokens(2**28)
+    assert k.fits_tokens(2**28 - 1, False) and not k.fits_tokens(2**28, False)
+    # tensor2d: rows of a multiple of 8 tokens (16-byte aligned)
+    assert k.fits_tokens(2216, True) and not k.fits_tokens(2215, True)
     assert not k.fits_ragged_tma_kernel(7168, 2048, 8, (8, 0))
     assert not k.fits_ragged_tma_kernel(7164, 2048, 8, (9, 0))
     assert not k.fits_ragged_tma_kernel(7168, 2048, 65, (9, 0))
@@ -804,11 +854,11 @@ def test_ragged_tma_sorted_split_up_to_its_expert_limit():
 @triton.jit
 def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
                   EXPERTS_POW2: tl.constexpr, CHUNK: tl.constexpr,
-                  UNALIGNED_LAST: tl.constexpr):
+                  UNALIGNED_LAST: tl.constexpr, TENSOR2D: tl.constexpr):
     """ORDER[r]: the expert of rank r; POSITIONS[round, program]: the snake's position."""
     idx = tl.arange(0, EXPERTS_POW2)
     ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, CHUNK), experts, tokens_sum,
-                            UNALIGNED_LAST)
+                            UNALIGNED_LAST, TENSOR2D)
     program, programs = tl.program_id(0), tl.num_programs(0)
     if program == 0:
         for rank in range(0, experts):
@@ -818,17 +868,18 @@ def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
 
 
 @needs_interpreter
-@pytest.mark.parametrize("unaligned_last", [False, True])
+@pytest.mark.parametrize("unaligned_last", [None, "tensor_ragged", "tensor2d"])
 @pytest.mark.parametrize("chunk", [2, 8])
 @pytest.mark.parametrize("counts,bad_at", [([5, 0, 9, 9, 1, 30], None), ([7, 7, 7], None),
                                            ([0, 0, 0, 0, 4], None), ([3, 8, 2, 6, 6, 1, 4], 2),
+                                           ([8, 16, 3, 5, 8, 0, 24], None),
                                            ([12], None), ("random 37", 20)])
 def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, unaligned_last):
     """The order a balanced persistent split walks experts in: by count, largest first, ties
     by index, an expert with bad bounds as empty, compared a chunk of experts at a time
-    (chunks shorter and longer than the experts), and for the ragged TMA kernel the experts
-    with counts off multiples of 8 after the empty ones; and the snake covers every position
-    once."""
+    (chunks shorter and longer than the experts), and for the TMA kernel the experts it leaves
+    (counts, and for tensor2d first tokens, off multiples of 8) after the empty ones; and the
+    snake covers every position once."""
     if counts == "random 37":   # ties and empty experts among more experts than a chunk
         counts = torch.randint(0, 6, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     ends = list(itertools.accumulate(counts))
@@ -840,11 +891,15 @@ def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, unaligned_la
     positions = torch.full((rounds, programs), -1, dtype=torch.int32)
     _order_kernel[(programs,)](offsets, order, positions, len(counts), sum(counts), rounds,
                                EXPERTS_POW2=max(2, 1 << (len(counts) - 1).bit_length()),
-                               CHUNK=chunk, UNALIGNED_LAST=unaligned_last)
+                               CHUNK=chunk, UNALIGNED_LAST=unaligned_last is not None,
+                               TENSOR2D=unaligned_last == "tensor2d")
     begins = [0] + ends[:-1]
-    sizes = [end - begin if 0 <= begin <= end else 0 for begin, end in zip(begins, ends)]
-    if unaligned_last:
-        sizes = [n if n % 8 == 0 else -1 for n in sizes]
+    valid = [0 <= begin <= end for begin, end in zip(begins, ends)]
+    sizes = [end - begin if ok else 0 for begin, end, ok in zip(begins, ends, valid)]
+    if unaligned_last is not None:
+        begins = [begin if ok else 0 for begin, ok in zip(begins, valid)]
+        sizes = [n if n % 8 == 0 and (unaligned_last == "tensor_ragged" or begin % 8 == 0)
+                 else -1 for n, begin in zip(sizes, begins)]
     assert order.tolist() == sorted(range(len(counts)), key=lambda e: (-sizes[e], e))
     assert sorted(positions.reshape(-1).tolist()) == list(range(rounds * programs))
     assert positions[1].tolist() == [2 * programs - 1 - p for p in range(programs)]

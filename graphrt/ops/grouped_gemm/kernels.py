@@ -160,34 +160,49 @@ def _expert_tokens(OFFSETS, ERRORS, expert, experts, flag, tokens_sum):
 
 
 @triton.jit
-def _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST: tl.constexpr):
+def _tma_takes(begin, count, TENSOR2D: tl.constexpr):
+    """Whether Hopper's TMA kernel (kernels_ragged.py) takes an expert of these bounds (valid
+    ones; invalid bounds come as an empty expert at 0): its count a multiple of 8, and for
+    tensor2d operands its first token too (the 16-byte aligned boxes TMA needs)."""
+    takes = count % 8 == 0
+    if TENSOR2D:
+        takes = takes & (begin % 8 == 0)
+    return takes
+
+
+@triton.jit
+def _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST: tl.constexpr,
+               TENSOR2D: tl.constexpr = False):
     """What ``_ranks_by_count`` orders experts ``idx`` by: the token count (0 for invalid
-    bounds), or with UNALIGNED_LAST -1 for counts off multiples of 8; -2 past the experts."""
-    _begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
+    bounds), or with UNALIGNED_LAST -1 for the experts the TMA kernel leaves (``_tma_takes``);
+    -2 past the experts."""
+    begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
     counts = tl.where(bad, 0, counts)
     if UNALIGNED_LAST:
-        counts = tl.where(counts % 8 == 0, counts, -1)
+        counts = tl.where(_tma_takes(tl.where(bad, 0, begins), counts, TENSOR2D), counts, -1)
     return tl.where(idx < experts, counts, -2)
 
 
 @triton.jit
 def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum,
-                    UNALIGNED_LAST: tl.constexpr = False):
+                    UNALIGNED_LAST: tl.constexpr = False, TENSOR2D: tl.constexpr = False):
     """Each expert ``idx`` (a vector over a power of two >= experts) ranked by token count,
     largest first, ties by index: a permutation of 0 .. experts - 1 for the experts,
     ``experts`` for the lanes past them. Experts with invalid bounds count as empty; with
-    UNALIGNED_LAST, experts whose counts are off multiples of 8 come after the empty ones.
+    UNALIGNED_LAST, the experts the TMA kernel leaves (``_tma_takes``) come after the empty
+    ones.
     ``others`` (a few lanes, ``others[None, :]`` broadcast against ``idx[:, None]``) walks
     the experts a chunk at a time. The ragged TMA kernel (kernels_ragged.py) runs it with the
     chunk in each thread's registers: each chunk's comparisons and sum stay in a thread, so
     the cost grows with experts / chunk, not with a reduction across threads per expert.
     Every program computes the same order."""
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST)[:, None]
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST, TENSOR2D)[:, None]
     rows = idx[:, None]
     ranks = idx * 0
     for start in range(0, experts, others.shape[0]):
         other = start + others
-        other_keys = _rank_keys(OFFSETS, other, experts, tokens_sum, UNALIGNED_LAST)[None, :]
+        other_keys = _rank_keys(OFFSETS, other, experts, tokens_sum, UNALIGNED_LAST,
+                                TENSOR2D)[None, :]
         other = other[None, :]
         ahead = (other < experts) & ((other_keys > keys) |
                                      ((other_keys == keys) & (other < rows)))
@@ -330,7 +345,7 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
                   K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
                   RAGGED_PREFETCH: tl.constexpr, RAGGED_ROWS: tl.constexpr,
-                  RAGGED_SKIP_ALIGNED: tl.constexpr, EXPERTS_POW2: tl.constexpr,
+                  SKIP_TMA_TAKEN: tl.constexpr, EXPERTS_POW2: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
     expert, m, n, m_mask, n_mask, begin, count = _program_tile(
@@ -338,8 +353,8 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
     if ACCUMULATE:
         if count == 0:
             return
-    if RAGGED_SKIP_ALIGNED:   # those experts are another kernel's (kernels_ragged.py)
-        if _ragged_rows_aligned(begin, count, HIDDEN, INTER):
+    if SKIP_TMA_TAKEN:   # those experts are Hopper's TMA kernel's (kernels_ragged.py)
+        if _tma_takes(begin, count, not RAGGED):
             return
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if RAGGED:   # the expert's blocks: A_e (hidden, count), B_e (intermediate, count)
@@ -638,13 +653,14 @@ def launch_ragged_rows(cfg: RowsConfig, a, b, a_rows, b_rows, offsets, *, hidden
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
                  hidden: int, inter: int, a_k_major: bool, b_k_major: bool, ragged: bool,
                  accumulate: bool, dot_fp32: bool, rows=None,
-                 skip_aligned: bool = False) -> None:
+                 skip_tma_taken: bool = False) -> None:
     """out: the dense output; with ``out_ptrs`` (discrete) the addresses are read from it;
     ``errors``: the device's error flags (graphrt.device_checks.error_flags). ``rows``
     (ragged): a uint8 scratch of ``ragged_rows_bytes`` into which the experts whose blocks are
     not 16-byte aligned row by row are first copied as rows, which the GEMM then reads at full
-    speed; without it those experts load two bytes at a time. ``skip_aligned`` (ragged): the
-    other experts (and those with invalid bounds) are left alone, for Hopper's TMA kernel."""
+    speed; without it those experts load two bytes at a time. ``skip_tma_taken``: the experts
+    that Hopper's TMA kernel takes (``_tma_takes``: those with counts and, for tensor2d, first
+    tokens in multiples of 8, and those with invalid bounds) are left alone."""
     launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
     if launch_args is None:
         return
@@ -669,7 +685,7 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         RAGGED_ALIGNED=ragged and aligned_bases,
         # with the rows, two-byte loads remain only for out-of-order offsets
         RAGGED_PREFETCH=ragged and cfg.ragged_prefetch and rows is None,
-        RAGGED_ROWS=ragged and rows is not None, RAGGED_SKIP_ALIGNED=ragged and skip_aligned,
+        RAGGED_ROWS=ragged and rows is not None, SKIP_TMA_TAKEN=skip_tma_taken,
         EXPERTS_POW2=experts_pow2,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, **cfg.launch_options())
@@ -713,17 +729,17 @@ def compile_cases() -> list[CompileCase]:
                 OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", HIDDEN=c,
                 INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c, DISCRETE=c, ACCUMULATE=c,
                 DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c, RAGGED_ALIGNED=c, RAGGED_PREFETCH=c,
-                RAGGED_ROWS=c, RAGGED_SKIP_ALIGNED=c, EXPERTS_POW2=c,
+                RAGGED_ROWS=c, SKIP_TMA_TAKEN=c, EXPERTS_POW2=c,
                 BLOCK_M=c, BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c, GROUP_M=c)
     plan_cfg = gemm_config(False)
     cases = [CompileCase(
         f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc} "
         f"aligned={aligned}{' ragged_prefetch (plan tile)' if prefetch else ''}"
-        f"{' ragged rows' if rows else ''}{' skip aligned' if skip else ''}", _wgrad_kernel,
+        f"{' ragged rows' if rows else ''}{' TMA experts skipped' if skip else ''}", _wgrad_kernel,
         bf16, dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
                    DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
-                   RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, RAGGED_SKIP_ALIGNED=skip,
+                   RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, SKIP_TMA_TAKEN=skip,
                    EXPERTS_POW2=8, BLOCK_M=128,
                    BLOCK_N=plan_cfg.block_n if prefetch or rows else 128, BLOCK_K=64,
                    NUM_STAGES=3, GROUP_M=8), num_warps=8)
@@ -732,6 +748,7 @@ def compile_cases() -> list[CompileCase]:
                 (True, False, False, False, False, False, False, False, False),
                 (True, False, False, False, False, True, False, False, False),
                 (True, True, False, False, False, True, False, False, False),
+                (True, True, False, False, False, True, False, False, True),
                 (False, True, False, True, True, True, False, False, False),
                 (False, True, False, True, True, False, False, False, False),
                 (True, False, True, False, False, False, False, False, False),

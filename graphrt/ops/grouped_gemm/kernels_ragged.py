@@ -97,6 +97,7 @@ RAGGED_TMA_CONFIG = RaggedTmaConfig()
 # interpreter tests them (vectors in the layouts the caller gives)
 _ranks_by_count = gluon.jit(_triton_kernels._ranks_by_count.fn)
 _rank_keys = gluon.jit(_triton_kernels._rank_keys.fn)
+_tma_takes = gluon.jit(_triton_kernels._tma_takes.fn)
 _expert_at_rank = gluon.jit(_triton_kernels._expert_at_rank.fn)
 _snake = gluon.jit(_triton_kernels._snake.fn)
 
@@ -140,17 +141,17 @@ def _ragged_work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
 
 @gluon.jit
 def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
-                  WARPS: gl.constexpr, CHUNK: gl.constexpr):
-    """(ranks, idx, taken): every expert's rank by count, largest first, the experts with
-    counts off multiples of 8 (the Triton kernel's) last, over the calling partition's WARPS
+                  WARPS: gl.constexpr, CHUNK: gl.constexpr, TENSOR2D: gl.constexpr):
+    """(ranks, idx, taken): every expert's rank by count, largest first, the experts this
+    kernel leaves to the Triton kernel (``_tma_takes``) last, over the calling partition's WARPS
     warps, the experts compared CHUNK at a time in each thread's registers; ``taken``: how many
     experts this kernel takes (the ranks before those)."""
     pairs: gl.constexpr = gl.BlockedLayout([1, CHUNK], [32, 1], [WARPS, 1], [1, 0])
     idx = gl.arange(0, EXPERTS_POW2, layout=gl.SliceLayout(1, pairs))
     others = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, pairs))
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, True)
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, True, TENSOR2D)
     taken = gl.sum(((idx < experts) & (keys >= 0)).to(gl.int32), axis=0)
-    return _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, True), idx, taken
+    return _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, True, TENSOR2D), idx, taken
 
 
 @gluon.jit
@@ -185,29 +186,40 @@ def _wait_landed(ready, lo, hi):
 
 
 @gluon.jit
-def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-               HIDDEN: gl.constexpr, INTER: gl.constexpr):
+def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, tokens_sum,
+               HIDDEN: gl.constexpr, INTER: gl.constexpr, TENSOR2D: gl.constexpr):
     """The item's descriptors made, its boxes streamed into the stages from the i-th filled
-    on: the next stage to fill."""
+    on: the next stage to fill. Ragged: views of the expert's blocks, rows of 8 n_e tokens;
+    TENSOR2D: views of the whole operands, rows of 8 tokens_sum tokens, the expert's tokens
+    from ``begin`` in each."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     BQ: gl.constexpr = BLOCK_N // RESIDUES
     NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
-    width = (count * RESIDUES).to(gl.int32)
-    a_desc = tma.make_tensor_descriptor(
-        A + HIDDEN * begin, [HIDDEN // RESIDUES, width], [width, 1], [BLOCK_M, BLOCK_K],
-        a_bufs.type.layout)
-    b_desc = tma.make_tensor_descriptor(
-        B + INTER * begin, [INTER // RESIDUES, width], [width, 1], [BQ, BLOCK_K],
-        b_bufs.type.layout)
     n = count.to(gl.int32)
+    if TENSOR2D:
+        row = tokens_sum
+        first = begin.to(gl.int32)
+        a_base = A
+        b_base = B
+    else:
+        row = n
+        first = 0
+        a_base = A + HIDDEN * begin
+        b_base = B + INTER * begin
+    width = row * RESIDUES
+    a_desc = tma.make_tensor_descriptor(
+        a_base, [HIDDEN // RESIDUES, width], [width, 1], [BLOCK_M, BLOCK_K], a_bufs.type.layout)
+    b_desc = tma.make_tensor_descriptor(
+        b_base, [INTER // RESIDUES, width], [width, 1], [BQ, BLOCK_K], b_bufs.type.layout)
     for k0 in range(0, n, BLOCK_K):
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
         bar = ready.index(s)
         mbarrier.expect(bar, NBYTES)
-        tma.async_copy_global_to_shared(a_desc, [g0, j * n + k0], bar, a_bufs.index(s))
+        tma.async_copy_global_to_shared(a_desc, [g0, j * row + first + k0], bar,
+                                        a_bufs.index(s))
         for r in gl.static_range(RESIDUES):
-            tma.async_copy_global_to_shared(b_desc, [q0, r * n + k0], bar,
+            tma.async_copy_global_to_shared(b_desc, [q0, r * row + first + k0], bar,
                                             b_bufs.index(s).slice(r * BQ, BQ, dim=0))
         i += 1
     return i
@@ -217,7 +229,7 @@ def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
 def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
                            tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                            GROUP: gl.constexpr, SORTED: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr):
+                           EXPERTS_POW2: gl.constexpr, TENSOR2D: gl.constexpr):
     """Items alternate between two descriptor slots (two call sites of _load_item, so two
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
@@ -225,41 +237,43 @@ def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, 
     work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
     slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
     if SORTED:
-        ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4)
+        ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
+                                          TENSOR2D)
         for round_ in range(0, _rounds(taken, HIDDEN, INTER)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
                 INTER, GROUP)
-            if live & (count > 0) & (count % RESIDUES == 0):
+            if live & (count > 0) & _tma_takes(begin, count, TENSOR2D):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
-                                      begin, count, HIDDEN, INTER)
+                                      begin, count, tokens_sum, HIDDEN, INTER, TENSOR2D)
     else:
         for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
             expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                            tokens_sum, False, HIDDEN, INTER,
                                                            GROUP)
-            if (count > 0) & (count % RESIDUES == 0):
+            if (count > 0) & _tma_takes(begin, count, TENSOR2D):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
-                                      begin, count, HIDDEN, INTER)
+                                      begin, count, tokens_sum, HIDDEN, INTER, TENSOR2D)
 
 
 @gluon.jit
 def _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0, begin, count,
-                  HIDDEN: gl.constexpr, INTER: gl.constexpr):
+                  tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                  TENSOR2D: gl.constexpr):
     """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     i, slot, start0, end0, start1, end1 = slots
     if slot == 0:
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
-        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, HIDDEN,
-                       INTER)
+        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+                       tokens_sum, HIDDEN, INTER, TENSOR2D)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
-        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, HIDDEN,
-                       INTER)
+        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+                       tokens_sum, HIDDEN, INTER, TENSOR2D)
         end1 = i
     return i, 1 - slot, start0, end0, start1, end1
 
@@ -269,19 +283,21 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                           DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                           OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                          EXPERTS_POW2: gl.constexpr, ROW0: gl.constexpr):
-    """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box. The experts with counts off
-    multiples of 8 are the Triton kernel's."""
+                          EXPERTS_POW2: gl.constexpr, TENSOR2D: gl.constexpr,
+                          ROW0: gl.constexpr):
+    """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box. The experts that
+    ``_tma_takes`` leaves are the Triton kernel's."""
     work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
     i = 0
     z = 0
     if SORTED:
-        ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8)
+        ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
+                                          TENSOR2D)
         for round_ in range(0, _rounds(taken, HIDDEN, INTER)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
                 HIDDEN, INTER, GROUP)
-            if live & (count % RESIDUES == 0):
+            if live & _tma_takes(begin, count, TENSOR2D):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
                                     j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
                                     OUT_DTYPE, ROW0)
@@ -290,7 +306,7 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
             expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                            tokens_sum, ROW0 == 0, HIDDEN, INTER,
                                                            GROUP)
-            if count % RESIDUES == 0:
+            if _tma_takes(begin, count, TENSOR2D):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
                                     j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
                                     OUT_DTYPE, ROW0)
@@ -341,7 +357,7 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
                              HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                              ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
                              STAGES: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                             EXPERTS_POW2: gl.constexpr):
+                             EXPERTS_POW2: gl.constexpr, TENSOR2D: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -350,37 +366,43 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 0)),
+                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, TENSOR2D,
+                                 0)),
         (_ragged_load_partition, (A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
-                                  tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2)),
+                                  tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2,
+                                  TENSOR2D)),
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 64)),
+                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, TENSOR2D,
+                                 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
 def fits_ragged_tma_kernel(hidden: int, inter: int, experts: int, capability) -> bool:
-    """Whether plans run this kernel for ragged BF16 operands of these sizes: a Hopper GPU,
-    Triton 3.6, hidden and intermediate multiples of 8 (every expert's blocks then start
-    16-byte aligned in the 16-byte aligned buffers plans require, and eight rows are 16 bytes
-    of tokens apart), and at most PLAN_MAX_EXPERTS experts."""
+    """Whether plans run this kernel for BF16 operands of these sizes (ragged, or tensor2d
+    with both operands K-major): a Hopper GPU, Triton 3.6, hidden and intermediate multiples
+    of 8 (every ragged expert's blocks then start 16-byte aligned in the 16-byte aligned
+    buffers plans require, and eight rows are 16 bytes of tokens apart), and at most
+    PLAN_MAX_EXPERTS experts."""
     return (GLUON_API_OK and capability is not None and capability[0] == 9
             and hidden % RESIDUES.value == 0 and inter % RESIDUES.value == 0
             and experts <= PLAN_MAX_EXPERTS)
 
 
-def fits_tokens(tokens_sum: int) -> bool:
+def fits_tokens(tokens_sum: int, tensor2d: bool) -> bool:
     """Whether a call of ``tokens_sum`` tokens fits TMA's 32-bit coordinates (a view row holds
-    8 n_e tokens)."""
-    return tokens_sum * RESIDUES.value < 2**31
+    8 n_e tokens, tensor2d 8 tokens_sum) and, for tensor2d operands, its rows start 16-byte
+    aligned (tokens_sum a multiple of 8)."""
+    return tokens_sum * RESIDUES.value < 2**31 and (not tensor2d or tokens_sum % 8 == 0)
 
 
 def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, hidden: int,
-                            inter: int, accumulate: bool,
+                            inter: int, accumulate: bool, tensor2d: bool = False,
                             config: RaggedTmaConfig = RAGGED_TMA_CONFIG) -> None:
-    """The ragged BF16 wgrad through this kernel: a (hidden, T) and b (T, intermediate)
-    holding the experts' blocks, arguments as kernels.launch_wgrad's, on operands
-    ``fits_ragged_tma_kernel`` accepts, 16-byte aligned."""
+    """The BF16 wgrad of the experts ``_tma_takes`` through this kernel: a (hidden, T) and b
+    (T, intermediate) holding the experts' blocks, or with ``tensor2d`` both K-major (tokens
+    the unit-stride axis), arguments as kernels.launch_wgrad's, on operands
+    ``fits_ragged_tma_kernel`` and ``fits_tokens`` accept, 16-byte aligned."""
     experts = offsets.numel()
     if experts == 0:
         return
@@ -392,27 +414,31 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
                         INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
                         OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
                         SORTED=sort, EXPERTS_POW2=experts_vector(experts) if sort else 2,
-                        num_warps=4, maxnreg=LAUNCH_REGS)
+                        TENSOR2D=tensor2d, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: dense and discrete (accumulating)
-    output at the first benchmark case's sizes."""
+    output at the first benchmark case's sizes, both splits, ragged and tensor2d."""
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, sorted_experts in ((False, True), (True, True), (False, False)):
-        name = f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
+    for discrete, sorted_experts, tensor2d in ((False, True, False), (True, True, False),
+                                               (False, False, False), (False, True, True),
+                                               (True, False, True)):
+        name = (f"wgrad {'tensor2d K-K' if tensor2d else 'ragged'} TMA (Gluon) "
+                f"discrete={discrete} sorted_experts={sorted_experts}")
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
         cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
             A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c,
-            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c),
+            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c, TENSOR2D=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
-                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2),
+                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2,
+                 TENSOR2D=tensor2d),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases

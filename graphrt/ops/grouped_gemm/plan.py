@@ -181,10 +181,15 @@ class GroupedGemmWgrad(Plan):
             self.gluon = gluon if gluon is not None and gluon.GLUON_API_OK else None
         self.ragged_rows = (self.backend == "triton" and not self.fp8
                             and self.contract.flag("input_order") == "tensor_ragged")
-        # ragged BF16 on Hopper: the TMA kernel takes the experts with counts in multiples of
-        # 8, the Triton kernel (after it) the others
+        # on Hopper, ragged BF16 and tensor2d BF16 with both operands K-major: the TMA kernel
+        # takes the experts with counts (tensor2d: and first tokens) in multiples of 8, the
+        # Triton kernel (after it) the others
+        self.tensor2d_k_k = (self.contract.flag("input_order") == "tensor2d" and not self.fp8
+                             and self.contract.spec("a").layout == "k"
+                             and self.contract.spec("b").layout == "k")
         ragged_tma = (hopper_module(__package__, "kernels_ragged", self.contract.capability)
-                      if self.ragged_rows else None)
+                      if self.backend == "triton" and (self.ragged_rows or self.tensor2d_k_k)
+                      else None)
         if ragged_tma is not None and not ragged_tma.fits_ragged_tma_kernel(
                 self.hidden, self.inter, self.experts, self.contract.capability):
             ragged_tma = None
@@ -273,11 +278,12 @@ class GroupedGemmWgrad(Plan):
                     accumulate=accumulate)
                 return
             tma = (self.ragged_tma if self.ragged_tma is not None
-                   and self.ragged_tma.fits_tokens(tokens_sum) else None)
+                   and self.ragged_tma.fits_tokens(tokens_sum, self.tensor2d_k_k) else None)
             if tma is not None:   # the experts with counts in multiples of 8
                 tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
-                    hidden=self.hidden, inter=self.inter, accumulate=accumulate)
+                    hidden=self.hidden, inter=self.inter, accumulate=accumulate,
+                    tensor2d=self.tensor2d_k_k)
             if self.fp8:
                 launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
                                  wgrad_ptrs if discrete else None, out_dtype, errors,
@@ -288,7 +294,7 @@ class GroupedGemmWgrad(Plan):
                          out_dtype, errors, hidden=self.hidden, inter=self.inter,
                          a_k_major=c.spec("a").layout == "k", b_k_major=c.spec("b").layout == "k",
                          ragged=c.flag("input_order") == "tensor_ragged", accumulate=accumulate,
-                         dot_fp32=self.interpreted, rows=rows, skip_aligned=tma is not None)
+                         dot_fp32=self.interpreted, rows=rows, skip_tma_taken=tma is not None)
 
     def _rows_operand(self, workspace, tokens_sum: int, device) -> torch.Tensor | None:
         """The ragged rows' scratch (see ``rows_workspace_bytes``) as uint8; None without one
