@@ -123,25 +123,33 @@ def test_ragged_aligned_and_odd_experts_interpreted(hidden):
 
 
 @needs_interpreter
-@pytest.mark.parametrize("with_rows", [True, False])
-def test_triton_kernel_leaves_the_tma_experts_interpreted(with_rows):
-    """The Triton kernel's share of a ragged call when Hopper's TMA kernel runs first
-    (``skip_tma_taken``): the experts with counts in multiples of 8 left untouched (poisoned),
-    the others exact, with and without the rows workspace."""
+@pytest.mark.parametrize("order,with_rows", [("tensor_ragged", True), ("tensor_ragged", False),
+                                             ("tensor2d", False)])
+def test_triton_kernel_leaves_the_tma_experts_interpreted(order, with_rows):
+    """The Triton kernel's share when Hopper's TMA kernel runs first (``skip_tma_taken``): the
+    experts with counts (tensor2d: and first tokens) in multiples of 8 left untouched
+    (poisoned), the others exact; ragged with and without the rows workspace, tensor2d
+    K-major."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
     torch.manual_seed(7)
     counts, hidden, inter = [16, 0, 5, 24, 17, 1, 8, 6, 2, 0], 40, 24
-    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cpu")
+    ragged = order == "tensor_ragged"
+    if ragged:
+        a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cpu")
+    else:
+        a, b, offsets = _problem(counts, hidden, inter, "k", "k")
+        a2d, b2d = a, b
     rows = (torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255, dtype=torch.uint8)
             if with_rows else None)
     w = torch.full((len(counts), hidden, inter), float("nan"))
     launch_wgrad(gemm_config(True), a, b, offsets, w, None, torch.float32, error_flags(a.device),
-                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
+                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=ragged,
                  accumulate=False, dot_fp32=True, rows=rows, skip_tma_taken=True)
     ref = _expected(a2d, b2d, offsets, "tensor2d", torch.float32)
-    for e, n in enumerate(counts):
-        if n % 8 == 0:
+    begins = [0, *itertools.accumulate(counts)][:-1]
+    for e, (begin, n) in enumerate(zip(begins, counts)):
+        if n % 8 == 0 and (ragged or begin % 8 == 0):
             assert w[e].isnan().all(), e
         else:
             assert rel_l2(w[e], ref[e]) < 1e-5, e
@@ -546,8 +554,8 @@ def _ragged_tma_plan(a, b, offsets, **flags):
 # counts in multiples of 8 (TMA) below, at and above a step of 64 tokens, and off them (the
 # Triton kernel), empty experts
 TMA_COUNTS = [0, 304, 17, 0, 1024, 259, 8, 256, 7, 64, 136, 6, 3, 0, 45, 72]
-# tensor2d K-K: 2216 tokens (rows 16-byte aligned); experts starting on and off multiples of 8
-# tokens, counts in and off them, empty ones at aligned and unaligned tokens
+# tensor2d K-K: 2216 tokens (rows 16-byte aligned); the TMA kernel takes experts 0-4, 7-9 and
+# 12 (first token and count in multiples of 8), the Triton kernel those after an odd count
 TENSOR2D_TMA_COUNTS = [0, 304, 16, 0, 1024, 259, 5, 256, 64, 136, 3, 5, 0, 45, 72, 27]
 
 
@@ -615,12 +623,11 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, order):
     launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, errors, hidden=hidden,
                             inter=inter, accumulate=False, tensor2d=not ragged,
                             config=RaggedTmaConfig(sorted_experts=sorted_experts))
-    if ragged:   # tensor2d: the TMA kernel takes every expert
-        rows = torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255,
-                          dtype=torch.uint8, device="cuda")
-        launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
-                     hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
-                     accumulate=False, dot_fp32=False, rows=rows, skip_tma_taken=True)
+    rows = (torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255, dtype=torch.uint8,
+                       device="cuda") if ragged else None)
+    launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
+                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=ragged,
+                 accumulate=False, dot_fp32=False, rows=rows, skip_tma_taken=True)
     _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
 
 
@@ -653,13 +660,14 @@ def test_gpu_ragged_tma_next_rows_stay_out(seed):
                                                    ("discrete", True, torch.float32)])
 def test_gpu_tensor2d_k_major_through_tma(seed, mode, accumulate, dtype):
     """tensor2d with both operands K-major through the plan on Hopper: the TMA kernel takes
-    every expert, its boxes from the multiple of 8 tokens at or before its first token; a box
-    reads the previous expert's last tokens and the next one's first, where NaN and inf reach
-    only the experts that own them. Output poisoned or accumulated into."""
+    the experts whose first token and count are multiples of 8, the Triton kernel the rest
+    (after odd counts); a box past an expert's last token reads the next expert's first
+    tokens, where NaN and inf reach only the experts that own them. Output poisoned or
+    accumulated into."""
     counts, hidden, inter = TENSOR2D_TMA_COUNTS, 1160, 520   # short row and column tiles
     a, b, offsets = _problem(counts, hidden, inter, "k", "k", "cuda")
     a[5, 320] = float("nan")    # expert 4's first token, inside expert 2's last box
-    b[2066, 9] = float("inf")   # expert 10's last, in expert 9's last box and 11's first
+    b[2066, 9] = float("inf")   # expert 10's, inside expert 9's last box
     plan = GroupedGemmWgrad(a, b, offsets, wgrad_dtype=dtype, output_mode=mode,
                             accumulate_on_output=accumulate).compile()
     assert plan.ragged_tma is not None
@@ -870,8 +878,8 @@ def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, unaligned_la
     """The order a balanced persistent split walks experts in: by count, largest first, ties
     by index, an expert with bad bounds as empty, compared a chunk of experts at a time
     (chunks shorter and longer than the experts), and for the TMA kernel the experts it leaves
-    (ragged counts off multiples of 8; tensor2d none) after the empty ones; and the snake
-    covers every position once."""
+    (counts, and for tensor2d first tokens, off multiples of 8) after the empty ones; and the
+    snake covers every position once."""
     if counts == "random 37":   # ties and empty experts among more experts than a chunk
         counts = torch.randint(0, 6, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     ends = list(itertools.accumulate(counts))
@@ -886,9 +894,12 @@ def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, unaligned_la
                                CHUNK=chunk, UNALIGNED_LAST=unaligned_last is not None,
                                TENSOR2D=unaligned_last == "tensor2d")
     begins = [0] + ends[:-1]
-    sizes = [end - begin if 0 <= begin <= end else 0 for begin, end in zip(begins, ends)]
+    valid = [0 <= begin <= end for begin, end in zip(begins, ends)]
+    sizes = [end - begin if ok else 0 for begin, end, ok in zip(begins, ends, valid)]
     if unaligned_last is not None:
-        sizes = [n if n % 8 == 0 or unaligned_last == "tensor2d" else -1 for n in sizes]
+        begins = [begin if ok else 0 for begin, ok in zip(begins, valid)]
+        sizes = [n if n % 8 == 0 and (unaligned_last == "tensor_ragged" or begin % 8 == 0)
+                 else -1 for n, begin in zip(sizes, begins)]
     assert order.tolist() == sorted(range(len(counts)), key=lambda e: (-sizes[e], e))
     assert sorted(positions.reshape(-1).tolist()) == list(range(rounds * programs))
     assert positions[1].tolist() == [2 * programs - 1 - p for p in range(programs)]

@@ -160,14 +160,13 @@ def _expert_tokens(OFFSETS, ERRORS, expert, experts, flag, tokens_sum):
 
 
 @triton.jit
-def _tma_takes(count, TENSOR2D: tl.constexpr):
-    """Whether Hopper's TMA kernel (kernels_ragged.py) takes an expert of ``count`` tokens:
-    ragged, a count in multiples of 8 (each row of its blocks then starts 16-byte aligned);
-    tensor2d, every expert (its boxes start at the multiple of 8 tokens at or before its first
-    token)."""
+def _tma_takes(begin, count, TENSOR2D: tl.constexpr):
+    """Whether Hopper's TMA kernel (kernels_ragged.py) takes an expert of these bounds (valid
+    ones; invalid bounds come as an empty expert at 0): its count a multiple of 8, and for
+    tensor2d operands its first token too (the 16-byte aligned boxes TMA needs)."""
     takes = count % 8 == 0
     if TENSOR2D:
-        takes = count >= 0
+        takes = takes & (begin % 8 == 0)
     return takes
 
 
@@ -177,10 +176,10 @@ def _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST: tl.constexpr,
     """What ``_ranks_by_count`` orders experts ``idx`` by: the token count (0 for invalid
     bounds), or with UNALIGNED_LAST -1 for the experts the TMA kernel leaves (``_tma_takes``);
     -2 past the experts."""
-    _begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
+    begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
     counts = tl.where(bad, 0, counts)
     if UNALIGNED_LAST:
-        counts = tl.where(_tma_takes(counts, TENSOR2D), counts, -1)
+        counts = tl.where(_tma_takes(tl.where(bad, 0, begins), counts, TENSOR2D), counts, -1)
     return tl.where(idx < experts, counts, -2)
 
 
@@ -355,7 +354,7 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
         if count == 0:
             return
     if SKIP_TMA_TAKEN:   # those experts are Hopper's TMA kernel's (kernels_ragged.py)
-        if _tma_takes(count, False):
+        if _tma_takes(begin, count, not RAGGED):
             return
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if RAGGED:   # the expert's blocks: A_e (hidden, count), B_e (intermediate, count)
@@ -659,9 +658,9 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     ``errors``: the device's error flags (graphrt.device_checks.error_flags). ``rows``
     (ragged): a uint8 scratch of ``ragged_rows_bytes`` into which the experts whose blocks are
     not 16-byte aligned row by row are first copied as rows, which the GEMM then reads at full
-    speed; without it those experts load two bytes at a time. ``skip_tma_taken`` (ragged): the
-    experts that Hopper's TMA kernel takes (``_tma_takes``: counts in multiples of 8, and
-    invalid bounds) are left alone."""
+    speed; without it those experts load two bytes at a time. ``skip_tma_taken``: the experts
+    that Hopper's TMA kernel takes (``_tma_takes``: those with counts and, for tensor2d, first
+    tokens in multiples of 8, and those with invalid bounds) are left alone."""
     launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
     if launch_args is None:
         return
@@ -686,7 +685,7 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         RAGGED_ALIGNED=ragged and aligned_bases,
         # with the rows, two-byte loads remain only for out-of-order offsets
         RAGGED_PREFETCH=ragged and cfg.ragged_prefetch and rows is None,
-        RAGGED_ROWS=ragged and rows is not None, SKIP_TMA_TAKEN=ragged and skip_tma_taken,
+        RAGGED_ROWS=ragged and rows is not None, SKIP_TMA_TAKEN=skip_tma_taken,
         EXPERTS_POW2=experts_pow2,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, **cfg.launch_options())
@@ -749,6 +748,7 @@ def compile_cases() -> list[CompileCase]:
                 (True, False, False, False, False, False, False, False, False),
                 (True, False, False, False, False, True, False, False, False),
                 (True, True, False, False, False, True, False, False, False),
+                (True, True, False, False, False, True, False, False, True),
                 (False, True, False, True, True, True, False, False, False),
                 (False, True, False, True, True, False, False, False, False),
                 (True, False, True, False, False, False, False, False, False),

@@ -1,10 +1,8 @@
-"""Hopper kernel (Gluon, Triton 3.6) for the BF16 grouped wgrad with tokens the unit-stride
-axis of both operands. Ragged inputs: the experts whose token count n_e is a multiple of 8,
-their blocks A_e [hidden, n_e] and B_e [intermediate, n_e] read by TMA; the others are left to
-the Triton kernel (kernels.py: copied as rows, then multiplied), launched after this one.
-tensor2d inputs (``TENSOR2D``; A [hidden, T] and B [intermediate, T] in memory, T a multiple
-of 8): every expert, its boxes starting at the multiple of 8 tokens at or before its first
-token. Plans run it for up to PLAN_MAX_EXPERTS experts.
+"""Hopper kernel (Gluon, Triton 3.6) for the BF16 grouped wgrad with ragged inputs: the
+experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e] and B_e
+[intermediate, n_e] (tokens unit-stride) read by TMA. The others are left to the Triton kernel
+(kernels.py: copied as rows, then multiplied), launched after this one. Plans run it for up to
+PLAN_MAX_EXPERTS experts.
 
 Eight rows of a block are viewed as one row of [hidden / 8, 8 n_e]: a row tile is one box of
 view rows at column j n_e + t0 (rows 8g + j of the block, tokens t0 .. t0 + 63), so its output
@@ -17,13 +15,9 @@ was built to read counts off multiples of 8 too (eight rows are 16 bytes of toke
 any n_e), but TMA takes no box whose first token is off 16 bytes: such copies stopped the
 kernel with an illegal instruction on the H200 (2026-12-03).
 
-tensor2d takes the same view of the whole operands, [hidden / 8, 8 T], the expert's tokens
-from column j T + begin in each view row.
-
-A box past the expert's last token reads the next row's (tensor2d: the next expert's) first
-tokens (or zeros past the view); a tensor2d box before its first token, the previous
-expert's last: the expert's first and last steps zero the tokens outside it in both operands
-in shared memory before the product, so no other value reaches the sum.
+A box past the expert's last token reads the next row's first tokens (or zeros past the view):
+the expert's last step zeroes the tokens past n_e in both operands in shared memory before the
+product, so no other value reaches the sum.
 
 Persistent and warp-specialized like the 1x128 FP8 kernel (kernels_gluon.py): a loader warp
 makes each work item's two descriptors on the device (routing may change between CUDA-graph
@@ -34,7 +28,7 @@ reversed every round (docs/perf/wgrad.md's model of the split; every partition c
 same order), the experts left to the Triton kernel ranked last and never walked; above that,
 or with ``sorted_experts=False``, items p, p + programs, ... (experts outermost), skipping
 those experts' items one by one. Device-made descriptors live in Triton's global scratch,
-which the launch takes from the caching allocator (kernel_utils.ScratchDirectRun), in two slots that
+which the launch takes from the caching allocator (kernel_utils.ScratchRun), in two slots that
 items take in turn: before it rewrites a slot, the loader waits for the loads still in flight
 that read it.
 """
@@ -202,16 +196,14 @@ def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, t
     BQ: gl.constexpr = BLOCK_N // RESIDUES
     NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
     n = count.to(gl.int32)
-    if TENSOR2D:   # from the multiple of 8 tokens at or before begin (16-byte aligned boxes)
+    if TENSOR2D:
         row = tokens_sum
-        first = begin.to(gl.int32) // RESIDUES * RESIDUES
-        span = n + (begin.to(gl.int32) - first)
+        first = begin.to(gl.int32)
         a_base = A
         b_base = B
     else:
         row = n
         first = 0
-        span = n
         a_base = A + HIDDEN * begin
         b_base = B + INTER * begin
     width = row * RESIDUES
@@ -219,7 +211,7 @@ def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, t
         a_base, [HIDDEN // RESIDUES, width], [width, 1], [BLOCK_M, BLOCK_K], a_bufs.type.layout)
     b_desc = tma.make_tensor_descriptor(
         b_base, [INTER // RESIDUES, width], [width, 1], [BQ, BLOCK_K], b_bufs.type.layout)
-    for k0 in range(0, span, BLOCK_K):
+    for k0 in range(0, n, BLOCK_K):
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
         bar = ready.index(s)
@@ -251,7 +243,7 @@ def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, 
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
                 INTER, GROUP)
-            if live & (count > 0) & _tma_takes(count, TENSOR2D):
+            if live & (count > 0) & _tma_takes(begin, count, TENSOR2D):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
                                       begin, count, tokens_sum, HIDDEN, INTER, TENSOR2D)
     else:
@@ -259,7 +251,7 @@ def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, 
             expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                            tokens_sum, False, HIDDEN, INTER,
                                                            GROUP)
-            if (count > 0) & _tma_takes(count, TENSOR2D):
+            if (count > 0) & _tma_takes(begin, count, TENSOR2D):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
                                       begin, count, tokens_sum, HIDDEN, INTER, TENSOR2D)
 
@@ -305,42 +297,35 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
                 HIDDEN, INTER, GROUP)
-            if live & _tma_takes(count, TENSOR2D):
+            if live & _tma_takes(begin, count, TENSOR2D):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
-                                    j, g0, q0, begin, count, i, z, HIDDEN, INTER, DISCRETE,
-                                    ACCUMULATE, OUT_DTYPE, TENSOR2D, ROW0)
+                                    j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                                    OUT_DTYPE, ROW0)
     else:
         for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
             expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                            tokens_sum, ROW0 == 0, HIDDEN, INTER,
                                                            GROUP)
-            if _tma_takes(count, TENSOR2D):
+            if _tma_takes(begin, count, TENSOR2D):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
-                                    j, g0, q0, begin, count, i, z, HIDDEN, INTER, DISCRETE,
-                                    ACCUMULATE, OUT_DTYPE, TENSOR2D, ROW0)
+                                    j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                                    OUT_DTYPE, ROW0)
 
 
 @gluon.jit
-def _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j, g0, q0, begin,
-                 count, i, z, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                 DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
-                 TENSOR2D: gl.constexpr, ROW0: gl.constexpr):
+def _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j, g0, q0, count,
+                 i, z, HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
+                 ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, ROW0: gl.constexpr):
     """One work item of one warpgroup: the product over the expert's stages (the i-th filled
     onwards) and its store; (stages used, zeroings) so far."""
     BQ: gl.constexpr = BLOCK_N // RESIDUES
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
     acc = gl.zeros([64, BLOCK_N], gl.float32, layout)
-    if TENSOR2D:   # the boxes start at the multiple of 8 at or before begin (_load_item)
-        head = gl.where(count > 0, begin % RESIDUES, 0)
-    else:
-        head = 0
-    steps = (head + count + BLOCK_K - 1) // BLOCK_K
+    steps = (count + BLOCK_K - 1) // BLOCK_K
     for step in range(steps):
-        # the first step's tokens before the head (tensor2d) and the last step's past the count
-        # belong to other experts or rows: zeroed
-        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, step, head, head + count,
-                            ROW0)
+        # the last step's tokens past the count belong to the next row: zeroed
+        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, step, 0, count, ROW0)
         acc = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
                             b_bufs.index(s).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
@@ -415,10 +400,9 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
                             inter: int, accumulate: bool, tensor2d: bool = False,
                             config: RaggedTmaConfig = RAGGED_TMA_CONFIG) -> None:
     """The BF16 wgrad of the experts ``_tma_takes`` through this kernel: a (hidden, T) and b
-    (T, intermediate) holding the experts' blocks (those with counts in multiples of 8), or
-    with ``tensor2d`` both K-major, tokens the unit-stride axis (every expert), arguments as
-    kernels.launch_wgrad's, on operands ``fits_ragged_tma_kernel`` and ``fits_tokens``
-    accept, 16-byte aligned."""
+    (T, intermediate) holding the experts' blocks, or with ``tensor2d`` both K-major (tokens
+    the unit-stride axis), arguments as kernels.launch_wgrad's, on operands
+    ``fits_ragged_tma_kernel`` and ``fits_tokens`` accept, 16-byte aligned."""
     experts = offsets.numel()
     if experts == 0:
         return

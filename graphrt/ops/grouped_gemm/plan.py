@@ -181,9 +181,9 @@ class GroupedGemmWgrad(Plan):
             self.gluon = gluon if gluon is not None and gluon.GLUON_API_OK else None
         self.ragged_rows = (self.backend == "triton" and not self.fp8
                             and self.contract.flag("input_order") == "tensor_ragged")
-        # on Hopper: ragged BF16, the TMA kernel takes the experts with counts in multiples of
-        # 8, the Triton kernel (after it) the others; tensor2d BF16 with both operands K-major
-        # and tokens_sum a multiple of 8, the TMA kernel takes every expert
+        # on Hopper, ragged BF16 and tensor2d BF16 with both operands K-major: the TMA kernel
+        # takes the experts with counts (tensor2d: and first tokens) in multiples of 8, the
+        # Triton kernel (after it) the others
         self.tensor2d_k_k = (self.contract.flag("input_order") == "tensor2d" and not self.fp8
                              and self.contract.spec("a").layout == "k"
                              and self.contract.spec("b").layout == "k")
@@ -279,13 +279,11 @@ class GroupedGemmWgrad(Plan):
                 return
             tma = (self.ragged_tma if self.ragged_tma is not None
                    and self.ragged_tma.fits_tokens(tokens_sum, self.tensor2d_k_k) else None)
-            if tma is not None:   # ragged: the experts with counts in multiples of 8
+            if tma is not None:   # the experts with counts in multiples of 8
                 tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
                     hidden=self.hidden, inter=self.inter, accumulate=accumulate,
                     tensor2d=self.tensor2d_k_k)
-                if self.tensor2d_k_k:
-                    return
             if self.fp8:
                 launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
                                  wgrad_ptrs if discrete else None, out_dtype, errors,
