@@ -187,26 +187,25 @@ class ScratchRun:
             self.run(*args)
 
 
-class ScratchDirectRun:
-    """``compiled.run`` of a kernel with global scratch alone (TMA descriptors made on the
-    device), calling Triton's C launch itself: each call takes the scratch Triton's launcher
-    would, from the caching allocator on ``device`` and its current stream (under capture, the
-    graph's memory), outside any torch dispatch mode, and passes it in the launcher's place for
-    it, without Triton's Python launcher or an allocator set per call (``ScratchRun``). It has
-    no ``form``: a binding's replay calls it whole, so that every launch gets its scratch."""
+class ScratchDirectRun(DirectRun):
+    """``DirectRun`` of a kernel with global scratch alone (TMA descriptors made on the
+    device): each call takes the scratch Triton's launcher would, from the caching allocator
+    on ``device`` and its current stream (under capture, the graph's memory), outside any
+    torch dispatch mode, and passes it to the C launch in the launcher's place for it,
+    without Triton's Python launcher or an allocator set per call (``ScratchRun``)."""
 
-    __slots__ = ("direct", "device", "scratch_bytes", "place")
+    __slots__ = ("device", "scratch_bytes", "place")
 
     def __init__(self, launcher, packed: bool, device):
-        self.direct = DirectRun(launcher, packed)
+        super().__init__(launcher, packed)
         self.device = device
         self.scratch_bytes = launcher.global_scratch_size * launcher.num_ctas
         self.place = 11 if packed else 7   # global_scratch among ``form``'s leading arguments
 
     def __call__(self, grid_0, grid_1, grid_2, stream, function, metadata, launch_metadata,
                  enter_hook, exit_hook, *args):
-        c_launch, leading, packed = self.direct.form((grid_0, grid_1, grid_2), stream,
-                                                     function, metadata)
+        c_launch, leading, packed = self.form((grid_0, grid_1, grid_2), stream, function,
+                                              metadata)
         with _disable_current_modes():
             scratch = torch.empty(grid_0 * grid_1 * grid_2 * self.scratch_bytes,
                                   dtype=torch.uint8, device=self.device)
