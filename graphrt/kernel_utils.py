@@ -187,39 +187,6 @@ class ScratchRun:
             self.run(*args)
 
 
-class ScratchDirectRun(DirectRun):
-    """``DirectRun`` of a kernel with global scratch alone (TMA descriptors made on the
-    device): each call takes the scratch Triton's launcher would, from the caching allocator
-    on ``device`` and its current stream (under capture, the graph's memory), outside any
-    torch dispatch mode, and passes it to the C launch in the launcher's place for it,
-    without Triton's Python launcher or an allocator set per call (``ScratchRun``)."""
-
-    __slots__ = ("device", "scratch_bytes", "place")
-
-    def __init__(self, launcher, packed: bool, device):
-        super().__init__(launcher, packed)
-        self.device = device
-        self.scratch_bytes = launcher.global_scratch_size * launcher.num_ctas
-        self.place = 11 if packed else 7   # global_scratch among ``form``'s leading arguments
-
-    def __call__(self, grid_0, grid_1, grid_2, stream, function, metadata, launch_metadata,
-                 enter_hook, exit_hook, *args):
-        c_launch, leading, packed = self.form((grid_0, grid_1, grid_2), stream, function,
-                                              metadata)
-        with _disable_current_modes():
-            scratch = torch.empty(grid_0 * grid_1 * grid_2 * self.scratch_bytes,
-                                  dtype=torch.uint8, device=self.device)
-        leading = (*leading[:self.place], scratch, *leading[self.place + 1:])
-        if packed:
-            c_launch(*leading, args)
-        else:
-            c_launch(*leading, *args)
-
-
-# the caching allocator's blocks start at least this aligned
-_CACHING_ALLOCATOR_ALIGN = 256
-
-
 def _scratch_allocator(device):
     """Triton's allocator, for the calls inside the block: scratch from the caching allocator
     on ``device``, allocated outside any torch dispatch mode (a binding's recording takes a
@@ -242,20 +209,15 @@ def _allocator_set_to(allocate):
 
 
 def direct_run(compiled, device=None):
-    """A ``DirectRun`` for this compiled kernel; for one with global scratch alone, on
-    ``device``, a ``ScratchDirectRun``, or a ``ScratchRun`` where the C launch cannot be
-    called directly; its own ``run`` where neither can (profile scratch, a sanitizer build, an
-    unknown launcher)."""
+    """A ``DirectRun`` for this compiled kernel; a ``ScratchRun`` on ``device`` for one with
+    global scratch alone; its own ``run`` where the C launch cannot be called directly
+    (profile scratch, a sanitizer build, an unknown launcher)."""
     run = compiled.run
     packed = c_launch_layout(type(run))
     if getattr(run, "profile_scratch_size", 1) or getattr(run, "gsan_enabled", False):
         return run
     if getattr(run, "global_scratch_size", 1):
-        if device is None:
-            return run
-        if packed is None or run.global_scratch_align > _CACHING_ALLOCATOR_ALIGN:
-            return ScratchRun(run, device)
-        return ScratchDirectRun(run, packed, device)
+        return ScratchRun(run, device) if device is not None else run
     if packed is None:
         return run
     return DirectRun(run, packed)
