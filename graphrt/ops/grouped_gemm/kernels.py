@@ -735,8 +735,8 @@ def compile_cases() -> list[CompileCase]:
     cases = [CompileCase(
         f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc} "
         f"aligned={aligned}{' ragged_prefetch (plan tile)' if prefetch else ''}"
-        f"{' ragged rows' if rows else ''}{' TMA experts skipped' if skip else ''}", _wgrad_kernel,
-        bf16, dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
+        f"{' ragged rows' if rows else ''}{' TMA experts skipped' if skip else ''}",
+        _wgrad_kernel, bf16, dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
                    DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
                    RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, SKIP_TMA_TAKEN=skip,

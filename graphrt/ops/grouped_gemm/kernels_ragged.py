@@ -1,8 +1,11 @@
 """Hopper kernel (Gluon, Triton 3.6) for the BF16 grouped wgrad with ragged inputs: the
 experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e] and B_e
 [intermediate, n_e] (tokens unit-stride) read by TMA. The others are left to the Triton kernel
-(kernels.py: copied as rows, then multiplied), launched after this one. Plans run it for up to
-PLAN_MAX_EXPERTS experts.
+(kernels.py: copied as rows, then multiplied), launched after this one. With ``TENSOR2D`` it
+reads tensor2d operands with both K-major (A [hidden, T] and B [intermediate, T] in memory, T
+a multiple of 8) through the same view of the whole operands, [hidden / 8, 8 T], taking the
+experts whose first token and count are multiples of 8 (``kernels._tma_takes``). Plans run it
+for up to PLAN_MAX_EXPERTS experts.
 
 Eight rows of a block are viewed as one row of [hidden / 8, 8 n_e]: a row tile is one box of
 view rows at column j n_e + t0 (rows 8g + j of the block, tokens t0 .. t0 + 63), so its output
@@ -15,9 +18,9 @@ was built to read counts off multiples of 8 too (eight rows are 16 bytes of toke
 any n_e), but TMA takes no box whose first token is off 16 bytes: such copies stopped the
 kernel with an illegal instruction on the H200 (2026-12-03).
 
-A box past the expert's last token reads the next row's first tokens (or zeros past the view):
-the expert's last step zeroes the tokens past n_e in both operands in shared memory before the
-product, so no other value reaches the sum.
+A box past the expert's last token reads the next row's (tensor2d: the next expert's) first
+tokens, or zeros past the view: the expert's last step zeroes the tokens past n_e in both
+operands in shared memory before the product, so no other value reaches the sum.
 
 Persistent and warp-specialized like the 1x128 FP8 kernel (kernels_gluon.py): a loader warp
 makes each work item's two descriptors on the device (routing may change between CUDA-graph
