@@ -49,15 +49,20 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
         graphrt.ops.GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged").compile().execute(
             a, b, offsets, wgrad=torch.empty(len(counts), hidden, 72, dtype=torch.bfloat16,
                                              device="cuda"))
-    # the TMA kernel's other split (experts in order), launched directly: ragged, and
-    # tensor2d K-major where tokens_sum is a multiple of 8
+    # the TMA kernel launched directly: its other split (experts in order), ragged and tensor2d
+    # K-major where tokens_sum is a multiple of 8, and tensor2d taking every expert (boxes from
+    # multiples of 64 tokens)
     a = torch.randn(136, tokens, dtype=torch.bfloat16, device="cuda")
-    for tensor2d in (False, True)[:1 + (tokens % 8 == 0)]:
+    for tensor2d, config in ((False, kernels_ragged.RaggedTmaConfig(sorted_experts=False)),
+                             (True, kernels_ragged.RaggedTmaConfig(sorted_experts=False)),
+                             (True, kernels_ragged.RaggedTmaConfig(tensor2d_every_expert=True))):
+        if tensor2d and tokens % 8:
+            continue
         kernels_ragged.launch_wgrad_ragged_tma(
             a, b.t().contiguous().t() if tensor2d else b, offsets,
             torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda"), None,
             torch.bfloat16, error_flags(a.device), hidden=136, inter=72, accumulate=False,
-            tensor2d=tensor2d, config=kernels_ragged.RaggedTmaConfig(sorted_experts=False))
+            tensor2d=tensor2d, config=config)
 # FP8 inputs, both recipes: experts sharing scale blocks, one inside a single block, an empty
 # one; tokens_sum 368 (rows 16-byte aligned) and 367
 for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):

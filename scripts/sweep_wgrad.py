@@ -7,7 +7,9 @@ unit-stride) with counts in multiples of 256, moved off multiples of 8 (``odd``:
 16-byte aligned) and equal: the Triton kernel with the rows' workspace (those experts copied
 as rows first) against Hopper's TMA kernel;
 ``--layouts`` times tile configs on the tensor2d layouts (A M- or K-major, B N- or K-major) at
-the E8 cases;
+the E8 cases; ``--k-major`` times tensor2d with both operands K-major, counts in multiples of
+256 and odd: the Triton kernel alone, Hopper's TMA kernel for the aligned experts then the
+Triton kernel (the plan), and the TMA kernel taking every expert;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--first`` only the
 first benchmark case."""
 import itertools
@@ -226,6 +228,51 @@ def main_layouts(first: bool):
             del sets, ref
 
 
+def main_k_major(first: bool):
+    gen = torch.Generator().manual_seed(0)
+    errors = error_flags(torch.device("cuda", 0))
+    every = RaggedTmaConfig(tensor2d_every_expert=True)
+    for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
+        aligned = random_counts(experts, tokens, gen)
+        sets = [_operands(tokens, hidden, inter, "k", "k") for _ in range(2)]
+        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+        flops = 2.0 * hidden * inter * tokens
+        for label, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen))):
+            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
+                                   device="cuda")
+            a0, b0 = sets[0]
+            ref = torch.stack([a0[:, s:e].float() @ b0[s:e].float()
+                               for s, e in expert_bounds(offsets, tokens)])
+            print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor2d K-K {label}",
+                  flush=True)
+
+            def triton(a, b, offsets=offsets, skip=False):
+                launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
+                             hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
+                             ragged=False, accumulate=False, dot_fp32=False,
+                             skip_tma_taken=skip)
+
+            def split(a, b, offsets=offsets):   # the plan's two launches
+                ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
+                                                   errors, hidden=hidden, inter=inter,
+                                                   accumulate=False, tensor2d=True)
+                triton(a, b, offsets, skip=True)
+
+            def tma_alone(a, b, offsets=offsets):
+                ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
+                                                   errors, hidden=hidden, inter=inter,
+                                                   accumulate=False, tensor2d=True,
+                                                   config=every)
+            runs = [("Triton alone", triton), ("TMA for aligned experts, then Triton", split),
+                    ("TMA, every expert (boxes from multiples of 64 tokens)", tma_alone)]
+            for name, run in runs:
+                out.fill_(float("nan"))   # an expert left unwritten reads as err=nan
+                _timed(name, run, sets,
+                       lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
+            _in_turn(runs, sets)
+        del sets
+
+
 def main_rows(first: bool):
     """The copy of ragged experts off 16-byte rows (_ragged_rows_kernel) alone, per RowsConfig:
     odd counts (TB/s of its reads and writes against the 4.25 TB/s copy ceiling), and x256
@@ -274,6 +321,8 @@ if __name__ == "__main__":
         main_rows("--first" in sys.argv[1:])
     elif "--layouts" in sys.argv[1:]:
         main_layouts("--first" in sys.argv[1:])
+    elif "--k-major" in sys.argv[1:]:
+        main_k_major("--first" in sys.argv[1:])
     elif "--ragged" in sys.argv[1:]:
         main_ragged("--first" in sys.argv[1:], "--many" in sys.argv[1:])
     else:

@@ -160,32 +160,37 @@ def _expert_tokens(OFFSETS, ERRORS, expert, experts, flag, tokens_sum):
 
 
 @triton.jit
-def _tma_takes(begin, count, TENSOR2D: tl.constexpr):
+def _tma_takes(begin, count, TENSOR2D: tl.constexpr, EVERY_EXPERT: tl.constexpr = False):
     """Whether Hopper's TMA kernel (kernels_ragged.py) takes an expert of these bounds (valid
     ones; invalid bounds come as an empty expert at 0): its count a multiple of 8, and for
-    tensor2d operands its first token too (the 16-byte aligned boxes TMA needs)."""
+    tensor2d operands its first token too (the 16-byte aligned boxes TMA needs); with
+    EVERY_EXPERT (tensor2d), every expert."""
     takes = count % 8 == 0
     if TENSOR2D:
         takes = takes & (begin % 8 == 0)
+        if EVERY_EXPERT:
+            takes = count >= 0
     return takes
 
 
 @triton.jit
 def _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST: tl.constexpr,
-               TENSOR2D: tl.constexpr = False):
+               TENSOR2D: tl.constexpr = False, EVERY_EXPERT: tl.constexpr = False):
     """What ``_ranks_by_count`` orders experts ``idx`` by: the token count (0 for invalid
     bounds), or with UNALIGNED_LAST -1 for the experts the TMA kernel leaves (``_tma_takes``);
     -2 past the experts."""
     begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
     counts = tl.where(bad, 0, counts)
     if UNALIGNED_LAST:
-        counts = tl.where(_tma_takes(tl.where(bad, 0, begins), counts, TENSOR2D), counts, -1)
+        counts = tl.where(_tma_takes(tl.where(bad, 0, begins), counts, TENSOR2D, EVERY_EXPERT),
+                          counts, -1)
     return tl.where(idx < experts, counts, -2)
 
 
 @triton.jit
 def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum,
-                    UNALIGNED_LAST: tl.constexpr = False, TENSOR2D: tl.constexpr = False):
+                    UNALIGNED_LAST: tl.constexpr = False, TENSOR2D: tl.constexpr = False,
+                    EVERY_EXPERT: tl.constexpr = False):
     """Each expert ``idx`` (a vector over a power of two >= experts) ranked by token count,
     largest first, ties by index: a permutation of 0 .. experts - 1 for the experts,
     ``experts`` for the lanes past them. Experts with invalid bounds count as empty; with
@@ -196,13 +201,14 @@ def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum,
     chunk in each thread's registers: each chunk's comparisons and sum stay in a thread, so
     the cost grows with experts / chunk, not with a reduction across threads per expert.
     Every program computes the same order."""
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST, TENSOR2D)[:, None]
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST, TENSOR2D,
+                      EVERY_EXPERT)[:, None]
     rows = idx[:, None]
     ranks = idx * 0
     for start in range(0, experts, others.shape[0]):
         other = start + others
         other_keys = _rank_keys(OFFSETS, other, experts, tokens_sum, UNALIGNED_LAST,
-                                TENSOR2D)[None, :]
+                                TENSOR2D, EVERY_EXPERT)[None, :]
         other = other[None, :]
         ahead = (other < experts) & ((other_keys > keys) |
                                      ((other_keys == keys) & (other < rows)))

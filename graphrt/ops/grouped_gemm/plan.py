@@ -281,10 +281,13 @@ class GroupedGemmWgrad(Plan):
             tma = (self.ragged_tma if self.ragged_tma is not None
                    and self.ragged_tma.fits_tokens(tokens_sum, self.tensor2d_k_k) else None)
             if tma is not None:   # the experts with counts in multiples of 8
+                config = tma.RAGGED_TMA_CONFIG
                 tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
                     hidden=self.hidden, inter=self.inter, accumulate=accumulate,
-                    tensor2d=self.tensor2d_k_k)
+                    tensor2d=self.tensor2d_k_k, config=config)
+                if self.tensor2d_k_k and config.tensor2d_every_expert:
+                    return
             if self.fp8:
                 launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
                                  wgrad_ptrs if discrete else None, out_dtype, errors,
