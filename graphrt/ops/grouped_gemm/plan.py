@@ -184,7 +184,8 @@ class GroupedGemmWgrad(Plan):
                             and self.contract.flag("input_order") == "tensor_ragged")
         # on Hopper, ragged BF16 and tensor2d BF16 with both operands K-major: the TMA kernel
         # takes the experts with counts (tensor2d: and first tokens) in multiples of 8, the
-        # Triton kernel (after it) the others
+        # Triton kernel (after it) the others (tensor2d with
+        # RaggedTmaConfig.tensor2d_every_expert: the TMA kernel alone)
         self.tensor2d_k_k = (self.contract.flag("input_order") == "tensor2d" and not self.fp8
                              and self.contract.spec("a").layout == "k"
                              and self.contract.spec("b").layout == "k")
@@ -280,7 +281,7 @@ class GroupedGemmWgrad(Plan):
                 return
             tma = (self.ragged_tma if self.ragged_tma is not None
                    and self.ragged_tma.fits_tokens(tokens_sum, self.tensor2d_k_k) else None)
-            if tma is not None:   # the experts with counts in multiples of 8
+            if tma is not None:   # the experts kernels._tma_takes gives it
                 config = tma.RAGGED_TMA_CONFIG
                 tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
