@@ -4,7 +4,8 @@
 #                                          bench|mhc|lmsd|
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|demo ...]
-# optests runs the GPU tests under $TEST_PATHS; sweep and sweep_mhc take $SWEEP_CASES,
+# optests runs the GPU tests under $TEST_PATHS (files; $TEST_K: a -k expression, spaces and all);
+# sweep and sweep_mhc take $SWEEP_CASES,
 # sweep_wgrad $SWEEP_ARGS (--fp8); profile
 # runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; stalls samples where the
 # warps of the kernels matching $PROFILE_KERNELS (a regex) wait, per SASS instruction.
@@ -34,7 +35,7 @@ for step in $steps; do
     sweep) python3 scripts/sweep_rmsnorm.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep.log" ;;
     sweep_wgrad) python3 scripts/sweep_wgrad.py ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep_wgrad.log" ;;
     sweep_mhc) python3 scripts/sweep_mhc.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep_mhc.log" ;;
-    optests) python3 -m pytest -q -m gpu ${TEST_PATHS:-tests/ops} -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_optests.log" | tail -15 ;;
+    optests) python3 -m pytest -q -m gpu ${TEST_PATHS:-tests/ops} ${TEST_K:+-k "$TEST_K"} -p no:cacheprovider -W ignore::DeprecationWarning -rf 2>&1 | tee "$OUT/gpu_optests.log" | tail -15 ;;
     bench) python3 -m graphrt.cli bench rmsnorm 2>&1 | tee "$OUT/bench.log" | tail -52
            python3 -m graphrt.cli bench plan_store 2>&1 | tail -6 ;;
     proj) python3 -m graphrt.cli bench proj 2>&1 | tee "$OUT/bench_proj.log" | tail -12 ;;
