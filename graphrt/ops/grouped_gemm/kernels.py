@@ -165,11 +165,12 @@ def _tma_takes(begin, count, TENSOR2D: tl.constexpr, EVERY_EXPERT: tl.constexpr 
     ones; invalid bounds come as an empty expert at 0): its count a multiple of 8, and for
     tensor2d operands its first token too (the 16-byte aligned boxes TMA needs); with
     EVERY_EXPERT (tensor2d), every expert."""
-    takes = count % 8 == 0
-    if TENSOR2D:
-        takes = takes & (begin % 8 == 0)
-        if EVERY_EXPERT:
-            takes = count >= 0
+    if EVERY_EXPERT:
+        takes = count >= 0
+    elif TENSOR2D:
+        takes = (count % 8 == 0) & (begin % 8 == 0)
+    else:
+        takes = count % 8 == 0
     return takes
 
 
@@ -742,7 +743,8 @@ def compile_cases() -> list[CompileCase]:
         f"wgrad a_k={a_k} b_k={b_k} ragged={ragged} discrete={discrete} acc={acc} "
         f"aligned={aligned}{' ragged_prefetch (plan tile)' if prefetch else ''}"
         f"{' ragged rows' if rows else ''}{' TMA experts skipped' if skip else ''}",
-        _wgrad_kernel, bf16, dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
+        _wgrad_kernel,
+        bf16, dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k, B_K_MAJOR=b_k, RAGGED=ragged,
                    DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
                    RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, SKIP_TMA_TAKEN=skip,

@@ -188,14 +188,13 @@ def _rounds(taken, HIDDEN: gl.constexpr, INTER: gl.constexpr):
 
 
 @gluon.jit
-def _box_head(begin, count, TENSOR2D: gl.constexpr, EVERY_EXPERT: gl.constexpr):
+def _box_head(begin, count, EVERY_EXPERT: gl.constexpr):
     """Tokens between an expert's first box start and its first token: with EVERY_EXPERT
-    (tensor2d), the boxes start at the multiple of BLOCK_K tokens (128 bytes) at or before it;
-    otherwise at it. 0 for an empty expert (no boxes)."""
+    (tensor2d only), the boxes start at the multiple of BLOCK_K tokens (128 bytes) at or
+    before it; otherwise at it. 0 for an empty expert (no boxes)."""
     head = count * 0
-    if TENSOR2D:
-        if EVERY_EXPERT:
-            head = gl.where(count > 0, begin % BLOCK_K, 0)
+    if EVERY_EXPERT:
+        head = gl.where(count > 0, begin % BLOCK_K, 0)
     return head
 
 
@@ -222,7 +221,7 @@ def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, t
     n = count.to(gl.int32)
     if TENSOR2D:
         row = tokens_sum
-        head = _box_head(begin, count, TENSOR2D, EVERY_EXPERT).to(gl.int32)
+        head = _box_head(begin, count, EVERY_EXPERT).to(gl.int32)
         first = begin.to(gl.int32) - head
         n = n + head
         a_base = A
@@ -328,7 +327,7 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
                 HIDDEN, INTER, GROUP)
             if live & _tma_takes(begin, count, TENSOR2D, EVERY_EXPERT):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
-                                    j, g0, q0, _box_head(begin, count, TENSOR2D, EVERY_EXPERT),
+                                    j, g0, q0, _box_head(begin, count, EVERY_EXPERT),
                                     count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
                                     ROW0)
     else:
@@ -338,7 +337,7 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
                                                            GROUP)
             if _tma_takes(begin, count, TENSOR2D, EVERY_EXPERT):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
-                                    j, g0, q0, _box_head(begin, count, TENSOR2D, EVERY_EXPERT),
+                                    j, g0, q0, _box_head(begin, count, EVERY_EXPERT),
                                     count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
                                     ROW0)
 
