@@ -49,13 +49,12 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
         graphrt.ops.GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged").compile().execute(
             a, b, offsets, wgrad=torch.empty(len(counts), hidden, 72, dtype=torch.bfloat16,
                                              device="cuda"))
-    # the TMA kernel launched directly: its other split (experts in order), ragged and tensor2d
-    # K-major where tokens_sum is a multiple of 8, and tensor2d taking every expert (boxes from
-    # multiples of 64 tokens)
+    # the TMA kernel launched directly with its other split (experts in order): ragged, and
+    # tensor2d K-major (every expert, boxes from multiples of 64 tokens) where tokens_sum is a
+    # multiple of 8
     a = torch.randn(136, tokens, dtype=torch.bfloat16, device="cuda")
-    for tensor2d, config in ((False, kernels_ragged.RaggedTmaConfig(sorted_experts=False)),
-                             (True, kernels_ragged.RaggedTmaConfig(sorted_experts=False)),
-                             (True, kernels_ragged.RaggedTmaConfig(tensor2d_every_expert=True))):
+    config = kernels_ragged.RaggedTmaConfig(sorted_experts=False)
+    for tensor2d in (False, True):
         if tensor2d and tokens % 8:
             continue
         kernels_ragged.launch_wgrad_ragged_tma(

@@ -8,8 +8,8 @@ unit-stride) with counts in multiples of 256, moved off multiples of 8 (``odd``:
 as rows first) against Hopper's TMA kernel;
 ``--layouts`` times tile configs on the tensor2d layouts (A M- or K-major, B N- or K-major) at
 the E8 cases; ``--k-major`` times tensor2d with both operands K-major, counts in multiples of
-256 and odd: the Triton kernel alone, Hopper's TMA kernel for the aligned experts then the
-Triton kernel (the plan), and the TMA kernel taking every expert;
+256 and odd: the Triton kernel alone against Hopper's TMA kernel taking every expert (the
+plan's);
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--first`` only the
 first benchmark case."""
 import itertools
@@ -231,7 +231,6 @@ def main_layouts(first: bool):
 def main_k_major(first: bool):
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
-    every = RaggedTmaConfig(tensor2d_every_expert=True)
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
         aligned = random_counts(experts, tokens, gen)
         sets = [_operands(tokens, hidden, inter, "k", "k") for _ in range(2)]
@@ -246,25 +245,17 @@ def main_k_major(first: bool):
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor2d K-K {label}",
                   flush=True)
 
-            def triton(a, b, offsets=offsets, skip=False):
+            def triton(a, b, offsets=offsets):
                 launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
                              hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
-                             ragged=False, accumulate=False, dot_fp32=False,
-                             skip_tma_taken=skip)
+                             ragged=False, accumulate=False, dot_fp32=False)
 
-            def split(a, b, offsets=offsets):   # the plan's two launches
+            def tma(a, b, offsets=offsets):   # the plan's launch
                 ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                    errors, hidden=hidden, inter=inter,
                                                    accumulate=False, tensor2d=True)
-                triton(a, b, offsets, skip=True)
-
-            def tma_alone(a, b, offsets=offsets):
-                ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
-                                                   errors, hidden=hidden, inter=inter,
-                                                   accumulate=False, tensor2d=True,
-                                                   config=every)
-            runs = [("Triton alone", triton), ("TMA for aligned experts, then Triton", split),
-                    ("TMA, every expert (boxes from multiples of 64 tokens)", tma_alone)]
+            runs = [("Triton alone", triton),
+                    ("TMA, every expert (boxes from multiples of 64 tokens)", tma)]
             for name, run in runs:
                 out.fill_(float("nan"))   # an expert left unwritten reads as err=nan
                 _timed(name, run, sets,

@@ -127,9 +127,9 @@ def test_ragged_aligned_and_odd_experts_interpreted(hidden):
                                              ("tensor2d", False)])
 def test_triton_kernel_leaves_the_tma_experts_interpreted(order, with_rows):
     """The Triton kernel's share when Hopper's TMA kernel runs first (``skip_tma_taken``): the
-    experts with counts (tensor2d: and first tokens) in multiples of 8 left untouched
-    (poisoned), the others exact; ragged with and without the rows workspace, tensor2d
-    K-major."""
+    experts the TMA kernel takes left untouched (poisoned: ragged, those with counts in
+    multiples of 8; tensor2d K-major, all of them), the others exact; ragged with and without
+    the rows workspace."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
     torch.manual_seed(7)
@@ -147,9 +147,8 @@ def test_triton_kernel_leaves_the_tma_experts_interpreted(order, with_rows):
                  hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=ragged,
                  accumulate=False, dot_fp32=True, rows=rows, skip_tma_taken=True)
     ref = _expected(a2d, b2d, offsets, "tensor2d", torch.float32)
-    begins = [0, *itertools.accumulate(counts)][:-1]
-    for e, (begin, n) in enumerate(zip(begins, counts)):
-        if n % 8 == 0 and (ragged or begin % 8 == 0):
+    for e, n in enumerate(counts):
+        if n % 8 == 0 or not ragged:
             assert w[e].isnan().all(), e
         else:
             assert rel_l2(w[e], ref[e]) < 1e-5, e
@@ -600,14 +599,13 @@ def test_gpu_ragged_many_experts_run_the_triton_kernel_alone(seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("order", ["tensor_ragged", "tensor2d", "tensor2d every expert"])
+@pytest.mark.parametrize("order", ["tensor_ragged", "tensor2d"])
 @pytest.mark.parametrize("sorted_experts", [False, True])
 def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, order):
-    """The TMA kernel and the Triton kernel's share launched directly, as the plan does, with
-    each of the TMA kernel's work splits (experts in order, or sorted by count with the
-    programs' order snaking), ragged blocks or tensor2d K-major operands, against the
-    reference; FP32 output poisoned. ``tensor2d every expert``: the TMA kernel alone
-    (``RaggedTmaConfig.tensor2d_every_expert``)."""
+    """The TMA kernel launched directly, as the plan does, with each of its work splits
+    (experts in order, or sorted by count with the programs' order snaking), against the
+    reference; FP32 output poisoned. Ragged blocks, then the Triton kernel's share; tensor2d
+    K-major operands, the TMA kernel alone."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
     from graphrt.ops.grouped_gemm.kernels_ragged import (launch_wgrad_ragged_tma,
@@ -621,16 +619,14 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, order):
         a2d, b2d = a, b
     w = torch.full((len(counts), hidden, inter), float("nan"), device="cuda")
     errors = error_flags(a.device)
-    every = order.endswith("every expert")
     launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, errors, hidden=hidden,
                             inter=inter, accumulate=False, tensor2d=not ragged,
-                            config=RaggedTmaConfig(sorted_experts=sorted_experts,
-                                                   tensor2d_every_expert=every))
-    if not every:
-        rows = (torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255,
-                           dtype=torch.uint8, device="cuda") if ragged else None)
+                            config=RaggedTmaConfig(sorted_experts=sorted_experts))
+    if ragged:
+        rows = torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255,
+                          dtype=torch.uint8, device="cuda")
         launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
-                     hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=ragged,
+                     hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
                      accumulate=False, dot_fp32=False, rows=rows, skip_tma_taken=True)
     _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
 
@@ -658,27 +654,19 @@ def test_gpu_ragged_tma_next_rows_stay_out(seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("every_expert", [False, True])
 @pytest.mark.parametrize("mode,accumulate,dtype", [("dense", False, torch.float32),
                                                    ("dense", True, BF16),
                                                    ("discrete", False, BF16),
                                                    ("discrete", True, torch.float32)])
-def test_gpu_tensor2d_k_major_through_tma(seed, mode, accumulate, dtype, every_expert,
-                                          monkeypatch):
+def test_gpu_tensor2d_k_major_through_tma(seed, mode, accumulate, dtype):
     """tensor2d with both operands K-major through the plan on Hopper: the TMA kernel takes
-    the experts whose first token and count are multiples of 8, the Triton kernel the rest
-    (after odd counts), or with ``tensor2d_every_expert`` the TMA kernel takes every expert,
-    its boxes from the multiple of 64 tokens at or before its first token; a box reads the
-    previous expert's last tokens and the next one's first, where NaN and inf reach only the
-    experts that own them. Output poisoned or accumulated into."""
-    from graphrt.ops.grouped_gemm import kernels_ragged
-    if every_expert:
-        monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
-                            kernels_ragged.RaggedTmaConfig(tensor2d_every_expert=True))
+    every expert, its boxes from the multiple of 64 tokens at or before its first token; a
+    box reads the previous expert's last tokens and the next one's first, where NaN and inf
+    reach only the experts that own them. Output poisoned or accumulated into."""
     counts, hidden, inter = TENSOR2D_TMA_COUNTS, 1160, 520   # short row and column tiles
     a, b, offsets = _problem(counts, hidden, inter, "k", "k", "cuda")
     a[5, 320] = float("nan")    # expert 4's first token, inside expert 2's last box
-    a[5, 1601] = float("nan")   # expert 5's, inside the first boxes of 6 and 7 (every expert)
+    a[5, 1601] = float("nan")   # expert 5's, inside the first boxes of 6 and 7
     b[2066, 9] = float("inf")   # expert 10's, inside expert 9's last box and 11's first
     plan = GroupedGemmWgrad(a, b, offsets, wgrad_dtype=dtype, output_mode=mode,
                             accumulate_on_output=accumulate).compile()
@@ -867,12 +855,11 @@ def test_ragged_tma_sorted_split_up_to_its_expert_limit():
 @triton.jit
 def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
                   EXPERTS_POW2: tl.constexpr, CHUNK: tl.constexpr,
-                  UNALIGNED_LAST: tl.constexpr, TENSOR2D: tl.constexpr,
-                  EVERY_EXPERT: tl.constexpr):
+                  UNALIGNED_LAST: tl.constexpr, TENSOR2D: tl.constexpr):
     """ORDER[r]: the expert of rank r; POSITIONS[round, program]: the snake's position."""
     idx = tl.arange(0, EXPERTS_POW2)
     ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, CHUNK), experts, tokens_sum,
-                            UNALIGNED_LAST, TENSOR2D, EVERY_EXPERT)
+                            UNALIGNED_LAST, TENSOR2D)
     program, programs = tl.program_id(0), tl.num_programs(0)
     if program == 0:
         for rank in range(0, experts):
@@ -882,8 +869,7 @@ def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
 
 
 @needs_interpreter
-@pytest.mark.parametrize("unaligned_last", [None, "tensor_ragged", "tensor2d",
-                                            "tensor2d every expert"])
+@pytest.mark.parametrize("unaligned_last", [None, "tensor_ragged", "tensor2d"])
 @pytest.mark.parametrize("chunk", [2, 8])
 @pytest.mark.parametrize("counts,bad_at", [([5, 0, 9, 9, 1, 30], None), ([7, 7, 7], None),
                                            ([0, 0, 0, 0, 4], None), ([3, 8, 2, 6, 6, 1, 4], 2),
@@ -893,8 +879,8 @@ def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, unaligned_la
     """The order a balanced persistent split walks experts in: by count, largest first, ties
     by index, an expert with bad bounds as empty, compared a chunk of experts at a time
     (chunks shorter and longer than the experts), and for the TMA kernel the experts it leaves
-    (counts, and for tensor2d first tokens, off multiples of 8; none when it takes every
-    tensor2d expert) after the empty ones; and the snake covers every position once."""
+    (ragged, counts off multiples of 8; tensor2d, none) after the empty ones; and the snake
+    covers every position once."""
     if counts == "random 37":   # ties and empty experts among more experts than a chunk
         counts = torch.randint(0, 6, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     ends = list(itertools.accumulate(counts))
@@ -907,15 +893,12 @@ def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, unaligned_la
     _order_kernel[(programs,)](offsets, order, positions, len(counts), sum(counts), rounds,
                                EXPERTS_POW2=max(2, 1 << (len(counts) - 1).bit_length()),
                                CHUNK=chunk, UNALIGNED_LAST=unaligned_last is not None,
-                               TENSOR2D=(unaligned_last or "").startswith("tensor2d"),
-                               EVERY_EXPERT=unaligned_last == "tensor2d every expert")
+                               TENSOR2D=unaligned_last == "tensor2d")
     begins = [0] + ends[:-1]
     valid = [0 <= begin <= end for begin, end in zip(begins, ends)]
     sizes = [end - begin if ok else 0 for begin, end, ok in zip(begins, ends, valid)]
-    if unaligned_last is not None and unaligned_last != "tensor2d every expert":
-        begins = [begin if ok else 0 for begin, ok in zip(begins, valid)]
-        sizes = [n if n % 8 == 0 and (unaligned_last == "tensor_ragged" or begin % 8 == 0)
-                 else -1 for n, begin in zip(sizes, begins)]
+    if unaligned_last == "tensor_ragged":
+        sizes = [n if n % 8 == 0 else -1 for n in sizes]
     assert order.tolist() == sorted(range(len(counts)), key=lambda e: (-sizes[e], e))
     assert sorted(positions.reshape(-1).tolist()) == list(range(rounds * programs))
     assert positions[1].tolist() == [2 * programs - 1 - p for p in range(programs)]

@@ -160,15 +160,13 @@ def _expert_tokens(OFFSETS, ERRORS, expert, experts, flag, tokens_sum):
 
 
 @triton.jit
-def _tma_takes(begin, count, TENSOR2D: tl.constexpr, EVERY_EXPERT: tl.constexpr = False):
+def _tma_takes(begin, count, TENSOR2D: tl.constexpr):
     """Whether Hopper's TMA kernel (kernels_ragged.py) takes an expert of these bounds (valid
-    ones; invalid bounds come as an empty expert at 0): its count a multiple of 8, and for
-    tensor2d operands its first token too (the 16-byte aligned boxes TMA needs); with
-    EVERY_EXPERT (tensor2d), every expert."""
-    if EVERY_EXPERT:
+    ones; invalid bounds come as an empty expert at 0): ragged, its count a multiple of 8 (its
+    blocks' rows then start 16-byte aligned, as TMA needs); tensor2d, every expert (its boxes
+    start at a multiple of 64 tokens of the whole operand's rows)."""
+    if TENSOR2D:
         takes = count >= 0
-    elif TENSOR2D:
-        takes = (count % 8 == 0) & (begin % 8 == 0)
     else:
         takes = count % 8 == 0
     return takes
@@ -176,22 +174,20 @@ def _tma_takes(begin, count, TENSOR2D: tl.constexpr, EVERY_EXPERT: tl.constexpr 
 
 @triton.jit
 def _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST: tl.constexpr,
-               TENSOR2D: tl.constexpr = False, EVERY_EXPERT: tl.constexpr = False):
+               TENSOR2D: tl.constexpr = False):
     """What ``_ranks_by_count`` orders experts ``idx`` by: the token count (0 for invalid
     bounds), or with UNALIGNED_LAST -1 for the experts the TMA kernel leaves (``_tma_takes``);
     -2 past the experts."""
     begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
     counts = tl.where(bad, 0, counts)
     if UNALIGNED_LAST:
-        counts = tl.where(_tma_takes(tl.where(bad, 0, begins), counts, TENSOR2D, EVERY_EXPERT),
-                          counts, -1)
+        counts = tl.where(_tma_takes(tl.where(bad, 0, begins), counts, TENSOR2D), counts, -1)
     return tl.where(idx < experts, counts, -2)
 
 
 @triton.jit
 def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum,
-                    UNALIGNED_LAST: tl.constexpr = False, TENSOR2D: tl.constexpr = False,
-                    EVERY_EXPERT: tl.constexpr = False):
+                    UNALIGNED_LAST: tl.constexpr = False, TENSOR2D: tl.constexpr = False):
     """Each expert ``idx`` (a vector over a power of two >= experts) ranked by token count,
     largest first, ties by index: a permutation of 0 .. experts - 1 for the experts,
     ``experts`` for the lanes past them. Experts with invalid bounds count as empty; with
@@ -202,14 +198,13 @@ def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum,
     chunk in each thread's registers: each chunk's comparisons and sum stay in a thread, so
     the cost grows with experts / chunk, not with a reduction across threads per expert.
     Every program computes the same order."""
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST, TENSOR2D,
-                      EVERY_EXPERT)[:, None]
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST, TENSOR2D)[:, None]
     rows = idx[:, None]
     ranks = idx * 0
     for start in range(0, experts, others.shape[0]):
         other = start + others
         other_keys = _rank_keys(OFFSETS, other, experts, tokens_sum, UNALIGNED_LAST,
-                                TENSOR2D, EVERY_EXPERT)[None, :]
+                                TENSOR2D)[None, :]
         other = other[None, :]
         ahead = (other < experts) & ((other_keys > keys) |
                                      ((other_keys == keys) & (other < rows)))
@@ -666,8 +661,8 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     (ragged): a uint8 scratch of ``ragged_rows_bytes`` into which the experts whose blocks are
     not 16-byte aligned row by row are first copied as rows, which the GEMM then reads at full
     speed; without it those experts load two bytes at a time. ``skip_tma_taken``: the experts
-    that Hopper's TMA kernel takes (``_tma_takes``: those with counts and, for tensor2d, first
-    tokens in multiples of 8, and those with invalid bounds) are left alone."""
+    that Hopper's TMA kernel takes (``_tma_takes``: ragged, those with counts in multiples of 8
+    and those with invalid bounds; tensor2d, all of them) are left alone."""
     launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
     if launch_args is None:
         return

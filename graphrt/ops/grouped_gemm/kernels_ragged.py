@@ -3,9 +3,10 @@ experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e]
 [intermediate, n_e] (tokens unit-stride) read by TMA. The others are left to the Triton kernel
 (kernels.py: copied as rows, then multiplied), launched after this one. With ``TENSOR2D`` it
 reads tensor2d operands with both K-major (A [hidden, T] and B [intermediate, T] in memory, T
-a multiple of 8) through the same view of the whole operands, [hidden / 8, 8 T], taking the
-experts whose first token and count are multiples of 8 (``kernels._tma_takes``). Plans run it
-for up to PLAN_MAX_EXPERTS experts.
+a multiple of 8) through the same view of the whole operands, [hidden / 8, 8 T], and takes
+every expert (``kernels._tma_takes``): each one's boxes start at the multiple of 64 tokens
+(128 bytes) at or before its first token, and its first step zeroes the tokens before it.
+Plans run it for up to PLAN_MAX_EXPERTS experts.
 
 Eight rows of a block are viewed as one row of [hidden / 8, 8 n_e]: a row tile is one box of
 view rows at column j n_e + t0 (rows 8g + j of the block, tokens t0 .. t0 + 63), so its output
@@ -20,7 +21,8 @@ kernel with an illegal instruction on the H200 (2026-12-03).
 
 A box past the expert's last token reads the next row's (tensor2d: the next expert's) first
 tokens, or zeros past the view: the expert's last step zeroes the tokens past n_e in both
-operands in shared memory before the product, so no other value reaches the sum.
+operands in shared memory before the product (tensor2d: its first step those before its first
+token too), so no other value reaches the sum.
 
 Persistent and warp-specialized like the 1x128 FP8 kernel (kernels_gluon.py): a loader warp
 makes each work item's two descriptors on the device (routing may change between CUDA-graph
@@ -83,16 +85,11 @@ class RaggedTmaConfig:
     taking items p, p + programs, ... On the H200 (docs/perf/wgrad.md, 2026-12-03) the sorted
     split is 2-10% faster at 8 and 32 experts with random counts (the static split leaves some
     SMs the large experts' items), 2-5% slower at equal counts, and 5-9% slower at 128 and 256
-    experts, where looking up each item's expert costs more than the balance gains.
-    ``tensor2d_every_expert``: tensor2d calls run every expert here, each one's boxes from the
-    multiple of 64 tokens (128 bytes) at or before its first token, the first step zeroing the
-    tokens before it, and no Triton kernel after; not yet run on a GPU (docs/perf/wgrad.md:
-    with boxes from multiples of 8 tokens, odd counts took 1.35-1.51x the x256 time)."""
+    experts, where looking up each item's expert costs more than the balance gains."""
 
     stages: int = 4
     sorted_experts: bool = True
     sorted_max_experts: int = 64
-    tensor2d_every_expert: bool = False
 
     def sorts(self, experts: int) -> bool:
         """Whether a call of ``experts`` experts takes the sorted split."""
@@ -149,8 +146,7 @@ def _ragged_work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
 
 @gluon.jit
 def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
-                  WARPS: gl.constexpr, CHUNK: gl.constexpr, TENSOR2D: gl.constexpr,
-                  EVERY_EXPERT: gl.constexpr):
+                  WARPS: gl.constexpr, CHUNK: gl.constexpr, TENSOR2D: gl.constexpr):
     """(ranks, idx, taken): every expert's rank by count, largest first, the experts this
     kernel leaves to the Triton kernel (``_tma_takes``) last, over the calling partition's WARPS
     warps, the experts compared CHUNK at a time in each thread's registers; ``taken``: how many
@@ -158,10 +154,9 @@ def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
     pairs: gl.constexpr = gl.BlockedLayout([1, CHUNK], [32, 1], [WARPS, 1], [1, 0])
     idx = gl.arange(0, EXPERTS_POW2, layout=gl.SliceLayout(1, pairs))
     others = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, pairs))
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, True, TENSOR2D, EVERY_EXPERT)
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, True, TENSOR2D)
     taken = gl.sum(((idx < experts) & (keys >= 0)).to(gl.int32), axis=0)
-    ranks = _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, True, TENSOR2D,
-                            EVERY_EXPERT)
+    ranks = _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, True, TENSOR2D)
     return ranks, idx, taken
 
 
@@ -188,12 +183,12 @@ def _rounds(taken, HIDDEN: gl.constexpr, INTER: gl.constexpr):
 
 
 @gluon.jit
-def _box_head(begin, count, EVERY_EXPERT: gl.constexpr):
-    """Tokens between an expert's first box start and its first token: with EVERY_EXPERT
-    (tensor2d only), the boxes start at the multiple of BLOCK_K tokens (128 bytes) at or
-    before it; otherwise at it. 0 for an empty expert (no boxes)."""
+def _box_head(begin, count, TENSOR2D: gl.constexpr):
+    """Tokens between an expert's first box start and its first token: tensor2d, the boxes
+    start at the multiple of BLOCK_K tokens (128 bytes) at or before it; ragged, at it. 0 for
+    an empty expert (no boxes)."""
     head = count * 0
-    if EVERY_EXPERT:
+    if TENSOR2D:
         head = gl.where(count > 0, begin % BLOCK_K, 0)
     return head
 
@@ -209,19 +204,18 @@ def _wait_landed(ready, lo, hi):
 
 @gluon.jit
 def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, tokens_sum,
-               HIDDEN: gl.constexpr, INTER: gl.constexpr, TENSOR2D: gl.constexpr,
-               EVERY_EXPERT: gl.constexpr):
+               HIDDEN: gl.constexpr, INTER: gl.constexpr, TENSOR2D: gl.constexpr):
     """The item's descriptors made, its boxes streamed into the stages from the i-th filled
     on: the next stage to fill. Ragged: views of the expert's blocks, rows of 8 n_e tokens;
-    TENSOR2D: views of the whole operands, rows of 8 tokens_sum tokens, the expert's tokens
-    from ``begin`` in each (EVERY_EXPERT: from ``_box_head`` tokens before it)."""
+    TENSOR2D: views of the whole operands, rows of 8 tokens_sum tokens, the expert's boxes
+    from ``_box_head`` tokens before ``begin`` in each."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     BQ: gl.constexpr = BLOCK_N // RESIDUES
     NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
     n = count.to(gl.int32)
     if TENSOR2D:
         row = tokens_sum
-        head = _box_head(begin, count, EVERY_EXPERT).to(gl.int32)
+        head = _box_head(begin, count, TENSOR2D).to(gl.int32)
         first = begin.to(gl.int32) - head
         n = n + head
         a_base = A
@@ -254,8 +248,7 @@ def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, t
 def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
                            tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                            GROUP: gl.constexpr, SORTED: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr, TENSOR2D: gl.constexpr,
-                           EVERY_EXPERT: gl.constexpr):
+                           EXPERTS_POW2: gl.constexpr, TENSOR2D: gl.constexpr):
     """Items alternate between two descriptor slots (two call sites of _load_item, so two
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
@@ -264,30 +257,28 @@ def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, 
     slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
-                                          TENSOR2D, EVERY_EXPERT)
+                                          TENSOR2D)
         for round_ in range(0, _rounds(taken, HIDDEN, INTER)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
                 INTER, GROUP)
-            if live & (count > 0) & _tma_takes(begin, count, TENSOR2D, EVERY_EXPERT):
+            if live & (count > 0) & _tma_takes(begin, count, TENSOR2D):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
-                                      begin, count, tokens_sum, HIDDEN, INTER, TENSOR2D,
-                                      EVERY_EXPERT)
+                                      begin, count, tokens_sum, HIDDEN, INTER, TENSOR2D)
     else:
         for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
             expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                            tokens_sum, False, HIDDEN, INTER,
                                                            GROUP)
-            if (count > 0) & _tma_takes(begin, count, TENSOR2D, EVERY_EXPERT):
+            if (count > 0) & _tma_takes(begin, count, TENSOR2D):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
-                                      begin, count, tokens_sum, HIDDEN, INTER, TENSOR2D,
-                                      EVERY_EXPERT)
+                                      begin, count, tokens_sum, HIDDEN, INTER, TENSOR2D)
 
 
 @gluon.jit
 def _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0, begin, count,
                   tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                  TENSOR2D: gl.constexpr, EVERY_EXPERT: gl.constexpr):
+                  TENSOR2D: gl.constexpr):
     """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     i, slot, start0, end0, start1, end1 = slots
@@ -295,13 +286,13 @@ def _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0, begin, c
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
         i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                       tokens_sum, HIDDEN, INTER, TENSOR2D, EVERY_EXPERT)
+                       tokens_sum, HIDDEN, INTER, TENSOR2D)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
         i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                       tokens_sum, HIDDEN, INTER, TENSOR2D, EVERY_EXPERT)
+                       tokens_sum, HIDDEN, INTER, TENSOR2D)
         end1 = i
     return i, 1 - slot, start0, end0, start1, end1
 
@@ -312,7 +303,7 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
                           DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                           OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
                           EXPERTS_POW2: gl.constexpr, TENSOR2D: gl.constexpr,
-                          EVERY_EXPERT: gl.constexpr, ROW0: gl.constexpr):
+                          ROW0: gl.constexpr):
     """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box. The experts that
     ``_tma_takes`` leaves are the Triton kernel's."""
     work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
@@ -320,14 +311,14 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
     z = 0
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
-                                          TENSOR2D, EVERY_EXPERT)
+                                          TENSOR2D)
         for round_ in range(0, _rounds(taken, HIDDEN, INTER)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
                 HIDDEN, INTER, GROUP)
-            if live & _tma_takes(begin, count, TENSOR2D, EVERY_EXPERT):
+            if live & _tma_takes(begin, count, TENSOR2D):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
-                                    j, g0, q0, _box_head(begin, count, EVERY_EXPERT),
+                                    j, g0, q0, _box_head(begin, count, TENSOR2D),
                                     count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
                                     ROW0)
     else:
@@ -335,9 +326,9 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
             expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                            tokens_sum, ROW0 == 0, HIDDEN, INTER,
                                                            GROUP)
-            if _tma_takes(begin, count, TENSOR2D, EVERY_EXPERT):
+            if _tma_takes(begin, count, TENSOR2D):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
-                                    j, g0, q0, _box_head(begin, count, EVERY_EXPERT),
+                                    j, g0, q0, _box_head(begin, count, TENSOR2D),
                                     count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
                                     ROW0)
 
@@ -391,8 +382,7 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
                              HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                              ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
                              STAGES: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                             EXPERTS_POW2: gl.constexpr, TENSOR2D: gl.constexpr,
-                             EVERY_EXPERT: gl.constexpr):
+                             EXPERTS_POW2: gl.constexpr, TENSOR2D: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -402,14 +392,14 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
                                  ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, TENSOR2D,
-                                 EVERY_EXPERT, 0)),
+                                 0)),
         (_ragged_load_partition, (A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
                                   tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2,
-                                  TENSOR2D, EVERY_EXPERT)),
+                                  TENSOR2D)),
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
                                  ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, TENSOR2D,
-                                 EVERY_EXPERT, 64)),
+                                 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -449,9 +439,7 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
                         INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
                         OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
                         SORTED=sort, EXPERTS_POW2=experts_vector(experts) if sort else 2,
-                        TENSOR2D=tensor2d,
-                        EVERY_EXPERT=tensor2d and config.tensor2d_every_expert, num_warps=4,
-                        maxnreg=LAUNCH_REGS)
+                        TENSOR2D=tensor2d, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
@@ -461,24 +449,21 @@ def compile_cases() -> list[CompileCase]:
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, sorted_experts, tensor2d, every in (
-            (False, True, False, False), (True, True, False, False), (False, False, False, False),
-            (False, True, True, False), (True, False, True, False), (False, True, True, True),
-            (True, False, True, True)):
+    for discrete, sorted_experts, tensor2d in (
+            (False, True, False), (True, True, False), (False, False, False), (False, True, True),
+            (True, False, True)):
         name = (f"wgrad {'tensor2d K-K' if tensor2d else 'ragged'} TMA (Gluon) "
-                f"discrete={discrete} sorted_experts={sorted_experts}"
-                f"{' every expert' if every else ''}")
+                f"discrete={discrete} sorted_experts={sorted_experts}")
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
         cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
             A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c,
-            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c, TENSOR2D=c,
-            EVERY_EXPERT=c),
+            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c, TENSOR2D=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
                  SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2,
-                 TENSOR2D=tensor2d, EVERY_EXPERT=every),
+                 TENSOR2D=tensor2d),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases

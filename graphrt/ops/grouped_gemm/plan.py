@@ -182,10 +182,9 @@ class GroupedGemmWgrad(Plan):
             self.gluon = gluon if gluon is not None and gluon.GLUON_API_OK else None
         self.ragged_rows = (self.backend == "triton" and not self.fp8
                             and self.contract.flag("input_order") == "tensor_ragged")
-        # on Hopper, ragged BF16 and tensor2d BF16 with both operands K-major: the TMA kernel
-        # takes the experts with counts (tensor2d: and first tokens) in multiples of 8, the
-        # Triton kernel (after it) the others (tensor2d with
-        # RaggedTmaConfig.tensor2d_every_expert: the TMA kernel alone)
+        # on Hopper, ragged BF16 and tensor2d BF16 with both operands K-major: the TMA kernel;
+        # ragged, it takes the experts with counts in multiples of 8 and the Triton kernel
+        # (after it) the others; tensor2d, it takes every expert
         self.tensor2d_k_k = (self.contract.flag("input_order") == "tensor2d" and not self.fp8
                              and self.contract.spec("a").layout == "k"
                              and self.contract.spec("b").layout == "k")
@@ -287,7 +286,7 @@ class GroupedGemmWgrad(Plan):
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
                     hidden=self.hidden, inter=self.inter, accumulate=accumulate,
                     tensor2d=self.tensor2d_k_k, config=config)
-                if self.tensor2d_k_k and config.tensor2d_every_expert:
+                if self.tensor2d_k_k:
                     return
             if self.fp8:
                 launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
