@@ -82,6 +82,10 @@ def op_cases(device) -> dict:
             cases[f"{entry.name}: functional, tensor_ragged, odd counts, check_offsets=False"] = (
                 lambda f=functional, i=(a.contiguous(), b, odd), c=config: f(
                     *i, **c, input_order="tensor_ragged", check_offsets=False))
+            # tensor2d with both operands K-major: Hopper's TMA kernel (scratch allocated)
+            cases[f"{entry.name}: functional, tensor2d K-K, check_offsets=False"] = (
+                lambda f=functional, i=(a.contiguous(), b.t().contiguous().t(), offsets),
+                c=config: f(*i, **c, check_offsets=False))
         if "seed" in config:   # a training loop's dropout: a new seed (Python int) each step
             seeds = itertools.count(1)
             cases[f"{entry.name}: functional, a new seed every call"] = (
