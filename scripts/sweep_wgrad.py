@@ -10,6 +10,9 @@ as rows first) against Hopper's TMA kernel;
 the E8 cases; ``--k-major`` times tensor2d with both operands K-major, counts in multiples of
 256 and odd: the Triton kernel alone against Hopper's TMA kernel taking every expert (the
 plan's);
+``--tensor2d-tma`` times every tensor2d layout, counts in multiples of 256 and odd, through
+the plan's kernel (the Triton kernel; K-K the ragged TMA kernel) against Hopper's tensor2d
+TMA kernel (kernels_tensor2d.py) per Tensor2dTmaConfig;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--first`` only the
 first benchmark case."""
 import itertools
@@ -24,6 +27,7 @@ from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon as gluon
 from graphrt.ops.grouped_gemm import kernels_ragged as ragged_tma
+from graphrt.ops.grouped_gemm import kernels_tensor2d as tensor2d_tma
 from graphrt.ops.grouped_gemm.kernels import (gemm_config, GemmConfig, launch_ragged_rows,
                                               launch_wgrad, launch_wgrad_fp8, ragged_rows_bytes,
                                               ragged_rows_views, ROWS_CONFIG, RowsConfig)
@@ -46,6 +50,7 @@ GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (
 RAGGED_CONFIG = gemm_config(False)
 RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(sorted_experts=False),
                       RaggedTmaConfig(sorted_max_experts=1024)]
+TENSOR2D_TMA_CONFIGS = [tensor2d_tma.TENSOR2D_TMA_CONFIG, tensor2d_tma.Tensor2dTmaConfig(128, 6)]
 MANY_EXPERTS_CASES = [(128, 2048, 1024, 32768), (256, 2048, 1024, 65536)]
 # the plan's copy first: (block_w, block_t, num_warps, programs_per_sm)
 ROWS_CONFIGS = [ROWS_CONFIG] + [RowsConfig(*c) for c in [
@@ -307,11 +312,62 @@ def main_rows(first: bool):
                     print(f"  {cfg}: failed {type(e).__name__}: {str(e)[:160]}", flush=True)
 
 
+def main_tensor2d_tma(first: bool):
+    gen = torch.Generator().manual_seed(0)
+    errors = error_flags(torch.device("cuda", 0))
+    for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
+        aligned = random_counts(experts, tokens, gen)
+        odd = odd_counts(aligned, gen)
+        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+        flops = 2.0 * hidden * inter * tokens
+        for a_major, b_major in ALL_LAYOUTS:
+            a_k, b_k = a_major == "K", b_major == "K"
+            sets = [_operands(tokens, hidden, inter, a_major.lower(), b_major.lower())
+                    for _ in range(2)]
+            for label, counts in (("x256", aligned), ("odd", odd)):
+                offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
+                                       device="cuda")
+                a0, b0 = sets[0]
+                ref = torch.stack([a0[:, s:e].float() @ b0[s:e].float()
+                                   for s, e in expert_bounds(offsets, tokens)])
+                print(f"E={experts} {hidden}x{inter} tokens={tokens} {a_major}-{b_major} {label}",
+                      flush=True)
+
+                def plan_kernel(a, b, offsets=offsets, a_k=a_k, b_k=b_k):
+                    if a_k and b_k:
+                        ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None,
+                                                           torch.bfloat16, errors, hidden=hidden,
+                                                           inter=inter, accumulate=False,
+                                                           tensor2d=True)
+                    else:
+                        launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16,
+                                     errors, hidden=hidden, inter=inter, a_k_major=a_k,
+                                     b_k_major=b_k, ragged=False, accumulate=False,
+                                     dot_fp32=False)
+                runs = [("plan's kernel", plan_kernel)]
+                for tcfg in TENSOR2D_TMA_CONFIGS:
+                    def tma(a, b, offsets=offsets, tcfg=tcfg):
+                        tensor2d_tma.launch_wgrad_tensor2d_tma(
+                            a, b, offsets, out, None, torch.bfloat16, errors, hidden=hidden,
+                            inter=inter, accumulate=False, config=tcfg)
+                    runs.append((f"tensor2d TMA {tcfg}", tma))
+                for name, run in runs:
+                    out.fill_(float("nan"))   # an expert left unwritten reads as err=nan
+                    _timed(name, run, sets,
+                           lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(),
+                           flops)
+                _in_turn(runs, sets)
+                del ref
+            del sets
+
+
 if __name__ == "__main__":
     if "--rows" in sys.argv[1:]:
         main_rows("--first" in sys.argv[1:])
     elif "--layouts" in sys.argv[1:]:
         main_layouts("--first" in sys.argv[1:])
+    elif "--tensor2d-tma" in sys.argv[1:]:
+        main_tensor2d_tma("--first" in sys.argv[1:])
     elif "--k-major" in sys.argv[1:]:
         main_k_major("--first" in sys.argv[1:])
     elif "--ragged" in sys.argv[1:]:

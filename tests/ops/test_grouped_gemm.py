@@ -553,8 +553,8 @@ def _ragged_tma_plan(a, b, offsets, **flags):
 # counts in multiples of 8 (TMA) below, at and above a step of 64 tokens, and off them (the
 # Triton kernel), empty experts
 TMA_COUNTS = [0, 304, 17, 0, 1024, 259, 8, 256, 7, 64, 136, 6, 3, 0, 45, 72]
-# tensor2d K-K: 2216 tokens (rows 16-byte aligned); the TMA kernel takes experts 0-4, 7-9 and
-# 12 (first token and count in multiples of 8), the Triton kernel those after an odd count
+# tensor2d: 2216 tokens (K-major rows 16-byte aligned); experts' first tokens and counts on
+# and off multiples of 8 and of 64 (the TMA kernels' boxes), empty experts
 TENSOR2D_TMA_COUNTS = [0, 304, 16, 0, 1024, 259, 5, 256, 64, 136, 3, 5, 0, 45, 72, 27]
 
 
@@ -682,6 +682,68 @@ def test_gpu_tensor2d_k_major_through_tma(seed, mode, accumulate, dtype):
     assert not (ref[2].isnan().any() or ref[6].isnan().any() or ref[7].isnan().any())
     finite = ref.isfinite()
     _close(w[finite], ref[finite], dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_major,b_major,tokens_off_8", [("m", "n", False), ("m", "n", True),
+                                                          ("k", "n", False), ("k", "k", False),
+                                                          ("m", "k", False)])
+@pytest.mark.parametrize("mode,accumulate,dtype", [("dense", False, torch.float32),
+                                                   ("dense", True, BF16),
+                                                   ("discrete", False, BF16),
+                                                   ("discrete", True, torch.float32)])
+def test_gpu_tensor2d_tma_kernel_every_layout(seed, a_major, b_major, tokens_off_8, mode,
+                                              accumulate, dtype):
+    """Hopper's tensor2d TMA kernel (kernels_tensor2d.py) launched directly in each layout,
+    against the reference: odd, aligned and empty experts, blocks of 64 tokens shared between
+    experts, tiles cut short (1160 x 520), and for M-N a token count off multiples of 8. NaN
+    and inf among one expert's tokens, inside its neighbours' blocks, reach only it. Output
+    poisoned or accumulated into, dense or discrete."""
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm.kernels_tensor2d import (fits_tensor2d_kernel,
+                                                           launch_wgrad_tensor2d_tma)
+    counts = TENSOR2D_TMA_COUNTS[:-1] + [26] if tokens_off_8 else TENSOR2D_TMA_COUNTS
+    hidden, inter = 1160, 520
+    a, b, offsets = _problem(counts, hidden, inter, a_major, b_major, "cuda")
+    assert fits_tensor2d_kernel(a, b, torch.cuda.get_device_capability())
+    # tokens in blocks of 64 that experts share: 303 (expert 1's last, its block shared with
+    # 2), 1601 (expert 5's, shared with 6 and 7), 2066 (expert 10's, shared with 9, 11, 13)
+    a[5, 303] = float("nan")
+    a[7, 1601] = float("nan")
+    b[2066, 9] = float("inf")
+    init = torch.randn(len(counts), hidden, inter, device="cuda").to(dtype)
+    w = init.clone() if accumulate else torch.full_like(init, float("nan"))
+    ptrs = (torch.tensor([w[e].data_ptr() for e in range(len(counts))], device="cuda")
+            if mode == "discrete" else None)
+    launch_wgrad_tensor2d_tma(a, b, offsets, w, ptrs, dtype, error_flags(a.device),
+                              hidden=hidden, inter=inter, accumulate=accumulate)
+    ref = _expected(a, b, offsets, "tensor2d", dtype, init if accumulate else None, counts)
+    assert torch.equal(w.isnan(), ref.isnan()) and torch.equal(w.isinf(), ref.isinf())
+    assert ref[1, 5].isnan().all() and ref[5, 7].isnan().all() and ref[10][:, 9].isinf().any()
+    assert not any(ref[e].isnan().any() or ref[e].isinf().any() for e in (2, 6, 7, 9, 11, 13))
+    finite = ref.isfinite()
+    _close(w[finite], ref[finite], dtype)
+
+
+def test_tensor2d_tma_kernel_takes_aligned_rows_only():
+    """The tensor2d TMA kernel's operands: K-major ones need T a multiple of 8 (16-byte row
+    strides), M- and N-major ones hidden and intermediate multiples of 8; BF16 only, Hopper
+    only, and nothing on Triton releases other than the one its Gluon API was written for."""
+    from graphrt.ops.grouped_gemm import kernels_tensor2d as k
+    hopper = (9, 0)
+    a, b, _ = _problem([8, 8], 16, 24, "m", "n")
+    assert k.fits_tensor2d_kernel(a, b, hopper) == k.GLUON_API_OK
+    assert not k.fits_tensor2d_kernel(a, b, (10, 0))
+    a, b, _ = _problem([8, 7], 16, 24, "m", "n")     # T = 15: M- and N-major rows still fit
+    assert k.fits_tensor2d_kernel(a, b, hopper) == k.GLUON_API_OK
+    a, b, _ = _problem([8, 7], 16, 24, "k", "n")     # K-major A with T = 15 does not
+    assert not k.fits_tensor2d_kernel(a, b, hopper)
+    a, b, _ = _problem([8, 7], 16, 24, "m", "k")
+    assert not k.fits_tensor2d_kernel(a, b, hopper)
+    a, b, _ = _problem([8, 8], 12, 24, "m", "n")     # hidden 12: M-major rows of 24 bytes
+    assert not k.fits_tensor2d_kernel(a, b, hopper)
+    a, b, _ = _problem([8, 8], 16, 24, "m", "n")
+    assert not k.fits_tensor2d_kernel(a.float(), b.float(), hopper)
 
 
 @pytest.mark.gpu

@@ -79,37 +79,66 @@ def _work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr, HIDDEN
     return expert, m0, n0, begin, begin + count
 
 
+@gluon.constexpr_function
+def _box_extents(shape, k_major):
+    """(tokens, other axis) of a box or a ring of them (its last two axes): K-major boxes hold
+    tokens along their last axis, M- and N-major ones along the one before."""
+    rows, cols = shape[-2], shape[-1]
+    return (cols, rows) if k_major else (rows, cols)
+
+
 @gluon.jit
 def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
-                    tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
+                    tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr,
+                    A_K_MAJOR: gl.constexpr = True, B_K_MAJOR: gl.constexpr = True):
+    """Streams each work item's blocks of tokens (the blocks holding the expert's tokens,
+    counted from token 0) into the ring. ``A_K_MAJOR``/``B_K_MAJOR``: the descriptors' boxes
+    hold the tokens along their second axis; otherwise along their first (the transposes of
+    [tokens, hidden] and [tokens, intermediate] activations)."""
     STAGES: gl.constexpr = a_bufs.shape[0]
-    BN: gl.constexpr = b_desc.block_type.shape[0]
+    BK: gl.constexpr = _box_extents(a_desc.block_type.shape, A_K_MAJOR)[0]
+    BN: gl.constexpr = _box_extents(b_desc.block_type.shape, B_K_MAJOR)[1]
     NBYTES: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
     i = 0
     for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
         expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum, False,
                                            HIDDEN, INTER, BN, GROUP)
-        for block in range(begin // BLOCK_K, (end + BLOCK_K - 1) // BLOCK_K):
+        for block in range(begin // BK, (end + BK - 1) // BK):
             s = i % STAGES
             mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1
             bar = ready.index(s)
             mbarrier.expect(bar, NBYTES)
-            k0 = (block * BLOCK_K).to(gl.int32)
-            tma.async_copy_global_to_shared(a_desc, [m0, k0], bar, a_bufs.index(s))
-            tma.async_copy_global_to_shared(b_desc, [n0, k0], bar, b_bufs.index(s))
+            k0 = (block * BK).to(gl.int32)
+            if A_K_MAJOR:
+                tma.async_copy_global_to_shared(a_desc, [m0, k0], bar, a_bufs.index(s))
+            else:
+                tma.async_copy_global_to_shared(a_desc, [k0, m0], bar, a_bufs.index(s))
+            if B_K_MAJOR:
+                tma.async_copy_global_to_shared(b_desc, [n0, k0], bar, b_bufs.index(s))
+            else:
+                tma.async_copy_global_to_shared(b_desc, [k0, n0], bar, b_bufs.index(s))
             i += 1
 
 
 @gluon.jit
-def _zero_outside(buf, lo, hi, k0, ROWS: gl.constexpr, COLS: gl.constexpr):
-    """Zeroes the tokens (columns) of a staged [ROWS, COLS] block outside [lo, hi), in place,
-    and makes the writes visible to the tensor cores (one warpgroup's share)."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
-    codes = buf.load(layout)
-    k = k0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
-    keep = (k >= lo) & (k < hi)
-    buf.store(gl.where(keep[None, :], codes, gl.zeros_like(codes)))
+def _zero_outside(buf, lo, hi, k0, ROWS: gl.constexpr, COLS: gl.constexpr,
+                  TOKENS_DIM: gl.constexpr = 1):
+    """Zeroes the tokens of a staged [ROWS, COLS] block (its columns, or with TOKENS_DIM 0
+    its rows) outside [lo, hi), in place, and makes the writes visible to the tensor cores
+    (one warpgroup's share)."""
+    if TOKENS_DIM == 1:
+        layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
+        codes = buf.load(layout)
+        k = k0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+        keep = (k >= lo) & (k < hi)
+        buf.store(gl.where(keep[None, :], codes, gl.zeros_like(codes)))
+    else:   # 16 bytes of BF16 a thread, 64 columns a warp's row
+        rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        codes = buf.load(rows_layout)
+        k = k0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, rows_layout))
+        keep = (k >= lo) & (k < hi)
+        buf.store(gl.where(keep[:, None], codes, gl.zeros_like(codes)))
     fence_async_shared()
 
 
@@ -126,14 +155,16 @@ def _block_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
 
 
 @gluon.jit
-def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: gl.constexpr):
-    """Waits for the i-th stage the loader filled (block ``block`` of a_bufs.shape[2] tokens)
-    and zeroes its tokens outside [begin, end) when the expert shares the block (both
-    operands; each warpgroup its A rows and half of B's, joined by a barrier): (the stage,
-    the zeroings so far)."""
+def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: gl.constexpr,
+                 A_K_MAJOR: gl.constexpr = True, B_K_MAJOR: gl.constexpr = True):
+    """Waits for the i-th stage the loader filled (block ``block`` of BK tokens) and zeroes
+    its tokens outside [begin, end) when the expert shares the block (both operands; each
+    warpgroup its A rows and half of B's, joined by a barrier): (the stage, the zeroings so
+    far). ``A_K_MAJOR``/``B_K_MAJOR`` as ``_load_partition``'s: stages of [rows, tokens],
+    otherwise [tokens, rows]."""
     STAGES: gl.constexpr = a_bufs.shape[0]
-    BK: gl.constexpr = a_bufs.shape[2]
-    BN: gl.constexpr = b_bufs.shape[1]
+    BK: gl.constexpr = _box_extents(a_bufs.shape, A_K_MAJOR)[0]
+    BN: gl.constexpr = _box_extents(b_bufs.shape, B_K_MAJOR)[1]
     HALF_N: gl.constexpr = BN // 2
     B_ROW0: gl.constexpr = ROW0 // 64 * HALF_N   # this warpgroup's half of B's rows to zero
     s = i % STAGES
@@ -142,8 +173,16 @@ def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: g
     lo = gl.maximum(begin, k0)
     hi = gl.minimum(end, k0 + BK)
     if (lo > k0) | (hi < k0 + BK):
-        _zero_outside(a_bufs.index(s).slice(ROW0, 64, dim=0), lo, hi, k0, 64, BK)
-        _zero_outside(b_bufs.index(s).slice(B_ROW0, HALF_N, dim=0), lo, hi, k0, HALF_N, BK)
+        if A_K_MAJOR:
+            _zero_outside(a_bufs.index(s).slice(ROW0, 64, dim=0), lo, hi, k0, 64, BK)
+        else:
+            _zero_outside(a_bufs.index(s).slice(ROW0, 64, dim=1), lo, hi, k0, BK, 64, 0)
+        if B_K_MAJOR:
+            _zero_outside(b_bufs.index(s).slice(B_ROW0, HALF_N, dim=0), lo, hi, k0, HALF_N,
+                          BK)
+        else:
+            _zero_outside(b_bufs.index(s).slice(B_ROW0, HALF_N, dim=1), lo, hi, k0, BK,
+                          HALF_N, 0)
         gl.thread_barrier()
         mbarrier.arrive(zeroed)
         mbarrier.wait(zeroed, z & 1)
