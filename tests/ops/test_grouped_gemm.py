@@ -725,6 +725,40 @@ def test_gpu_tensor2d_tma_kernel_every_layout(seed, a_major, b_major, tokens_off
     _close(w[finite], ref[finite], dtype)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_major,b_major", [("m", "n"), ("k", "n"), ("k", "k"), ("m", "k")])
+def test_gpu_tensor2d_tma_kernel_through_the_plan(seed, a_major, b_major, monkeypatch):
+    """Plans of the layouts ``Tensor2dTmaConfig.plan_layouts`` names run the tensor2d TMA
+    kernel: the functional call matches the reference, and captured in a CUDA graph, replays
+    of new routing (odd, empty and all-in-one experts) match eager calls bitwise, the bad
+    offsets of one replay flagged and computed as empty."""
+    from graphrt.capture import capture
+    from graphrt.ops.grouped_gemm import kernels_tensor2d as k2
+    layouts = frozenset({("k" if a_major == "k" else "mn", "k" if b_major == "k" else "mn")})
+    monkeypatch.setattr(k2, "TENSOR2D_TMA_CONFIG", k2.Tensor2dTmaConfig(plan_layouts=layouts))
+    launched = []
+    real = k2.launch_wgrad_tensor2d_tma
+    monkeypatch.setattr(k2, "launch_wgrad_tensor2d_tma",
+                        lambda *args, **kw: launched.append(1) or real(*args, **kw))
+    counts = [100, 200, 0, 213, 51]   # 564 tokens: K-major rows 16-byte aligned
+    a, b, offsets = _problem(counts, 264, 136, a_major, b_major, "cuda")
+    (w,) = grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=torch.float32)
+    assert launched
+    _close(w, _expected(a, b, offsets, "tensor2d", torch.float32), torch.float32)
+    frag = capture(lambda a, b, o: grouped_gemm_wgrad(a, b, o)[0], a, b, offsets)
+    for routing in ([564, 0, 0, 0, 0], [1, 2, 3, 506, 52], [0, 63, 65, 128, 308]):
+        new = torch.tensor(list(itertools.accumulate(routing)), dtype=torch.int32, device="cuda")
+        replayed = frag(a, b, new).clone()
+        (eager,) = grouped_gemm_wgrad(a, b, new)
+        assert torch.equal(replayed, eager)
+    graphrt.check_errors("cuda")
+    bad = torch.tensor([100, 2**31 - 1, 50, 400, 564], dtype=torch.int32, device="cuda")
+    out = frag(a, b, bad)
+    with pytest.raises(graphrt.DeviceCheckError, match="first at index 1"):
+        graphrt.check_errors("cuda")
+    assert torch.equal(out[1], torch.zeros_like(out[1])) and torch.isfinite(out.float()).all()
+
+
 def test_tensor2d_tma_kernel_takes_aligned_rows_only():
     """The tensor2d TMA kernel's operands: K-major ones need T a multiple of 8 (16-byte row
     strides), M- and N-major ones hidden and intermediate multiples of 8; BF16 only, Hopper

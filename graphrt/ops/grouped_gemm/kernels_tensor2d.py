@@ -42,10 +42,17 @@ LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
 @dataclass(frozen=True)
 class Tensor2dTmaConfig:
     """Output columns per tile (128 output rows) and shared-memory stages (a stage holds
-    (128 + block_n) x 64 BF16: 48 KB at 256 columns)."""
+    (128 + block_n) x 64 BF16: 48 KB at 256 columns); ``plan_layouts``: the (A, B) layouts
+    ("k" or "mn", as contracts spell them) whose plans run this kernel. None yet: it has not
+    been timed against the plan's kernels (docs/perf/wgrad.md)."""
 
     block_n: int = 256
     stages: int = 4
+    plan_layouts: frozenset = frozenset()
+
+    def runs(self, a_layout: str, b_layout: str) -> bool:
+        """Whether plans of these layouts run this kernel."""
+        return (a_layout, b_layout) in self.plan_layouts
 
 
 TENSOR2D_TMA_CONFIG = Tensor2dTmaConfig()

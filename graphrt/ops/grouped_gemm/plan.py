@@ -195,6 +195,13 @@ class GroupedGemmWgrad(Plan):
                 self.hidden, self.inter, self.experts, self.contract.capability):
             ragged_tma = None
         self.ragged_tma = ragged_tma
+        # on Hopper, tensor2d BF16 in the layouts Tensor2dTmaConfig.plan_layouts names: the
+        # tensor2d TMA kernel, for the calls it fits (checked per call: strides, addresses)
+        tensor2d_tma = (hopper_module(__package__, "kernels_tensor2d", self.contract.capability)
+                        if self.backend == "triton" and not self.fp8
+                        and self.contract.flag("input_order") == "tensor2d" else None)
+        self.tensor2d_tma = (tensor2d_tma if tensor2d_tma is not None and tensor2d_tma.GLUON_API_OK
+                             else None)
 
     def rows_workspace_bytes(self, tokens_sum: int) -> int:
         """Bytes of the optional ``workspace`` for a call with ``tokens_sum`` tokens: with it,
@@ -278,6 +285,15 @@ class GroupedGemmWgrad(Plan):
                     out_dtype, errors, hidden=self.hidden, inter=self.inter,
                     accumulate=accumulate)
                 return
+            if self.tensor2d_tma is not None:
+                t2d = self.tensor2d_tma
+                if t2d.TENSOR2D_TMA_CONFIG.runs(c.spec("a").layout, c.spec("b").layout) and \
+                        t2d.fits_tensor2d_kernel(a, b, c.capability):
+                    t2d.launch_wgrad_tensor2d_tma(
+                        a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype,
+                        errors, hidden=self.hidden, inter=self.inter, accumulate=accumulate,
+                        config=t2d.TENSOR2D_TMA_CONFIG)
+                    return
             tma = (self.ragged_tma if self.ragged_tma is not None
                    and self.ragged_tma.fits_tokens(tokens_sum, self.tensor2d_k_k) else None)
             if tma is not None:   # the experts kernels._tma_takes gives it
