@@ -740,19 +740,19 @@ def test_gpu_tensor2d_tma_kernel_through_the_plan(seed, a_major, b_major, monkey
     real = k2.launch_wgrad_tensor2d_tma
     monkeypatch.setattr(k2, "launch_wgrad_tensor2d_tma",
                         lambda *args, **kw: launched.append(1) or real(*args, **kw))
-    counts = [100, 200, 0, 213, 51]   # 564 tokens: K-major rows 16-byte aligned
+    counts = [100, 200, 0, 213, 55]   # 568 tokens: K-major rows 16-byte aligned
     a, b, offsets = _problem(counts, 264, 136, a_major, b_major, "cuda")
     (w,) = grouped_gemm_wgrad(a, b, offsets, wgrad_dtype=torch.float32)
     assert launched
     _close(w, _expected(a, b, offsets, "tensor2d", torch.float32), torch.float32)
     frag = capture(lambda a, b, o: grouped_gemm_wgrad(a, b, o)[0], a, b, offsets)
-    for routing in ([564, 0, 0, 0, 0], [1, 2, 3, 506, 52], [0, 63, 65, 128, 308]):
+    for routing in ([568, 0, 0, 0, 0], [1, 2, 3, 506, 56], [0, 63, 65, 128, 312]):
         new = torch.tensor(list(itertools.accumulate(routing)), dtype=torch.int32, device="cuda")
         replayed = frag(a, b, new).clone()
         (eager,) = grouped_gemm_wgrad(a, b, new)
         assert torch.equal(replayed, eager)
     graphrt.check_errors("cuda")
-    bad = torch.tensor([100, 2**31 - 1, 50, 400, 564], dtype=torch.int32, device="cuda")
+    bad = torch.tensor([100, 2**31 - 1, 50, 400, 568], dtype=torch.int32, device="cuda")
     out = frag(a, b, bad)
     with pytest.raises(graphrt.DeviceCheckError, match="first at index 1"):
         graphrt.check_errors("cuda")
