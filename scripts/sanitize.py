@@ -39,12 +39,15 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
         graphrt.ops.grouped_gemm_wgrad(a.contiguous() if a_k_major else a,
                                        b.t().contiguous().t() if b_k_major else b, offsets)
         # Hopper's tensor2d TMA kernel, launched directly (K-major operands: tokens_sum a
-        # multiple of 8), experts sharing its blocks of 64 tokens
+        # multiple of 8), experts sharing its blocks of 64 tokens, both work splits
         a, b = (a.contiguous() if a_k_major else a), (b.t().contiguous().t() if b_k_major else b)
         if kernels_tensor2d.fits_tensor2d_kernel(a, b, torch.cuda.get_device_capability()):
-            kernels_tensor2d.launch_wgrad_tensor2d_tma(
-                a, b, offsets, torch.empty(len(counts), 136, 72, device="cuda"), None,
-                torch.float32, error_flags(a.device), hidden=136, inter=72, accumulate=False)
+            for sorted_experts in (True, False):
+                kernels_tensor2d.launch_wgrad_tensor2d_tma(
+                    a, b, offsets, torch.empty(len(counts), 136, 72, device="cuda"), None,
+                    torch.float32, error_flags(a.device), hidden=136, inter=72,
+                    accumulate=False,
+                    config=kernels_tensor2d.Tensor2dTmaConfig(sorted_experts=sorted_experts))
     # ragged: hidden 136 (a multiple of 8) takes Hopper's TMA kernel; hidden 132 the Triton
     # kernel, where aligned experts (16, 8) load 8 tokens at a time and the others are first
     # copied as rows into the workspace the functional call allocates, or without one load two

@@ -685,23 +685,25 @@ def test_gpu_tensor2d_k_major_through_tma(seed, mode, accumulate, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("a_major,b_major,tokens_off_8", [("m", "n", False), ("m", "n", True),
-                                                          ("k", "n", False), ("k", "k", False),
-                                                          ("m", "k", False)])
+@pytest.mark.parametrize("a_major,b_major,tokens_off_8,sorted_experts", [
+    ("m", "n", False, True), ("m", "n", True, True), ("k", "n", False, True),
+    ("k", "k", False, True), ("m", "k", False, True), ("m", "n", False, False),
+    ("k", "k", False, False)])
 @pytest.mark.parametrize("mode,accumulate,dtype", [("dense", False, torch.float32),
                                                    ("dense", True, BF16),
                                                    ("discrete", False, BF16),
                                                    ("discrete", True, torch.float32)])
-def test_gpu_tensor2d_tma_kernel_every_layout(seed, a_major, b_major, tokens_off_8, mode,
-                                              accumulate, dtype):
-    """Hopper's tensor2d TMA kernel (kernels_tensor2d.py) launched directly in each layout,
-    against the reference: odd, aligned and empty experts, blocks of 64 tokens shared between
-    experts, tiles cut short (1160 x 520), and for M-N a token count off multiples of 8. NaN
-    and inf among one expert's tokens, inside its neighbours' blocks, reach only it. Output
-    poisoned or accumulated into, dense or discrete."""
+def test_gpu_tensor2d_tma_kernel_every_layout(seed, a_major, b_major, tokens_off_8,
+                                              sorted_experts, mode, accumulate, dtype):
+    """Hopper's tensor2d TMA kernel (kernels_tensor2d.py) launched directly in each layout and
+    both work splits, against the reference: odd, aligned and empty experts, blocks of 64
+    tokens shared between experts, tiles cut short (1160 x 520), and for M-N a token count off
+    multiples of 8. NaN and inf among one expert's tokens, inside its neighbours' blocks, reach
+    only it. Output poisoned or accumulated into, dense or discrete."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels_tensor2d import (fits_tensor2d_kernel,
-                                                           launch_wgrad_tensor2d_tma)
+                                                           launch_wgrad_tensor2d_tma,
+                                                           Tensor2dTmaConfig)
     counts = TENSOR2D_TMA_COUNTS[:-1] + [26] if tokens_off_8 else TENSOR2D_TMA_COUNTS
     hidden, inter = 1160, 520
     a, b, offsets = _problem(counts, hidden, inter, a_major, b_major, "cuda")
@@ -716,7 +718,8 @@ def test_gpu_tensor2d_tma_kernel_every_layout(seed, a_major, b_major, tokens_off
     ptrs = (torch.tensor([w[e].data_ptr() for e in range(len(counts))], device="cuda")
             if mode == "discrete" else None)
     launch_wgrad_tensor2d_tma(a, b, offsets, w, ptrs, dtype, error_flags(a.device),
-                              hidden=hidden, inter=inter, accumulate=accumulate)
+                              hidden=hidden, inter=inter, accumulate=accumulate,
+                              config=Tensor2dTmaConfig(sorted_experts=sorted_experts))
     ref = _expected(a, b, offsets, "tensor2d", dtype, init if accumulate else None, counts)
     assert torch.equal(w.isnan(), ref.isnan()) and torch.equal(w.isinf(), ref.isinf())
     assert ref[1, 5].isnan().all() and ref[5, 7].isnan().all() and ref[10][:, 9].isinf().any()
@@ -757,6 +760,14 @@ def test_gpu_tensor2d_tma_kernel_through_the_plan(seed, a_major, b_major, monkey
     with pytest.raises(graphrt.DeviceCheckError, match="first at index 1"):
         graphrt.check_errors("cuda")
     assert torch.equal(out[1], torch.zeros_like(out[1])) and torch.isfinite(out.float()).all()
+
+
+def test_tensor2d_tma_config_sorts_up_to_its_expert_limit_and_runs_no_layout_by_default():
+    from graphrt.ops.grouped_gemm.kernels_tensor2d import TENSOR2D_TMA_CONFIG, Tensor2dTmaConfig
+    assert TENSOR2D_TMA_CONFIG.sorts(64) and not TENSOR2D_TMA_CONFIG.sorts(65)
+    assert not Tensor2dTmaConfig(sorted_experts=False).sorts(8)
+    assert not any(TENSOR2D_TMA_CONFIG.runs(a, b) for a in ("k", "mn") for b in ("k", "mn"))
+    assert Tensor2dTmaConfig(plan_layouts=frozenset({("mn", "mn")})).runs("mn", "mn")
 
 
 def test_tensor2d_tma_kernel_takes_aligned_rows_only():

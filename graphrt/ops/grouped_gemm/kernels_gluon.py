@@ -64,6 +64,47 @@ _tile_origin = gluon.jit(_triton_kernels._tile_origin.fn)
 _expert_tokens = gluon.jit(_triton_kernels._expert_tokens.fn)
 _store_tile = gluon.jit(_triton_kernels._store_tile.fn)   # its tensors carry their layouts
 
+# the order of the experts and the snake, written as Triton code in kernels.py so that the
+# interpreter tests them (vectors in the layouts the caller gives)
+_ranks_by_count = gluon.jit(_triton_kernels._ranks_by_count.fn)
+_rank_keys = gluon.jit(_triton_kernels._rank_keys.fn)
+_tma_takes = gluon.jit(_triton_kernels._tma_takes.fn)
+_expert_at_rank = gluon.jit(_triton_kernels._expert_at_rank.fn)
+_snake = gluon.jit(_triton_kernels._snake.fn)
+
+
+@gluon.jit
+def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
+                  WARPS: gl.constexpr, CHUNK: gl.constexpr, TENSOR2D: gl.constexpr):
+    """(ranks, idx, taken): every expert's rank by count, largest first, the experts this
+    kernel leaves to the Triton kernel (``_tma_takes``) last, over the calling partition's WARPS
+    warps, the experts compared CHUNK at a time in each thread's registers; ``taken``: how many
+    experts the TMA kernel takes (the ranks before those; every valid expert with TENSOR2D)."""
+    pairs: gl.constexpr = gl.BlockedLayout([1, CHUNK], [32, 1], [WARPS, 1], [1, 0])
+    idx = gl.arange(0, EXPERTS_POW2, layout=gl.SliceLayout(1, pairs))
+    others = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, pairs))
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, True, TENSOR2D)
+    taken = gl.sum(((idx < experts) & (keys >= 0)).to(gl.int32), axis=0)
+    ranks = _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, True, TENSOR2D)
+    return ranks, idx, taken
+
+
+@gluon.jit
+def _sorted_position(round_, ranks, idx, taken, TILES: gl.constexpr):
+    """This program's item in round ``round_`` of a split over the ``taken`` experts ranked
+    first, TILES items each, the programs' order reversed every round: whether there is one,
+    its expert and its tile."""
+    position = _snake(round_, gl.program_id(0), gl.num_programs(0))
+    live = position < taken * TILES
+    expert = gl.where(live, _expert_at_rank(ranks, idx, position // TILES), 0)
+    return live, expert, position % TILES
+
+
+@gluon.jit
+def _sorted_rounds(taken, TILES: gl.constexpr):
+    """Rounds of ``_sorted_position``'s split: every program takes at most one item a round."""
+    return gl.cdiv(taken * TILES, gl.num_programs(0))
+
 
 @gluon.jit
 def _work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr, HIDDEN: gl.constexpr,
@@ -80,6 +121,13 @@ def _work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr, HIDDEN
 
 
 @gluon.constexpr_function
+def _tile_count(hidden, inter, block_n):
+    """Output tiles of an expert, BLOCK_M rows by ``block_n`` columns: a constant that
+    functions called with it see as one (``gl.cdiv`` makes a value of the caller's)."""
+    return -(-hidden // BLOCK_M.value) * -(-inter // block_n)
+
+
+@gluon.constexpr_function
 def _box_extents(shape, k_major):
     """(tokens, other axis) of a box or a ring of them (its last two axes): K-major boxes hold
     tokens along their last axis, M- and N-major ones along the one before."""
@@ -88,37 +136,73 @@ def _box_extents(shape, k_major):
 
 
 @gluon.jit
-def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
-                    tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr,
-                    A_K_MAJOR: gl.constexpr = True, B_K_MAJOR: gl.constexpr = True):
-    """Streams each work item's blocks of tokens (the blocks holding the expert's tokens,
-    counted from token 0) into the ring. ``A_K_MAJOR``/``B_K_MAJOR``: the descriptors' boxes
-    hold the tokens along their second axis; otherwise along their first (the transposes of
-    [tokens, hidden] and [tokens, intermediate] activations)."""
+def _sorted_tile_work(round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum,
+                      FLAG: gl.constexpr, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                      BN: gl.constexpr, GROUP: gl.constexpr):
+    """``_work`` in the order of ``_sorted_position`` (experts by count, largest first):
+    whether this program has an item in round ``round_``, and ``_work``'s values."""
+    tiles: gl.constexpr = _tile_count(HIDDEN, INTER, BN)
+    live, expert, tile = _sorted_position(round_, ranks, idx, taken, tiles)
+    m0, n0 = _tile_origin(tile, HIDDEN, INTER, BLOCK_M, BN, GROUP)
+    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, experts, FLAG & live & (tile == 0),
+                                  tokens_sum)
+    return live, expert, m0, n0, begin, begin + count
+
+
+@gluon.jit
+def _load_blocks(a_desc, b_desc, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, end,
+                 A_K_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr):
+    """One work item's blocks of tokens (those holding [begin, end), counted from token 0)
+    streamed into the ring from the i-th filled on: the next to fill."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     BK: gl.constexpr = _box_extents(a_desc.block_type.shape, A_K_MAJOR)[0]
-    BN: gl.constexpr = _box_extents(b_desc.block_type.shape, B_K_MAJOR)[1]
     NBYTES: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
-    work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
+    for block in range(begin // BK, (end + BK - 1) // BK):
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1
+        bar = ready.index(s)
+        mbarrier.expect(bar, NBYTES)
+        k0 = (block * BK).to(gl.int32)
+        if A_K_MAJOR:
+            tma.async_copy_global_to_shared(a_desc, [m0, k0], bar, a_bufs.index(s))
+        else:
+            tma.async_copy_global_to_shared(a_desc, [k0, m0], bar, a_bufs.index(s))
+        if B_K_MAJOR:
+            tma.async_copy_global_to_shared(b_desc, [n0, k0], bar, b_bufs.index(s))
+        else:
+            tma.async_copy_global_to_shared(b_desc, [k0, n0], bar, b_bufs.index(s))
+        i += 1
+    return i
+
+
+@gluon.jit
+def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
+                    tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr,
+                    A_K_MAJOR: gl.constexpr = True, B_K_MAJOR: gl.constexpr = True,
+                    SORTED: gl.constexpr = False, EXPERTS_POW2: gl.constexpr = 2):
+    """Streams each work item's blocks into the ring, items p, p + programs, ... (experts
+    outermost) or with SORTED in ``_sorted_tile_work``'s order. ``A_K_MAJOR``/``B_K_MAJOR``:
+    the descriptors' boxes hold the tokens along their second axis; otherwise along their
+    first (the transposes of [tokens, hidden] and [tokens, intermediate] activations)."""
+    BN: gl.constexpr = _box_extents(b_desc.block_type.shape, B_K_MAJOR)[1]
+    tiles: gl.constexpr = _tile_count(HIDDEN, INTER, BN)
     i = 0
-    for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
-        expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum, False,
-                                           HIDDEN, INTER, BN, GROUP)
-        for block in range(begin // BK, (end + BK - 1) // BK):
-            s = i % STAGES
-            mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1
-            bar = ready.index(s)
-            mbarrier.expect(bar, NBYTES)
-            k0 = (block * BK).to(gl.int32)
-            if A_K_MAJOR:
-                tma.async_copy_global_to_shared(a_desc, [m0, k0], bar, a_bufs.index(s))
-            else:
-                tma.async_copy_global_to_shared(a_desc, [k0, m0], bar, a_bufs.index(s))
-            if B_K_MAJOR:
-                tma.async_copy_global_to_shared(b_desc, [n0, k0], bar, b_bufs.index(s))
-            else:
-                tma.async_copy_global_to_shared(b_desc, [k0, n0], bar, b_bufs.index(s))
-            i += 1
+    if SORTED:
+        ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
+                                          True)
+        for round_ in range(0, _sorted_rounds(taken, tiles)):
+            live, expert, m0, n0, begin, end = _sorted_tile_work(
+                round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
+                INTER, BN, GROUP)
+            if live:
+                i = _load_blocks(a_desc, b_desc, a_bufs, b_bufs, ready, empty, i, m0, n0,
+                                 begin, end, A_K_MAJOR, B_K_MAJOR)
+    else:
+        for work in range(gl.program_id(0), experts * tiles, gl.num_programs(0)):
+            expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
+                                               False, HIDDEN, INTER, BN, GROUP)
+            i = _load_blocks(a_desc, b_desc, a_bufs, b_bufs, ready, empty, i, m0, n0, begin,
+                             end, A_K_MAJOR, B_K_MAJOR)
 
 
 @gluon.jit

@@ -49,10 +49,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, war
 from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TESTED_TRITON,
                              register_share, TL_DTYPES, untested_triton_case)
 from ...validate import sm_count
-from . import kernels as _triton_kernels
 from .kernels import experts_vector
-from .kernels_gluon import (_expert_tokens, _release, _stage_barriers, _stage_ready, _store_tile,
-                            _tile_origin)
+from .kernels_gluon import (_expert_ranks, _expert_tokens, _release, _sorted_position,
+                            _stage_barriers, _stage_ready, _store_tile, _tile_origin, _tma_takes)
 
 BLOCK_M = gl.constexpr(128)   # two warpgroups of 64 output rows
 BLOCK_N = gl.constexpr(256)   # eight residues of 32 columns
@@ -98,14 +97,6 @@ class RaggedTmaConfig:
 
 RAGGED_TMA_CONFIG = RaggedTmaConfig()
 
-# the order of the experts and the snake, written as Triton code in kernels.py so that the
-# interpreter tests them (vectors in the layouts the caller gives)
-_ranks_by_count = gluon.jit(_triton_kernels._ranks_by_count.fn)
-_rank_keys = gluon.jit(_triton_kernels._rank_keys.fn)
-_tma_takes = gluon.jit(_triton_kernels._tma_takes.fn)
-_expert_at_rank = gluon.jit(_triton_kernels._expert_at_rank.fn)
-_snake = gluon.jit(_triton_kernels._snake.fn)
-
 
 @gluon.constexpr_function
 def _row_tiles(hidden):
@@ -145,33 +136,15 @@ def _ragged_work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
 
 
 @gluon.jit
-def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
-                  WARPS: gl.constexpr, CHUNK: gl.constexpr, TENSOR2D: gl.constexpr):
-    """(ranks, idx, taken): every expert's rank by count, largest first, the experts this
-    kernel leaves to the Triton kernel (``_tma_takes``) last, over the calling partition's WARPS
-    warps, the experts compared CHUNK at a time in each thread's registers; ``taken``: how many
-    experts this kernel takes (the ranks before those)."""
-    pairs: gl.constexpr = gl.BlockedLayout([1, CHUNK], [32, 1], [WARPS, 1], [1, 0])
-    idx = gl.arange(0, EXPERTS_POW2, layout=gl.SliceLayout(1, pairs))
-    others = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, pairs))
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, True, TENSOR2D)
-    taken = gl.sum(((idx < experts) & (keys >= 0)).to(gl.int32), axis=0)
-    ranks = _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, True, TENSOR2D)
-    return ranks, idx, taken
-
-
-@gluon.jit
 def _sorted_work(round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum,
                  FLAG: gl.constexpr, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                  GROUP: gl.constexpr):
     """This program's item in round ``round_`` of the sorted split (RaggedTmaConfig) over the
     ``taken`` experts ranked first: whether there is one, its expert and ``_item``'s values."""
     tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
-    position = _snake(round_, gl.program_id(0), gl.num_programs(0))
-    live = position < taken * tiles
-    expert = gl.where(live, _expert_at_rank(ranks, idx, position // tiles), 0)
-    j, g0, q0, begin, count = _item(expert, position % tiles, OFFSETS, ERRORS, experts,
-                                    tokens_sum, FLAG & live, HIDDEN, INTER, GROUP)
+    live, expert, tile = _sorted_position(round_, ranks, idx, taken, tiles)
+    j, g0, q0, begin, count = _item(expert, tile, OFFSETS, ERRORS, experts, tokens_sum,
+                                    FLAG & live, HIDDEN, INTER, GROUP)
     return live, expert, j, g0, q0, begin, count
 
 

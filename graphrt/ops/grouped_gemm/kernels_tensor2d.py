@@ -13,8 +13,11 @@ N-major stages are [tokens, rows] and reach the tensor cores transposed.
 
 A persistent program is warp-specialized: a loader warp streams the blocks into a ring of
 stages; two MMA warpgroups (64 output rows each) keep one product in flight into their FP32
-sums. Items are taken p, p + programs, ... over (expert, tile), experts outermost. K-major
-operands need T a multiple of 8 (TMA's 16-byte row strides; ``fits_tensor2d_kernel``).
+sums, which go to the output 16 bytes a store. Up to ``sorted_max_experts`` experts the
+programs walk the experts sorted by count, largest first, the programs' order reversed every
+round (the ragged kernel's split, kernels_ragged.py); otherwise items p, p + programs, ...,
+experts outermost. K-major operands need T a multiple of 8 (TMA's 16-byte row strides;
+``fits_tensor2d_kernel``).
 """
 from __future__ import annotations
 
@@ -29,8 +32,10 @@ from ...kernel_utils import (CompileCase, CONSTEXPR, gluon_descriptor, gluon_des
                              launch, ON_TESTED_TRITON, register_share, TL_DTYPES,
                              untested_triton_case)
 from ...validate import sm_count
-from .kernels_gluon import (_load_partition, _release, _stage_barriers, _stage_ready,
-                            _store_tile, _work, BLOCK_M)
+from .kernels import experts_vector
+from .kernels_gluon import (_box_extents, _expert_ranks, _load_partition, _release,
+                            _sorted_rounds, _sorted_tile_work, _stage_barriers, _stage_ready,
+                            _store_tile, _tile_count, _work, BLOCK_M)
 
 BLOCK_K = gl.constexpr(64)   # tokens a stage: 128 bytes of BF16, the swizzle's width
 GROUP_M = 8
@@ -42,13 +47,21 @@ LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
 @dataclass(frozen=True)
 class Tensor2dTmaConfig:
     """Output columns per tile (128 output rows) and shared-memory stages (a stage holds
-    (128 + block_n) x 64 BF16: 48 KB at 256 columns); ``plan_layouts``: the (A, B) layouts
-    ("k" or "mn", as contracts spell them) whose plans run this kernel. None yet: it has not
-    been timed against the plan's kernels (docs/perf/wgrad.md)."""
+    (128 + block_n) x 64 BF16: 48 KB at 256 columns); ``sorted_experts``: the sorted split up
+    to ``sorted_max_experts`` experts; ``plan_layouts``: the (A, B) layouts ("k" or "mn", as
+    contracts spell them) whose plans run this kernel. None yet: with 4-byte stores and items
+    in order it took 1.00-1.20x the plan's kernels' time on the H200, except K-N and M-K at
+    E8 2048 x 1024 with 128-column tiles (0.957x, 0.967x; docs/perf/wgrad.md, 2026-12-03)."""
 
     block_n: int = 256
     stages: int = 4
+    sorted_experts: bool = True
+    sorted_max_experts: int = 64
     plan_layouts: frozenset = frozenset()
+
+    def sorts(self, experts: int) -> bool:
+        """Whether a call of ``experts`` experts takes the sorted split."""
+        return self.sorted_experts and experts <= self.sorted_max_experts
 
     def runs(self, a_layout: str, b_layout: str) -> bool:
         """Whether plans of these layouts run this kernel."""
@@ -58,56 +71,95 @@ class Tensor2dTmaConfig:
 TENSOR2D_TMA_CONFIG = Tensor2dTmaConfig()
 
 
+@gluon.constexpr_function
+def _store_layout(block_n):
+    """A warpgroup's [64, block_n] FP32 sum laid out for 16-byte stores: registers 0-2 of a
+    thread hold 8 consecutive columns. The m64 wgmma accumulator spreads those over the four
+    lanes of a quad (2 columns each) and gives each lane 4 such groups 8 columns apart, so
+    going here swaps two lane bits with two register bits: shuffles within a warp."""
+    col_regs = [[0, c] for c in (1, 2, 4)] + [[8, 0]]
+    col_regs += [[0, c] for c in (32, 64, 128) if c < block_n]
+    return gl.DistributedLinearLayout(
+        reg_bases=col_regs, lane_bases=[[0, 8], [0, 16], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, block_n])
+
+
+@gluon.jit
+def _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, m0, n0, begin, end,
+              i, z, HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
+              ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, A_K_MAJOR: gl.constexpr,
+              B_K_MAJOR: gl.constexpr, ROW0: gl.constexpr):
+    """One work item of one warpgroup: the sum over the expert's blocks (the i-th filled
+    onwards) with one product in flight, and its store; (stages used, zeroings) so far."""
+    BN: gl.constexpr = _box_extents(b_bufs.shape, B_K_MAJOR)[1]
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+    acc = gl.zeros([64, BN], gl.float32, layout)
+    first = begin // BLOCK_K
+    last = (end + BLOCK_K - 1) // BLOCK_K
+    for block in range(first, last):
+        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0,
+                            A_K_MAJOR, B_K_MAJOR)
+        if A_K_MAJOR:
+            a = a_bufs.index(s).slice(ROW0, 64, dim=0)
+        else:
+            a = a_bufs.index(s).slice(ROW0, 64, dim=1).permute((1, 0))
+        if B_K_MAJOR:
+            b = b_bufs.index(s).permute((1, 0))
+        else:
+            b = b_bufs.index(s)
+        acc = warpgroup_mma(a, b, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        if block > first:
+            _release(empty, i - 1)
+        i += 1
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if last > first:
+        _release(empty, i - 1)
+    out_layout: gl.constexpr = _store_layout(BN)
+    acc = gl.convert_layout(acc, out_layout)
+    m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
+    n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, out_layout))
+    if ACCUMULATE:
+        if end > begin:
+            _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                        OUT_DTYPE)
+    else:
+        _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                    OUT_DTYPE)
+    return i, z
+
+
 @gluon.jit
 def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
                    tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                    ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
-                   A_K_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr, ROW0: gl.constexpr):
-    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile, the sum over the expert's
-    blocks with one product in flight."""
-    if B_K_MAJOR:
-        BN: gl.constexpr = b_bufs.shape[1]
-    else:
-        BN: gl.constexpr = b_bufs.shape[2]
-    layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
-    work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
+                   A_K_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr, SORTED: gl.constexpr,
+                   EXPERTS_POW2: gl.constexpr, ROW0: gl.constexpr):
+    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile, the items in the loader's
+    order (``_load_partition``)."""
+    BN: gl.constexpr = _box_extents(b_bufs.shape, B_K_MAJOR)[1]
+    tiles: gl.constexpr = _tile_count(HIDDEN, INTER, BN)
     i = 0
     z = 0
-    for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
-        expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
-                                           ROW0 == 0, HIDDEN, INTER, BN, GROUP)
-        acc = gl.zeros([64, BN], gl.float32, layout)
-        first = begin // BLOCK_K
-        last = (end + BLOCK_K - 1) // BLOCK_K
-        for block in range(first, last):
-            s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0,
-                                A_K_MAJOR, B_K_MAJOR)
-            if A_K_MAJOR:
-                a = a_bufs.index(s).slice(ROW0, 64, dim=0)
-            else:
-                a = a_bufs.index(s).slice(ROW0, 64, dim=1).permute((1, 0))
-            if B_K_MAJOR:
-                b = b_bufs.index(s).permute((1, 0))
-            else:
-                b = b_bufs.index(s)
-            acc = warpgroup_mma(a, b, acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-            if block > first:
-                _release(empty, i - 1)
-            i += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        if last > first:
-            _release(empty, i - 1)
-        m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
-        n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-        if ACCUMULATE:
-            if end > begin:
-                _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
-                            ACCUMULATE, OUT_DTYPE)
-        else:
-            _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                        OUT_DTYPE)
+    if SORTED:
+        ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
+                                          True)
+        for round_ in range(0, _sorted_rounds(taken, tiles)):
+            live, expert, m0, n0, begin, end = _sorted_tile_work(
+                round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
+                HIDDEN, INTER, BN, GROUP)
+            if live:
+                i, z = _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
+                                 m0, n0, begin, end, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                                 OUT_DTYPE, A_K_MAJOR, B_K_MAJOR, ROW0)
+    else:
+        for work in range(gl.program_id(0), experts * tiles, gl.num_programs(0)):
+            expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
+                                               ROW0 == 0, HIDDEN, INTER, BN, GROUP)
+            i, z = _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, m0,
+                             n0, begin, end, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                             OUT_DTYPE, A_K_MAJOR, B_K_MAJOR, ROW0)
 
 
 @gluon.jit(do_not_specialize=["experts", "tokens_sum"])
@@ -116,7 +168,8 @@ def _wgrad_tensor2d_tma_kernel(a_desc, b_desc, OFFSETS, OUT, OUT_PTRS, ERRORS, e
                                DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                                OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr,
                                GROUP: gl.constexpr, A_K_MAJOR: gl.constexpr,
-                               B_K_MAJOR: gl.constexpr):
+                               B_K_MAJOR: gl.constexpr, SORTED: gl.constexpr,
+                               EXPERTS_POW2: gl.constexpr):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
@@ -125,12 +178,13 @@ def _wgrad_tensor2d_tma_kernel(a_desc, b_desc, OFFSETS, OUT, OUT_PTRS, ERRORS, e
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS, ERRORS,
                           experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
-                          GROUP, A_K_MAJOR, B_K_MAJOR, 0)),
+                          GROUP, A_K_MAJOR, B_K_MAJOR, SORTED, EXPERTS_POW2, 0)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
-                           experts, tokens_sum, HIDDEN, INTER, GROUP, A_K_MAJOR, B_K_MAJOR)),
+                           experts, tokens_sum, HIDDEN, INTER, GROUP, A_K_MAJOR, B_K_MAJOR,
+                           SORTED, EXPERTS_POW2)),
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS, ERRORS,
                           experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
-                          GROUP, A_K_MAJOR, B_K_MAJOR, 64)),
+                          GROUP, A_K_MAJOR, B_K_MAJOR, SORTED, EXPERTS_POW2, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -172,16 +226,20 @@ def launch_wgrad_tensor2d_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *
     b_desc = gluon_descriptor(b.t() if b_k_major else b, b_box)
     tiles = -(-hidden // BLOCK_M.value) * -(-inter // config.block_n)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
+    sort = config.sorts(experts)
     launch(_wgrad_tensor2d_tma_kernel, (min(tiles * experts, sm_count(a.device)),), a_desc,
            b_desc, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], HIDDEN=hidden,
            INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
            OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
-           A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, num_warps=4, maxnreg=LAUNCH_REGS)
+           A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, SORTED=sort,
+           EXPERTS_POW2=experts_vector(experts) if sort else 2, num_warps=4,
+           maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: every layout at the first benchmark
-    case's sizes, dense output, and M-N with discrete accumulating output."""
+    case's sizes, dense output, sorted split; M-N with discrete accumulating output, experts
+    in order."""
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
@@ -199,9 +257,10 @@ def compile_cases() -> list[CompileCase]:
             b_desc=gluon_descriptor_type(b_box, torch.bfloat16),
             OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", experts="i32",
             tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c,
-            STAGES=c, GROUP=c, A_K_MAJOR=c, B_K_MAJOR=c),
+            STAGES=c, GROUP=c, A_K_MAJOR=c, B_K_MAJOR=c, SORTED=c, EXPERTS_POW2=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=TENSOR2D_TMA_CONFIG.stages, GROUP=GROUP_M,
-                 A_K_MAJOR=a_k, B_K_MAJOR=b_k),
+                 A_K_MAJOR=a_k, B_K_MAJOR=b_k, SORTED=not discrete,
+                 EXPERTS_POW2=2 if discrete else 8),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
