@@ -365,16 +365,24 @@ def _stage_barriers(STAGES: gl.constexpr):
     return ready, empty, zeroed
 
 
-@gluon.jit(do_not_specialize=["experts", "tokens_sum", "sa_m", "sa_k", "sb_k", "sb_n"])
-def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS,
-                         experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
-                         INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):
+@gluon.jit
+def _stage_ring(a_desc, b_desc, STAGES: gl.constexpr):
+    """STAGES stages of one box of each descriptor in shared memory, in the descriptors'
+    layouts, and ``_stage_barriers``'."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
                                        b_desc.layout)
     ready, empty, zeroed = _stage_barriers(STAGES)
+    return a_bufs, b_bufs, ready, empty, zeroed
+
+
+@gluon.jit(do_not_specialize=["experts", "tokens_sum", "sa_m", "sa_k", "sb_k", "sb_n"])
+def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS,
+                         experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
+                         INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):
+    a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES)
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,

@@ -34,7 +34,7 @@ from ...kernel_utils import (CompileCase, CONSTEXPR, gluon_descriptor, gluon_des
 from ...validate import sm_count
 from .kernels import experts_vector
 from .kernels_gluon import (_box_extents, _expert_ranks, _load_partition, _release,
-                            _sorted_rounds, _sorted_tile_work, _stage_barriers, _stage_ready,
+                            _sorted_rounds, _sorted_tile_work, _stage_ready, _stage_ring,
                             _store_tile, _tile_count, _work, BLOCK_M)
 
 BLOCK_K = gl.constexpr(64)   # tokens a stage: 128 bytes of BF16, the swizzle's width
@@ -170,11 +170,7 @@ def _wgrad_tensor2d_tma_kernel(a_desc, b_desc, OFFSETS, OUT, OUT_PTRS, ERRORS, e
                                GROUP: gl.constexpr, A_K_MAJOR: gl.constexpr,
                                B_K_MAJOR: gl.constexpr, SORTED: gl.constexpr,
                                EXPERTS_POW2: gl.constexpr):
-    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
-                                       a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
-                                       b_desc.layout)
-    ready, empty, zeroed = _stage_barriers(STAGES)
+    a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES)
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS, ERRORS,
                           experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
