@@ -111,7 +111,7 @@ def _work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr, HIDDEN
           INTER: gl.constexpr, BN: gl.constexpr, GROUP: gl.constexpr):
     """Work item ``work`` (experts outermost): its expert, first row and column, and the
     expert's tokens; FLAG: this partition reports bad offsets (one does)."""
-    tiles: gl.constexpr = gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN)
+    tiles: gl.constexpr = _tile_count(HIDDEN, INTER, BN)
     expert = work // tiles
     tile = work % tiles
     m0, n0 = _tile_origin(tile, HIDDEN, INTER, BLOCK_M, BN, GROUP)
@@ -307,7 +307,7 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    work_items = experts * (gl.cdiv(HIDDEN, BLOCK_M) * gl.cdiv(INTER, BN))
+    work_items = experts * _tile_count(HIDDEN, INTER, BN)
     i = 0
     z = 0
     for work in range(gl.program_id(0), work_items, gl.num_programs(0)):

@@ -51,7 +51,8 @@ from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TES
 from ...validate import sm_count
 from .kernels import experts_vector
 from .kernels_gluon import (_expert_ranks, _expert_tokens, _release, _sorted_position,
-                            _stage_barriers, _stage_ready, _store_tile, _tile_origin, _tma_takes)
+                            _sorted_rounds, _stage_barriers, _stage_ready, _store_tile,
+                            _tile_origin, _tma_takes)
 
 BLOCK_M = gl.constexpr(128)   # two warpgroups of 64 output rows
 BLOCK_N = gl.constexpr(256)   # eight residues of 32 columns
@@ -149,13 +150,6 @@ def _sorted_work(round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum
 
 
 @gluon.jit
-def _rounds(taken, HIDDEN: gl.constexpr, INTER: gl.constexpr):
-    """Rounds of the sorted split over ``taken`` experts: every program takes at most one item
-    a round."""
-    return gl.cdiv(taken * (_row_tiles(HIDDEN) * _col_tiles(INTER)), gl.num_programs(0))
-
-
-@gluon.jit
 def _box_head(begin, count, TENSOR2D: gl.constexpr):
     """Tokens between an expert's first box start and its first token: tensor2d, the boxes
     start at the multiple of BLOCK_K tokens (128 bytes) at or before it; ragged, at it. 0 for
@@ -231,7 +225,8 @@ def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, 
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
                                           TENSOR2D)
-        for round_ in range(0, _rounds(taken, HIDDEN, INTER)):
+        tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
+        for round_ in range(0, _sorted_rounds(taken, tiles)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
                 INTER, GROUP)
@@ -285,7 +280,8 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
                                           TENSOR2D)
-        for round_ in range(0, _rounds(taken, HIDDEN, INTER)):
+        tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
+        for round_ in range(0, _sorted_rounds(taken, tiles)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
                 HIDDEN, INTER, GROUP)
