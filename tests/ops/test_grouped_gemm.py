@@ -762,12 +762,14 @@ def test_gpu_tensor2d_tma_kernel_through_the_plan(seed, a_major, b_major, monkey
     assert torch.equal(out[1], torch.zeros_like(out[1])) and torch.isfinite(out.float()).all()
 
 
-def test_tensor2d_tma_config_sorts_up_to_its_expert_limit_and_runs_no_layout_by_default():
+def test_tensor2d_tma_config_runs_every_layout_up_to_its_sorted_expert_limit():
     from graphrt.ops.grouped_gemm.kernels_tensor2d import TENSOR2D_TMA_CONFIG, Tensor2dTmaConfig
     assert TENSOR2D_TMA_CONFIG.sorts(64) and not TENSOR2D_TMA_CONFIG.sorts(65)
     assert not Tensor2dTmaConfig(sorted_experts=False).sorts(8)
-    assert not any(TENSOR2D_TMA_CONFIG.runs(a, b) for a in ("k", "mn") for b in ("k", "mn"))
-    assert Tensor2dTmaConfig(plan_layouts=frozenset({("mn", "mn")})).runs("mn", "mn")
+    assert all(TENSOR2D_TMA_CONFIG.runs(a, b, 64) for a in ("k", "mn") for b in ("k", "mn"))
+    assert not any(TENSOR2D_TMA_CONFIG.runs(a, b, 65) for a in ("k", "mn") for b in ("k", "mn"))
+    only_mn = Tensor2dTmaConfig(plan_layouts=frozenset({("mn", "mn")}))
+    assert only_mn.runs("mn", "mn", 8) and not only_mn.runs("k", "k", 8)
 
 
 def test_tensor2d_tma_kernel_takes_aligned_rows_only():

@@ -49,23 +49,25 @@ class Tensor2dTmaConfig:
     """Output columns per tile (128 output rows) and shared-memory stages (a stage holds
     (128 + block_n) x 64 BF16: 48 KB at 256 columns); ``sorted_experts``: the sorted split up
     to ``sorted_max_experts`` experts; ``plan_layouts``: the (A, B) layouts ("k" or "mn", as
-    contracts spell them) whose plans run this kernel. None yet: with 4-byte stores and items
-    in order it took 1.00-1.20x the plan's kernels' time on the H200, except K-N and M-K at
-    E8 2048 x 1024 with 128-column tiles (0.957x, 0.967x; docs/perf/wgrad.md, 2026-12-03)."""
+    contracts spell them) whose plans run this kernel, for calls of up to
+    ``sorted_max_experts`` experts. All four: with the sorted split and 16-byte stores it took
+    0.95-0.99x the plan's other kernels' time at E8 7168 x 2048 and E32 4096 x 1536 and
+    0.86-0.91x at E8 2048 x 1024, except M-N with odd counts at the large cases (1.02-1.03x);
+    items in order took 0.98-1.10x (docs/perf/wgrad.md, H200, 2026-12-03)."""
 
     block_n: int = 256
     stages: int = 4
     sorted_experts: bool = True
     sorted_max_experts: int = 64
-    plan_layouts: frozenset = frozenset()
+    plan_layouts: frozenset = frozenset({("mn", "mn"), ("k", "mn"), ("k", "k"), ("mn", "k")})
 
     def sorts(self, experts: int) -> bool:
         """Whether a call of ``experts`` experts takes the sorted split."""
         return self.sorted_experts and experts <= self.sorted_max_experts
 
-    def runs(self, a_layout: str, b_layout: str) -> bool:
-        """Whether plans of these layouts run this kernel."""
-        return (a_layout, b_layout) in self.plan_layouts
+    def runs(self, a_layout: str, b_layout: str, experts: int) -> bool:
+        """Whether plans of these layouts and ``experts`` experts run this kernel."""
+        return (a_layout, b_layout) in self.plan_layouts and self.sorts(experts)
 
 
 TENSOR2D_TMA_CONFIG = Tensor2dTmaConfig()

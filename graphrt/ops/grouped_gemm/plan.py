@@ -287,7 +287,8 @@ class GroupedGemmWgrad(Plan):
                 return
             if self.tensor2d_tma is not None:
                 t2d = self.tensor2d_tma
-                if t2d.TENSOR2D_TMA_CONFIG.runs(c.spec("a").layout, c.spec("b").layout) and \
+                if t2d.TENSOR2D_TMA_CONFIG.runs(c.spec("a").layout, c.spec("b").layout,
+                                                self.experts) and \
                         t2d.fits_tensor2d_kernel(a, b, c.capability):
                     t2d.launch_wgrad_tensor2d_tma(
                         a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype,
