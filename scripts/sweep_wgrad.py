@@ -45,7 +45,7 @@ FP8_CONFIGS = {
     128: [GemmConfig(*c) for c in [
         (128, 64, 128, 4, 3, 8), (128, 64, 128, 4, 4, 8), (64, 128, 128, 4, 3, 8),
         (128, 128, 128, 8, 4, 8), (256, 64, 128, 8, 3, 8), (128, 64, 128, 4, 3, 8, 168)]]}
-GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 6, False), (128, 5), (64, 6)]]
+GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
 # the Triton kernel's tile for ragged inputs off Hopper (the plan's), and the TMA kernel's stages
 RAGGED_CONFIG = gemm_config(False)
 RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(sorted_experts=False),

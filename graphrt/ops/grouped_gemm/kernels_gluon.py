@@ -47,25 +47,12 @@ LAUNCH_REGS = register_share(4 + 4 + 4)
 LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
 
 
-class SortedSplit:
-    """What the TMA kernels' configurations share: their fields ``sorted_experts`` and
-    ``sorted_max_experts`` say whether, and up to how many experts, a call walks the experts
-    sorted by count (``_sorted_position``) rather than in order."""
-
-    def sorts(self, experts: int) -> bool:
-        """Whether a call of ``experts`` experts takes the sorted split."""
-        return self.sorted_experts and experts <= self.sorted_max_experts
-
-
 @dataclass(frozen=True)
-class GluonConfig(SortedSplit):
-    """Output columns per tile (128 output rows), shared-memory stages, and the sorted split
-    (``SortedSplit``)."""
+class GluonConfig:
+    """Output columns per tile (128 output rows) and shared-memory stages."""
 
     block_n: int = 128
     stages: int = 6
-    sorted_experts: bool = True
-    sorted_max_experts: int = 64
 
 
 GLUON_CONFIG = GluonConfig()
@@ -308,43 +295,8 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                    ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
-                   SORTED: gl.constexpr, EXPERTS_POW2: gl.constexpr, ROW0: gl.constexpr):
-    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile, the items in the loader's
-    order (``_load_partition``)."""
-    BN: gl.constexpr = b_bufs.shape[1]
-    tiles: gl.constexpr = _tile_count(HIDDEN, INTER, BN)
-    i = 0
-    z = 0
-    if SORTED:
-        ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
-                                          True)
-        for round_ in range(0, _sorted_rounds(taken, tiles)):
-            live, expert, m0, n0, begin, end = _sorted_tile_work(
-                round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
-                HIDDEN, INTER, BN, GROUP)
-            if live:
-                i, z = _scaled_item_sum(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE,
-                                        OUT, OUT_PTRS, expert, m0, n0, begin, end, i, z, sa_m,
-                                        sa_k, sb_k, sb_n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                                        OUT_DTYPE, ROW0)
-    else:
-        for work in range(gl.program_id(0), experts * tiles, gl.num_programs(0)):
-            expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
-                                               ROW0 == 0, HIDDEN, INTER, BN, GROUP)
-            i, z = _scaled_item_sum(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OUT,
-                                    OUT_PTRS, expert, m0, n0, begin, end, i, z, sa_m, sa_k,
-                                    sb_k, sb_n, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
-                                    ROW0)
-
-
-@gluon.jit
-def _scaled_item_sum(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OUT, OUT_PTRS,
-                     expert, m0, n0, begin, end, i, z, sa_m, sa_k, sb_k, sb_n,
-                     HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
-                     ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, ROW0: gl.constexpr):
-    """One work item of one warpgroup: the expert's blocks (the i-th filled onwards) each
-    multiplied on its own and scaled into the sum, and its store; (stages used, zeroings) so
-    far.
+                   ROW0: gl.constexpr):
+    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile.
 
     A block's scales are loaded one value a thread (64 + BLOCK_N values over 128 threads) and
     spread through shared memory to the threads that scale the product: each thread loading
@@ -355,41 +307,47 @@ def _scaled_item_sum(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OUT
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
-    n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-    m_flat = m0 + ROW0 + gl.arange(0, 64, layout=flat)
-    n_flat = n0 + gl.arange(0, BN, layout=flat)
-    total = gl.zeros([64, BN], gl.float32, layout)
-    first = begin // BLOCK_K
-    last = (end + BLOCK_K - 1) // BLOCK_K
-    # blocks first .. scaled - 1 hold the expert's tokens (none when it is empty: an empty
-    # expert inside a block still runs that block, on zeroed tokens, and its scales load as 0,
-    # so that a neighbour's NaN or infinite scale leaves its zeros alone)
-    scaled = gl.where(end > begin, last, first)
-    sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first, first < scaled, m_flat, n_flat,
-                                     sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-    for block in range(first, last):
-        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
-        issued = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
-                               b_bufs.index(s).permute((1, 0)),
-                               gl.zeros([64, BN], gl.float32, layout), use_acc=False,
-                               is_async=True)
-        sa_flat, sb_flat = sa_next, sb_next
-        sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1, block + 1 < scaled,
-                                         m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-        sa, sb = _spread(sa_flat, sb_flat, layout)
-        done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
-        _release(empty, i)
-        total += done * sa[:, None] * sb[None, :]
-        i += 1
-    if ACCUMULATE:
-        if end > begin:
+    work_items = experts * _tile_count(HIDDEN, INTER, BN)
+    i = 0
+    z = 0
+    for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
+        expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
+                                           ROW0 == 0, HIDDEN, INTER, BN, GROUP)
+        m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
+        n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+        m_flat = m0 + ROW0 + gl.arange(0, 64, layout=flat)
+        n_flat = n0 + gl.arange(0, BN, layout=flat)
+        total = gl.zeros([64, BN], gl.float32, layout)
+        first = begin // BLOCK_K
+        last = (end + BLOCK_K - 1) // BLOCK_K
+        # blocks first .. scaled - 1 hold the expert's tokens (none when it is empty: an empty
+        # expert inside a block still runs that block, on zeroed tokens, and its scales load
+        # as 0, so that a neighbour's NaN or infinite scale leaves its zeros alone)
+        scaled = gl.where(end > begin, last, first)
+        sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first, first < scaled, m_flat,
+                                         n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+        for block in range(first, last):
+            s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
+            issued = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
+                                   b_bufs.index(s).permute((1, 0)),
+                                   gl.zeros([64, BN], gl.float32, layout), use_acc=False,
+                                   is_async=True)
+            sa_flat, sb_flat = sa_next, sb_next
+            sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1, block + 1 < scaled,
+                                             m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN,
+                                             INTER)
+            sa, sb = _spread(sa_flat, sb_flat, layout)
+            done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
+            _release(empty, i)
+            total += done * sa[:, None] * sb[None, :]
+            i += 1
+        if ACCUMULATE:
+            if end > begin:
+                _store_tile(total, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
+                            ACCUMULATE, OUT_DTYPE)
+        else:
             _store_tile(total, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
                         OUT_DTYPE)
-    else:
-        _store_tile(total, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                    OUT_DTYPE)
-    return i, z
 
 
 @gluon.jit
@@ -423,21 +381,17 @@ def _stage_ring(a_desc, b_desc, STAGES: gl.constexpr):
 def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS,
                          experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
                          INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-                         SORTED: gl.constexpr, EXPERTS_POW2: gl.constexpr):
+                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):
     a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES)
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2,
-                          0)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
-                           experts, tokens_sum, HIDDEN, INTER, GROUP, True, True, SORTED,
-                           EXPERTS_POW2)),
+                           experts, tokens_sum, HIDDEN, INTER, GROUP)),
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2,
-                          64)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -464,19 +418,16 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
     b_desc = gluon_descriptor(b.t(), [config.block_n, BLOCK_K.value])
     work = cdiv(hidden, BLOCK_M.value) * cdiv(inter, config.block_n) * experts
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
-    sort = config.sorts(experts)
     launch(_wgrad_fp8_ws_kernel, (min(work, sm_count(a.device)),), a_desc, b_desc, a_scale,
            b_scale, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], a_scale.stride(0),
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
-           STAGES=config.stages, GROUP=GROUP_M, SORTED=sort,
-           EXPERTS_POW2=_triton_kernels.experts_vector(experts) if sort else 2, num_warps=4,
-           maxnreg=LAUNCH_REGS)
+           STAGES=config.stages, GROUP=GROUP_M, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
-    """The variants scripts/compile_check.py compiles at the first benchmark case's sizes:
-    dense output with the sorted split, discrete output with experts in order."""
+    """The variants scripts/compile_check.py compiles: dense and discrete output at the first
+    benchmark case's sizes."""
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
@@ -493,9 +444,8 @@ def compile_cases() -> list[CompileCase]:
             A_SCALE="*fp32", B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
             ERRORS="*i32", experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32",
             sb_n="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c,
-            GROUP=c, SORTED=c, EXPERTS_POW2=c),
+            GROUP=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
-                 OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M,
-                 SORTED=not discrete, EXPERTS_POW2=2 if discrete else 8),
+                 OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases

@@ -52,7 +52,7 @@ from ...validate import sm_count
 from .kernels import experts_vector
 from .kernels_gluon import (_expert_ranks, _expert_tokens, _release, _sorted_position,
                             _sorted_rounds, _stage_barriers, _stage_ready, _store_tile,
-                            _tile_origin, _tma_takes, SortedSplit)
+                            _tile_origin, _tma_takes)
 
 BLOCK_M = gl.constexpr(128)   # two warpgroups of 64 output rows
 BLOCK_N = gl.constexpr(256)   # eight residues of 32 columns
@@ -78,7 +78,7 @@ _OUT_LAYOUT = gl.DistributedLinearLayout(
 
 
 @dataclass(frozen=True)
-class RaggedTmaConfig(SortedSplit):
+class RaggedTmaConfig:
     """Shared-memory stages of 48 KB (A's 128 and B's 256 rows of 64 tokens); ``sorted_experts``:
     for calls of at most ``sorted_max_experts`` experts, the programs walk the experts largest
     first, the programs' order reversed every round, rather than experts in order, program p
@@ -90,6 +90,10 @@ class RaggedTmaConfig(SortedSplit):
     stages: int = 4
     sorted_experts: bool = True
     sorted_max_experts: int = 64
+
+    def sorts(self, experts: int) -> bool:
+        """Whether a call of ``experts`` experts takes the sorted split."""
+        return self.sorted_experts and experts <= self.sorted_max_experts
 
 
 RAGGED_TMA_CONFIG = RaggedTmaConfig()

@@ -35,7 +35,7 @@ from ...validate import sm_count
 from .kernels import experts_vector
 from .kernels_gluon import (_box_extents, _expert_ranks, _load_partition, _release,
                             _sorted_rounds, _sorted_tile_work, _stage_ready, _stage_ring,
-                            _store_tile, _tile_count, _work, BLOCK_M, SortedSplit)
+                            _store_tile, _tile_count, _work, BLOCK_M)
 
 BLOCK_K = gl.constexpr(64)   # tokens a stage: 128 bytes of BF16, the swizzle's width
 GROUP_M = 8
@@ -45,7 +45,7 @@ LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
 
 
 @dataclass(frozen=True)
-class Tensor2dTmaConfig(SortedSplit):
+class Tensor2dTmaConfig:
     """Output columns per tile (128 output rows) and shared-memory stages (a stage holds
     (128 + block_n) x 64 BF16: 48 KB at 256 columns); ``sorted_experts``: the sorted split up
     to ``sorted_max_experts`` experts; ``plan_layouts``: the (A, B) layouts ("k" or "mn", as
@@ -60,6 +60,10 @@ class Tensor2dTmaConfig(SortedSplit):
     sorted_experts: bool = True
     sorted_max_experts: int = 64
     plan_layouts: frozenset = frozenset({("mn", "mn"), ("k", "mn"), ("k", "k"), ("mn", "k")})
+
+    def sorts(self, experts: int) -> bool:
+        """Whether a call of ``experts`` experts takes the sorted split."""
+        return self.sorted_experts and experts <= self.sorted_max_experts
 
     def runs(self, a_layout: str, b_layout: str, experts: int) -> bool:
         """Whether plans of these layouts and ``experts`` experts run this kernel."""
