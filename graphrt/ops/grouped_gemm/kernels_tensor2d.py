@@ -50,10 +50,11 @@ class Tensor2dTmaConfig:
     (128 + block_n) x 64 BF16: 48 KB at 256 columns); ``sorted_experts``: the sorted split up
     to ``sorted_max_experts`` experts; ``plan_layouts``: the (A, B) layouts ("k" or "mn", as
     contracts spell them) whose plans run this kernel, for calls of up to
-    ``sorted_max_experts`` experts. All four: with the sorted split and 16-byte stores it took
-    0.95-0.99x the plan's other kernels' time at E8 7168 x 2048 and E32 4096 x 1536 and
-    0.86-0.91x at E8 2048 x 1024, except M-N with odd counts at the large cases (1.02-1.03x);
-    items in order took 0.98-1.10x (docs/perf/wgrad.md, H200, 2026-12-03)."""
+    ``sorted_max_experts`` experts. All four: on the H200 (docs/perf/wgrad.md, 2026-12-03)
+    the sorted split took 0.95-0.99x the plan's other kernels' time at E8 7168 x 2048 and E32
+    4096 x 1536 (1.02-1.03x only for M-N with odd counts) and 0.86-0.91x for M-N at E8 2048 x
+    1024, where every layout then ran in 60.2-60.4 us against 63.5-76.4 before; items in
+    order took 0.98-1.10x."""
 
     block_n: int = 256
     stages: int = 4
