@@ -59,19 +59,12 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
         graphrt.ops.GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged").compile().execute(
             a, b, offsets, wgrad=torch.empty(len(counts), hidden, 72, dtype=torch.bfloat16,
                                              device="cuda"))
-    # the TMA kernel launched directly with its other split (experts in order): ragged, and
-    # tensor2d K-major (every expert, boxes from multiples of 64 tokens) where tokens_sum is a
-    # multiple of 8
+    # the TMA kernel launched directly with its other split (experts in order)
     a = torch.randn(136, tokens, dtype=torch.bfloat16, device="cuda")
-    config = kernels_ragged.RaggedTmaConfig(sorted_experts=False)
-    for tensor2d in (False, True):
-        if tensor2d and tokens % 8:
-            continue
-        kernels_ragged.launch_wgrad_ragged_tma(
-            a, b.t().contiguous().t() if tensor2d else b, offsets,
-            torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda"), None,
-            torch.bfloat16, error_flags(a.device), hidden=136, inter=72, accumulate=False,
-            tensor2d=tensor2d, config=config)
+    kernels_ragged.launch_wgrad_ragged_tma(
+        a, b, offsets, torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda"),
+        None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72, accumulate=False,
+        config=kernels_ragged.RaggedTmaConfig(sorted_experts=False))
 # FP8 inputs, both recipes: experts sharing scale blocks, one inside a single block, an empty
 # one; tokens_sum 368 (rows 16-byte aligned) and 367
 for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):

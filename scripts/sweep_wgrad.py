@@ -7,12 +7,9 @@ unit-stride) with counts in multiples of 256, moved off multiples of 8 (``odd``:
 16-byte aligned) and equal: the Triton kernel with the rows' workspace (those experts copied
 as rows first) against Hopper's TMA kernel;
 ``--layouts`` times tile configs on the tensor2d layouts (A M- or K-major, B N- or K-major) at
-the E8 cases; ``--k-major`` times tensor2d with both operands K-major, counts in multiples of
-256 and odd: the Triton kernel alone against Hopper's TMA kernel taking every expert (the
-plan's);
-``--tensor2d-tma`` times every tensor2d layout, counts in multiples of 256 and odd, through
-the plan's kernel (the Triton kernel; K-K the ragged TMA kernel) against Hopper's tensor2d
-TMA kernel (kernels_tensor2d.py) per Tensor2dTmaConfig;
+the E8 cases; ``--tensor2d-tma`` times every tensor2d layout, counts in multiples of 256 and
+odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_tensor2d.py, the
+plan's) per Tensor2dTmaConfig;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--first`` only the
 first benchmark case."""
 import itertools
@@ -234,42 +231,6 @@ def main_layouts(first: bool):
             del sets, ref
 
 
-def main_k_major(first: bool):
-    gen = torch.Generator().manual_seed(0)
-    errors = error_flags(torch.device("cuda", 0))
-    for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
-        aligned = random_counts(experts, tokens, gen)
-        sets = [_operands(tokens, hidden, inter, "k", "k") for _ in range(2)]
-        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
-        flops = 2.0 * hidden * inter * tokens
-        for label, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen))):
-            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                                   device="cuda")
-            a0, b0 = sets[0]
-            ref = torch.stack([a0[:, s:e].float() @ b0[s:e].float()
-                               for s, e in expert_bounds(offsets, tokens)])
-            print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor2d K-K {label}",
-                  flush=True)
-
-            def triton(a, b, offsets=offsets):
-                launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
-                             hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
-                             ragged=False, accumulate=False, dot_fp32=False)
-
-            def tma(a, b, offsets=offsets):   # the plan's launch
-                ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
-                                                   errors, hidden=hidden, inter=inter,
-                                                   accumulate=False, tensor2d=True)
-            runs = [("Triton alone", triton),
-                    ("TMA, every expert (boxes from multiples of 64 tokens)", tma)]
-            for name, run in runs:
-                out.fill_(float("nan"))   # an expert left unwritten reads as err=nan
-                _timed(name, run, sets,
-                       lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
-            _in_turn(runs, sets)
-        del sets
-
-
 def main_rows(first: bool):
     """The copy of ragged experts off 16-byte rows (_ragged_rows_kernel) alone, per RowsConfig:
     odd counts (TB/s of its reads and writes against the 4.25 TB/s copy ceiling), and x256
@@ -334,18 +295,11 @@ def main_tensor2d_tma(first: bool):
                 print(f"E={experts} {hidden}x{inter} tokens={tokens} {a_major}-{b_major} {label}",
                       flush=True)
 
-                def plan_kernel(a, b, offsets=offsets, a_k=a_k, b_k=b_k):
-                    if a_k and b_k:
-                        ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None,
-                                                           torch.bfloat16, errors, hidden=hidden,
-                                                           inter=inter, accumulate=False,
-                                                           tensor2d=True)
-                    else:
-                        launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16,
-                                     errors, hidden=hidden, inter=inter, a_k_major=a_k,
-                                     b_k_major=b_k, ragged=False, accumulate=False,
-                                     dot_fp32=False)
-                runs = [("plan's kernel", plan_kernel)]
+                def triton(a, b, offsets=offsets, a_k=a_k, b_k=b_k):
+                    launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16,
+                                 errors, hidden=hidden, inter=inter, a_k_major=a_k,
+                                 b_k_major=b_k, ragged=False, accumulate=False, dot_fp32=False)
+                runs = [("Triton kernel", triton)]
                 for tcfg in TENSOR2D_TMA_CONFIGS:
                     def tma(a, b, offsets=offsets, tcfg=tcfg):
                         tensor2d_tma.launch_wgrad_tensor2d_tma(
@@ -369,8 +323,6 @@ if __name__ == "__main__":
         main_layouts("--first" in sys.argv[1:])
     elif "--tensor2d-tma" in sys.argv[1:]:
         main_tensor2d_tma("--first" in sys.argv[1:])
-    elif "--k-major" in sys.argv[1:]:
-        main_k_major("--first" in sys.argv[1:])
     elif "--ragged" in sys.argv[1:]:
         main_ragged("--first" in sys.argv[1:], "--many" in sys.argv[1:])
     else:

@@ -599,35 +599,27 @@ def test_gpu_ragged_many_experts_run_the_triton_kernel_alone(seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("order", ["tensor_ragged", "tensor2d"])
 @pytest.mark.parametrize("sorted_experts", [False, True])
-def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, order):
+def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
     """The TMA kernel launched directly, as the plan does, with each of its work splits
-    (experts in order, or sorted by count with the programs' order snaking), against the
-    reference; FP32 output poisoned. Ragged blocks, then the Triton kernel's share; tensor2d
-    K-major operands, the TMA kernel alone."""
+    (experts in order, or sorted by count with the programs' order snaking), then the Triton
+    kernel's share, against the reference; FP32 output poisoned."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
     from graphrt.ops.grouped_gemm.kernels_ragged import (launch_wgrad_ragged_tma,
                                                          RaggedTmaConfig)
-    ragged, hidden, inter = order == "tensor_ragged", 1024, 768
-    counts = TMA_COUNTS if ragged else TENSOR2D_TMA_COUNTS
-    if ragged:
-        a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
-    else:
-        a, b, offsets = _problem(counts, hidden, inter, "k", "k", "cuda")
-        a2d, b2d = a, b
-    w = torch.full((len(counts), hidden, inter), float("nan"), device="cuda")
+    hidden, inter = 1024, 768
+    a, b, a2d, b2d, offsets = _ragged_problem(TMA_COUNTS, hidden, inter, "cuda")
+    w = torch.full((len(TMA_COUNTS), hidden, inter), float("nan"), device="cuda")
     errors = error_flags(a.device)
     launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, errors, hidden=hidden,
-                            inter=inter, accumulate=False, tensor2d=not ragged,
+                            inter=inter, accumulate=False,
                             config=RaggedTmaConfig(sorted_experts=sorted_experts))
-    if ragged:
-        rows = torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255,
-                          dtype=torch.uint8, device="cuda")
-        launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
-                     hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
-                     accumulate=False, dot_fp32=False, rows=rows, skip_tma_taken=True)
+    rows = torch.full((ragged_rows_bytes(sum(TMA_COUNTS), hidden, inter),), 255,
+                      dtype=torch.uint8, device="cuda")
+    launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
+                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
+                 accumulate=False, dot_fp32=False, rows=rows, skip_tma_taken=True)
     _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
 
 
@@ -670,7 +662,7 @@ def test_gpu_tensor2d_k_major_through_tma(seed, mode, accumulate, dtype):
     b[2066, 9] = float("inf")   # expert 10's, inside expert 9's last box and 11's first
     plan = GroupedGemmWgrad(a, b, offsets, wgrad_dtype=dtype, output_mode=mode,
                             accumulate_on_output=accumulate).compile()
-    assert plan.ragged_tma is not None
+    assert plan.tensor2d_tma is not None
     init = torch.randn(len(counts), hidden, inter, device="cuda").to(dtype)
     w = init.clone() if accumulate else torch.full_like(init, float("nan"))
     ptrs = (torch.tensor([w[e].data_ptr() for e in range(len(counts))], device="cuda")
@@ -942,9 +934,7 @@ def test_ragged_tma_kernel_takes_only_calls_its_coordinates_reach():
     of at most 64 experts, and calls whose 8 x tokens_sum fits TMA's 32-bit coordinates (the
     others run the Triton kernel for every expert)."""
     from graphrt.ops.grouped_gemm import kernels_ragged as k
-    assert k.fits_tokens(2**28 - 1, False) and not k.fits_tokens(2**28, False)
-    # tensor2d: rows of a multiple of 8 tokens (16-byte aligned)
-    assert k.fits_tokens(2216, True) and not k.fits_tokens(2215, True)
+    assert k.fits_tokens(2**28 - 1) and not k.fits_tokens(2**28)
     assert not k.fits_ragged_tma_kernel(7168, 2048, 8, (8, 0))
     assert not k.fits_ragged_tma_kernel(7164, 2048, 8, (9, 0))
     assert not k.fits_ragged_tma_kernel(7168, 2048, 65, (9, 0))

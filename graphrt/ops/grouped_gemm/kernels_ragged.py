@@ -1,12 +1,8 @@
 """Hopper kernel (Gluon, Triton 3.6) for the BF16 grouped wgrad with ragged inputs: the
 experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e] and B_e
 [intermediate, n_e] (tokens unit-stride) read by TMA. The others are left to the Triton kernel
-(kernels.py: copied as rows, then multiplied), launched after this one. With ``TENSOR2D`` it
-reads tensor2d operands with both K-major (A [hidden, T] and B [intermediate, T] in memory, T
-a multiple of 8) through the same view of the whole operands, [hidden / 8, 8 T], and takes
-every expert (``kernels._tma_takes``): each one's boxes start at the multiple of 64 tokens
-(128 bytes) at or before its first token, and its first step zeroes the tokens before it.
-Plans run it for up to PLAN_MAX_EXPERTS experts.
+(kernels.py: copied as rows, then multiplied), launched after this one. Plans run it for up
+to PLAN_MAX_EXPERTS experts; tensor2d operands have their own TMA kernel (kernels_tensor2d.py).
 
 Eight rows of a block are viewed as one row of [hidden / 8, 8 n_e]: a row tile is one box of
 view rows at column j n_e + t0 (rows 8g + j of the block, tokens t0 .. t0 + 63), so its output
@@ -19,10 +15,9 @@ was built to read counts off multiples of 8 too (eight rows are 16 bytes of toke
 any n_e), but TMA takes no box whose first token is off 16 bytes: such copies stopped the
 kernel with an illegal instruction on the H200 (2026-12-03).
 
-A box past the expert's last token reads the next row's (tensor2d: the next expert's) first
-tokens, or zeros past the view: the expert's last step zeroes the tokens past n_e in both
-operands in shared memory before the product (tensor2d: its first step those before its first
-token too), so no other value reaches the sum.
+A box past the expert's last token reads the next row's first tokens, or zeros past the view:
+the expert's last step zeroes the tokens past n_e in both operands in shared memory before the
+product, so no other value reaches the sum.
 
 Persistent and warp-specialized like the 1x128 FP8 kernel (kernels_gluon.py): a loader warp
 makes each work item's two descriptors on the device (routing may change between CUDA-graph
@@ -150,17 +145,6 @@ def _sorted_work(round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum
 
 
 @gluon.jit
-def _box_head(begin, count, TENSOR2D: gl.constexpr):
-    """Tokens between an expert's first box start and its first token: tensor2d, the boxes
-    start at the multiple of BLOCK_K tokens (128 bytes) at or before it; ragged, at it. 0 for
-    an empty expert (no boxes)."""
-    head = count * 0
-    if TENSOR2D:
-        head = gl.where(count > 0, begin % BLOCK_K, 0)
-    return head
-
-
-@gluon.jit
 def _wait_landed(ready, lo, hi):
     """Waits until the loads of the filled stages lo .. hi - 1 have landed (each among the
     last STAGES filled: its barrier's latest phase)."""
@@ -170,42 +154,28 @@ def _wait_landed(ready, lo, hi):
 
 
 @gluon.jit
-def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, tokens_sum,
-               HIDDEN: gl.constexpr, INTER: gl.constexpr, TENSOR2D: gl.constexpr):
-    """The item's descriptors made, its boxes streamed into the stages from the i-th filled
-    on: the next stage to fill. Ragged: views of the expert's blocks, rows of 8 n_e tokens;
-    TENSOR2D: views of the whole operands, rows of 8 tokens_sum tokens, the expert's boxes
-    from ``_box_head`` tokens before ``begin`` in each."""
+def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+               HIDDEN: gl.constexpr, INTER: gl.constexpr):
+    """The item's descriptors made (views of the expert's blocks, rows of 8 n_e tokens), its
+    boxes streamed into the stages from the i-th filled on: the next stage to fill."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     BQ: gl.constexpr = BLOCK_N // RESIDUES
     NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
     n = count.to(gl.int32)
-    if TENSOR2D:
-        row = tokens_sum
-        head = _box_head(begin, count, TENSOR2D).to(gl.int32)
-        first = begin.to(gl.int32) - head
-        n = n + head
-        a_base = A
-        b_base = B
-    else:
-        row = n
-        first = 0
-        a_base = A + HIDDEN * begin
-        b_base = B + INTER * begin
-    width = row * RESIDUES
-    a_desc = tma.make_tensor_descriptor(
-        a_base, [HIDDEN // RESIDUES, width], [width, 1], [BLOCK_M, BLOCK_K], a_bufs.type.layout)
-    b_desc = tma.make_tensor_descriptor(
-        b_base, [INTER // RESIDUES, width], [width, 1], [BQ, BLOCK_K], b_bufs.type.layout)
+    width = n * RESIDUES
+    a_desc = tma.make_tensor_descriptor(A + HIDDEN * begin, [HIDDEN // RESIDUES, width],
+                                        [width, 1], [BLOCK_M, BLOCK_K], a_bufs.type.layout)
+    b_desc = tma.make_tensor_descriptor(B + INTER * begin, [INTER // RESIDUES, width],
+                                        [width, 1], [BQ, BLOCK_K], b_bufs.type.layout)
     for k0 in range(0, n, BLOCK_K):
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
         bar = ready.index(s)
         mbarrier.expect(bar, NBYTES)
-        tma.async_copy_global_to_shared(a_desc, [g0, j * row + first + k0], bar,
+        tma.async_copy_global_to_shared(a_desc, [g0, j * n + k0], bar,
                                         a_bufs.index(s))
         for r in gl.static_range(RESIDUES):
-            tma.async_copy_global_to_shared(b_desc, [q0, r * row + first + k0], bar,
+            tma.async_copy_global_to_shared(b_desc, [q0, r * n + k0], bar,
                                             b_bufs.index(s).slice(r * BQ, BQ, dim=0))
         i += 1
     return i
@@ -215,7 +185,7 @@ def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, t
 def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
                            tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                            GROUP: gl.constexpr, SORTED: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr, TENSOR2D: gl.constexpr):
+                           EXPERTS_POW2: gl.constexpr):
     """Items alternate between two descriptor slots (two call sites of _load_item, so two
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
@@ -224,29 +194,28 @@ def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, 
     slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
-                                          TENSOR2D)
+                                          False)
         tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
         for round_ in range(0, _sorted_rounds(taken, tiles)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
                 INTER, GROUP)
-            if live & (count > 0) & _tma_takes(begin, count, TENSOR2D):
+            if live & (count > 0) & _tma_takes(begin, count, False):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
-                                      begin, count, tokens_sum, HIDDEN, INTER, TENSOR2D)
+                                      begin, count, HIDDEN, INTER)
     else:
         for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
             expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                            tokens_sum, False, HIDDEN, INTER,
                                                            GROUP)
-            if (count > 0) & _tma_takes(begin, count, TENSOR2D):
+            if (count > 0) & _tma_takes(begin, count, False):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
-                                      begin, count, tokens_sum, HIDDEN, INTER, TENSOR2D)
+                                      begin, count, HIDDEN, INTER)
 
 
 @gluon.jit
 def _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0, begin, count,
-                  tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                  TENSOR2D: gl.constexpr):
+                  HIDDEN: gl.constexpr, INTER: gl.constexpr):
     """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     i, slot, start0, end0, start1, end1 = slots
@@ -254,13 +223,13 @@ def _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0, begin, c
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
         i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                       tokens_sum, HIDDEN, INTER, TENSOR2D)
+                       HIDDEN, INTER)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
         i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                       tokens_sum, HIDDEN, INTER, TENSOR2D)
+                       HIDDEN, INTER)
         end1 = i
     return i, 1 - slot, start0, end0, start1, end1
 
@@ -270,8 +239,7 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                           DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                           OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                          EXPERTS_POW2: gl.constexpr, TENSOR2D: gl.constexpr,
-                          ROW0: gl.constexpr):
+                          EXPERTS_POW2: gl.constexpr, ROW0: gl.constexpr):
     """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box. The experts that
     ``_tma_takes`` leaves are the Triton kernel's."""
     work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
@@ -279,47 +247,41 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
     z = 0
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
-                                          TENSOR2D)
+                                          False)
         tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
         for round_ in range(0, _sorted_rounds(taken, tiles)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
                 HIDDEN, INTER, GROUP)
-            if live & _tma_takes(begin, count, TENSOR2D):
+            if live & _tma_takes(begin, count, False):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
-                                    j, g0, q0, _box_head(begin, count, TENSOR2D),
-                                    count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
-                                    ROW0)
+                                    j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE,
+                                    ACCUMULATE, OUT_DTYPE, ROW0)
     else:
         for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
             expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                            tokens_sum, ROW0 == 0, HIDDEN, INTER,
                                                            GROUP)
-            if _tma_takes(begin, count, TENSOR2D):
+            if _tma_takes(begin, count, False):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
-                                    j, g0, q0, _box_head(begin, count, TENSOR2D),
-                                    count, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
-                                    ROW0)
+                                    j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE,
+                                    ACCUMULATE, OUT_DTYPE, ROW0)
 
 
 @gluon.jit
-def _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j, g0, q0, head,
-                 count, i, z, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                 DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
-                 ROW0: gl.constexpr):
+def _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j, g0, q0, count,
+                 i, z, HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
+                 ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, ROW0: gl.constexpr):
     """One work item of one warpgroup: the product over the expert's stages (the i-th filled
-    onwards; the expert's tokens from ``head`` in the first) and its store; (stages used,
-    zeroings) so far."""
+    onwards) and its store; (stages used, zeroings) so far."""
     BQ: gl.constexpr = BLOCK_N // RESIDUES
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
     acc = gl.zeros([64, BLOCK_N], gl.float32, layout)
-    steps = (head + count + BLOCK_K - 1) // BLOCK_K
+    steps = (count + BLOCK_K - 1) // BLOCK_K
     for step in range(steps):
-        # the last step's tokens past the count (and the first's before the head) belong to
-        # another row or expert: zeroed
-        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, step, head, head + count,
-                            ROW0)
+        # the last step's tokens past the count belong to the next row: zeroed
+        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, step, 0, count, ROW0)
         acc = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
                             b_bufs.index(s).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
@@ -351,7 +313,7 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
                              HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                              ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
                              STAGES: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                             EXPERTS_POW2: gl.constexpr, TENSOR2D: gl.constexpr):
+                             EXPERTS_POW2: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -360,43 +322,37 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, TENSOR2D,
-                                 0)),
+                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 0)),
         (_ragged_load_partition, (A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
-                                  tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2,
-                                  TENSOR2D)),
+                                  tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2)),
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, TENSOR2D,
-                                 64)),
+                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
 def fits_ragged_tma_kernel(hidden: int, inter: int, experts: int, capability) -> bool:
-    """Whether plans run this kernel for BF16 operands of these sizes (ragged, or tensor2d
-    with both operands K-major): a Hopper GPU, Triton 3.6, hidden and intermediate multiples
-    of 8 (every ragged expert's blocks then start 16-byte aligned in the 16-byte aligned
-    buffers plans require, and eight rows are 16 bytes of tokens apart), and at most
-    PLAN_MAX_EXPERTS experts."""
+    """Whether plans run this kernel for ragged BF16 operands of these sizes: a Hopper GPU,
+    Triton 3.6, hidden and intermediate multiples of 8 (every ragged expert's blocks then
+    start 16-byte aligned in the 16-byte aligned buffers plans require, and eight rows are 16
+    bytes of tokens apart), and at most PLAN_MAX_EXPERTS experts."""
     return (GLUON_API_OK and capability is not None and capability[0] == 9
             and hidden % RESIDUES.value == 0 and inter % RESIDUES.value == 0
             and experts <= PLAN_MAX_EXPERTS)
 
 
-def fits_tokens(tokens_sum: int, tensor2d: bool) -> bool:
+def fits_tokens(tokens_sum: int) -> bool:
     """Whether a call of ``tokens_sum`` tokens fits TMA's 32-bit coordinates (a view row holds
-    8 n_e tokens, tensor2d 8 tokens_sum) and, for tensor2d operands, its rows start 16-byte
-    aligned (tokens_sum a multiple of 8)."""
-    return tokens_sum * RESIDUES.value < 2**31 and (not tensor2d or tokens_sum % 8 == 0)
+    8 n_e tokens)."""
+    return tokens_sum * RESIDUES.value < 2**31
 
 
 def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, hidden: int,
-                            inter: int, accumulate: bool, tensor2d: bool = False,
+                            inter: int, accumulate: bool,
                             config: RaggedTmaConfig = RAGGED_TMA_CONFIG) -> None:
     """The BF16 wgrad of the experts ``_tma_takes`` through this kernel: a (hidden, T) and b
-    (T, intermediate) holding the experts' blocks, or with ``tensor2d`` both K-major (tokens
-    the unit-stride axis), arguments as kernels.launch_wgrad's, on operands
-    ``fits_ragged_tma_kernel`` and ``fits_tokens`` accept, 16-byte aligned."""
+    (T, intermediate) holding the experts' blocks, arguments as kernels.launch_wgrad's, on
+    operands ``fits_ragged_tma_kernel`` and ``fits_tokens`` accept, 16-byte aligned."""
     experts = offsets.numel()
     if experts == 0:
         return
@@ -408,31 +364,27 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
                         INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
                         OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
                         SORTED=sort, EXPERTS_POW2=experts_vector(experts) if sort else 2,
-                        TENSOR2D=tensor2d, num_warps=4, maxnreg=LAUNCH_REGS)
+                        num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: dense and discrete (accumulating)
-    output at the first benchmark case's sizes, both splits, ragged and tensor2d."""
+    output at the first benchmark case's sizes, both splits."""
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, sorted_experts, tensor2d in (
-            (False, True, False), (True, True, False), (False, False, False), (False, True, True),
-            (True, False, True)):
-        name = (f"wgrad {'tensor2d K-K' if tensor2d else 'ragged'} TMA (Gluon) "
-                f"discrete={discrete} sorted_experts={sorted_experts}")
+    for discrete, sorted_experts in ((False, True), (True, True), (False, False)):
+        name = f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
         cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
             A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c,
-            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c, TENSOR2D=c),
+            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
-                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2,
-                 TENSOR2D=tensor2d),
+                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases

@@ -182,15 +182,10 @@ class GroupedGemmWgrad(Plan):
             self.gluon = gluon if gluon is not None and gluon.GLUON_API_OK else None
         self.ragged_rows = (self.backend == "triton" and not self.fp8
                             and self.contract.flag("input_order") == "tensor_ragged")
-        # on Hopper, ragged BF16 and tensor2d BF16 with both operands K-major: the TMA kernel;
-        # ragged, it takes the experts with counts in multiples of 8 and the Triton kernel
-        # (after it) the others; tensor2d, it takes every expert
-        self.tensor2d_k_k = (self.contract.flag("input_order") == "tensor2d" and not self.fp8
-                             and self.contract.spec("a").layout == "k"
-                             and self.contract.spec("b").layout == "k")
+        # on Hopper, ragged BF16: the TMA kernel takes the experts with counts in multiples of
+        # 8 and the Triton kernel (after it) the others
         ragged_tma = (hopper_module(__package__, "kernels_ragged", self.contract.capability)
-                      if self.backend == "triton" and (self.ragged_rows or self.tensor2d_k_k)
-                      else None)
+                      if self.ragged_rows else None)
         if ragged_tma is not None and not ragged_tma.fits_ragged_tma_kernel(
                 self.hidden, self.inter, self.experts, self.contract.capability):
             ragged_tma = None
@@ -296,15 +291,12 @@ class GroupedGemmWgrad(Plan):
                         config=t2d.TENSOR2D_TMA_CONFIG)
                     return
             tma = (self.ragged_tma if self.ragged_tma is not None
-                   and self.ragged_tma.fits_tokens(tokens_sum, self.tensor2d_k_k) else None)
+                   and self.ragged_tma.fits_tokens(tokens_sum) else None)
             if tma is not None:   # the experts kernels._tma_takes gives it
-                config = tma.RAGGED_TMA_CONFIG
                 tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
                     hidden=self.hidden, inter=self.inter, accumulate=accumulate,
-                    tensor2d=self.tensor2d_k_k, config=config)
-                if self.tensor2d_k_k:
-                    return
+                    config=tma.RAGGED_TMA_CONFIG)
             if self.fp8:
                 launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
                                  wgrad_ptrs if discrete else None, out_dtype, errors,
