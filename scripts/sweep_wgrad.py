@@ -45,7 +45,8 @@ FP8_CONFIGS = {
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
 # the Triton kernel's tile for ragged inputs off Hopper (the plan's), and the TMA kernel's stages
 RAGGED_CONFIG = gemm_config(False)
-RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(sorted_experts=False),
+RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(plain_view=True),
+                      RaggedTmaConfig(sorted_experts=False),
                       RaggedTmaConfig(sorted_max_experts=1024)]
 TENSOR2D_TMA_CONFIGS = [tensor2d_tma.TENSOR2D_TMA_CONFIG, tensor2d_tma.Tensor2dTmaConfig(128, 6),
                         tensor2d_tma.Tensor2dTmaConfig(sorted_experts=False)]

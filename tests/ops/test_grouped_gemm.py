@@ -599,11 +599,13 @@ def test_gpu_ragged_many_experts_run_the_triton_kernel_alone(seed):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("plain_view", [False, True])
 @pytest.mark.parametrize("sorted_experts", [False, True])
-def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
+def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, plain_view):
     """The TMA kernel launched directly, as the plan does, with each of its work splits
-    (experts in order, or sorted by count with the programs' order snaking), then the Triton
-    kernel's share, against the reference; FP32 output poisoned."""
+    (experts in order, or sorted by count with the programs' order snaking) and both views of
+    the blocks, then the Triton kernel's share, against the reference; FP32 output
+    poisoned."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
     from graphrt.ops.grouped_gemm.kernels_ragged import (launch_wgrad_ragged_tma,
@@ -614,7 +616,8 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
     errors = error_flags(a.device)
     launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, errors, hidden=hidden,
                             inter=inter, accumulate=False,
-                            config=RaggedTmaConfig(sorted_experts=sorted_experts))
+                            config=RaggedTmaConfig(sorted_experts=sorted_experts,
+                                                   plain_view=plain_view))
     rows = torch.full((ragged_rows_bytes(sum(TMA_COUNTS), hidden, inter),), 255,
                       dtype=torch.uint8, device="cuda")
     launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
@@ -624,9 +627,14 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
 
 
 @pytest.mark.gpu
-def test_gpu_ragged_tma_next_rows_stay_out(seed):
+@pytest.mark.parametrize("plain_view", [False, True])
+def test_gpu_ragged_tma_next_rows_stay_out(seed, plain_view, monkeypatch):
     """A box past an expert's count (40 and 88 tokens: steps of 64) reads the next row's first
-    tokens: NaN and inf there reach only the rows and columns that own them."""
+    tokens (the plain view: zeros past the block): NaN and inf there reach only the rows and
+    columns that own them."""
+    from graphrt.ops.grouped_gemm import kernels_ragged
+    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
+                        kernels_ragged.RaggedTmaConfig(plain_view=plain_view))
     counts = [40, 0, 24, 88]
     a, b, a2d, b2d, offsets = _ragged_problem(counts, 64, 256, "cuda")
     block_a = a.reshape(-1)[:64 * 40].view(64, 40)        # expert 0's A block

@@ -46,8 +46,8 @@ from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TES
 from ...validate import sm_count
 from .kernels import experts_vector
 from .kernels_gluon import (_expert_ranks, _expert_tokens, _release, _sorted_position,
-                            _sorted_rounds, _stage_barriers, _stage_ready, _store_tile,
-                            _tile_origin, _tma_takes)
+                            _sorted_rounds, _stage_barriers, _stage_ready, _store_layout,
+                            _store_tile, _tile_origin, _tma_takes)
 
 BLOCK_M = gl.constexpr(128)   # two warpgroups of 64 output rows
 BLOCK_N = gl.constexpr(256)   # eight residues of 32 columns
@@ -80,11 +80,16 @@ class RaggedTmaConfig:
     taking items p, p + programs, ... On the H200 (docs/perf/wgrad.md, 2026-12-03) the sorted
     split is 2-10% faster at 8 and 32 experts with random counts (the static split leaves some
     SMs the large experts' items), 2-5% slower at equal counts, and 5-9% slower at 128 and 256
-    experts, where looking up each item's expert costs more than the balance gains."""
+    experts, where looking up each item's expert costs more than the balance gains.
+    ``plain_view``: each expert's blocks read as [hidden, n_e] and [intermediate, n_e] (one box
+    of each a stage, the tokens past n_e zero-filled by TMA, 16-byte stores from the product's
+    own column order) instead of the view of 8 rows as one; compile-checked only (2026-12-03),
+    so off."""
 
     stages: int = 4
     sorted_experts: bool = True
     sorted_max_experts: int = 64
+    plain_view: bool = False
 
     def sorts(self, experts: int) -> bool:
         """Whether a call of ``experts`` experts takes the sorted split."""
@@ -95,8 +100,11 @@ RAGGED_TMA_CONFIG = RaggedTmaConfig()
 
 
 @gluon.constexpr_function
-def _row_tiles(hidden):
-    """Row tiles of an expert's output: 8 residues x tiles of view rows."""
+def _row_tiles(hidden, plain):
+    """Row tiles of an expert's output: 8 residues x tiles of view rows; with the plain view,
+    tiles of rows."""
+    if plain:
+        return -(-hidden // BLOCK_M.value)
     return RESIDUES.value * -(-(hidden // RESIDUES.value) // BLOCK_M.value)
 
 
@@ -107,40 +115,44 @@ def _col_tiles(inter):
 
 @gluon.jit
 def _item(expert, tile, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
-          HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
+          HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr, PLAIN: gl.constexpr):
     """Tile ``tile`` of ``expert``: residue j and first view row g0 of A (output rows
     8 (g0 + r) + j), first view row q0 of B (output columns 8 q0 .. 8 q0 + 255), and the
-    expert's (begin, count); FLAG: this partition reports bad offsets."""
-    TILES_M: gl.constexpr = _row_tiles(HIDDEN)
+    expert's (begin, count); with PLAIN, j = 0 and the tile's first row and column; FLAG: this
+    partition reports bad offsets."""
+    TILES_M: gl.constexpr = _row_tiles(HIDDEN, PLAIN)
     TILES_N: gl.constexpr = _col_tiles(INTER)
     m0, n0 = _tile_origin(tile, TILES_M * BLOCK_M, TILES_N * BLOCK_N, BLOCK_M, BLOCK_N, GROUP)
-    tile_m = m0 // BLOCK_M
     begin, count = _expert_tokens(OFFSETS, ERRORS, expert, experts, FLAG & (tile == 0),
                                   tokens_sum)
+    if PLAIN:
+        return m0 * 0, m0, n0, begin, count
+    tile_m = m0 // BLOCK_M
     return tile_m % RESIDUES, tile_m // RESIDUES * BLOCK_M, n0 // RESIDUES, begin, count
 
 
 @gluon.jit
 def _ragged_work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
-                 HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
+                 HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr,
+                 PLAIN: gl.constexpr):
     """Work item ``work`` (experts outermost): its expert and ``_item``'s values."""
-    tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
+    tiles: gl.constexpr = _row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER)
     expert = work // tiles
     j, g0, q0, begin, count = _item(expert, work % tiles, OFFSETS, ERRORS, experts, tokens_sum,
-                                    FLAG, HIDDEN, INTER, GROUP)
+                                    FLAG, HIDDEN, INTER, GROUP, PLAIN)
     return expert, j, g0, q0, begin, count
 
 
 @gluon.jit
 def _sorted_work(round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum,
                  FLAG: gl.constexpr, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                 GROUP: gl.constexpr):
+                 GROUP: gl.constexpr, PLAIN: gl.constexpr):
     """This program's item in round ``round_`` of the sorted split (RaggedTmaConfig) over the
     ``taken`` experts ranked first: whether there is one, its expert and ``_item``'s values."""
-    tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
+    tiles: gl.constexpr = _row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER)
     live, expert, tile = _sorted_position(round_, ranks, idx, taken, tiles)
     j, g0, q0, begin, count = _item(expert, tile, OFFSETS, ERRORS, experts, tokens_sum,
-                                    FLAG & live, HIDDEN, INTER, GROUP)
+                                    FLAG & live, HIDDEN, INTER, GROUP, PLAIN)
     return live, expert, j, g0, q0, begin, count
 
 
@@ -182,54 +194,86 @@ def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
 
 
 @gluon.jit
+def _load_item_plain(A, B, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, count,
+                     HIDDEN: gl.constexpr, INTER: gl.constexpr):
+    """``_load_item`` with the plain view: the expert's blocks as [hidden, n_e] and
+    [intermediate, n_e] (n_e a multiple of 8: 16-byte rows), one box of each a stage; the
+    tokens past n_e come as zeros."""
+    STAGES: gl.constexpr = a_bufs.shape[0]
+    NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
+    n = count.to(gl.int32)
+    a_desc = tma.make_tensor_descriptor(A + HIDDEN * begin, [HIDDEN, n], [n, 1],
+                                        [BLOCK_M, BLOCK_K], a_bufs.type.layout)
+    b_desc = tma.make_tensor_descriptor(B + INTER * begin, [INTER, n], [n, 1],
+                                        [BLOCK_N, BLOCK_K], b_bufs.type.layout)
+    for k0 in range(0, n, BLOCK_K):
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
+        bar = ready.index(s)
+        mbarrier.expect(bar, NBYTES)
+        tma.async_copy_global_to_shared(a_desc, [m0, k0], bar, a_bufs.index(s))
+        tma.async_copy_global_to_shared(b_desc, [n0, k0], bar, b_bufs.index(s))
+        i += 1
+    return i
+
+
+@gluon.jit
 def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
                            tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                            GROUP: gl.constexpr, SORTED: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr):
+                           EXPERTS_POW2: gl.constexpr, PLAIN: gl.constexpr):
     """Items alternate between two descriptor slots (two call sites of _load_item, so two
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
     a stage refilled since was consumed, so it had landed)."""
-    work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
+    work_items = experts * (_row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER))
     slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
                                           False)
-        tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
+        tiles: gl.constexpr = _row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER)
         for round_ in range(0, _sorted_rounds(taken, tiles)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
-                INTER, GROUP)
+                INTER, GROUP, PLAIN)
             if live & (count > 0) & _tma_takes(begin, count, False):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
-                                      begin, count, HIDDEN, INTER)
+                                      begin, count, HIDDEN, INTER, PLAIN)
     else:
         for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
             expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                            tokens_sum, False, HIDDEN, INTER,
-                                                           GROUP)
+                                                           GROUP, PLAIN)
             if (count > 0) & _tma_takes(begin, count, False):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
-                                      begin, count, HIDDEN, INTER)
+                                      begin, count, HIDDEN, INTER, PLAIN)
 
 
 @gluon.jit
 def _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0, begin, count,
-                  HIDDEN: gl.constexpr, INTER: gl.constexpr):
+                  HIDDEN: gl.constexpr, INTER: gl.constexpr, PLAIN: gl.constexpr):
     """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     i, slot, start0, end0, start1, end1 = slots
     if slot == 0:
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
-        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                       HIDDEN, INTER)
+        if PLAIN:
+            i = _load_item_plain(A, B, a_bufs, b_bufs, ready, empty, i, g0, q0, begin, count,
+                                 HIDDEN, INTER)
+        else:
+            i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+                           HIDDEN, INTER)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
-        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                       HIDDEN, INTER)
+        if PLAIN:
+            i = _load_item_plain(A, B, a_bufs, b_bufs, ready, empty, i, g0, q0, begin, count,
+                                 HIDDEN, INTER)
+        else:
+            i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+                           HIDDEN, INTER)
         end1 = i
     return i, 1 - slot, start0, end0, start1, end1
 
@@ -239,49 +283,57 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OU
                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                           DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                           OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                          EXPERTS_POW2: gl.constexpr, ROW0: gl.constexpr):
+                          EXPERTS_POW2: gl.constexpr, PLAIN: gl.constexpr,
+                          ROW0: gl.constexpr):
     """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box. The experts that
     ``_tma_takes`` leaves are the Triton kernel's."""
-    work_items = experts * (_row_tiles(HIDDEN) * _col_tiles(INTER))
+    work_items = experts * (_row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER))
     i = 0
     z = 0
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
                                           False)
-        tiles: gl.constexpr = _row_tiles(HIDDEN) * _col_tiles(INTER)
+        tiles: gl.constexpr = _row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER)
         for round_ in range(0, _sorted_rounds(taken, tiles)):
             live, expert, j, g0, q0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
-                HIDDEN, INTER, GROUP)
+                HIDDEN, INTER, GROUP, PLAIN)
             if live & _tma_takes(begin, count, False):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
                                     j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE,
-                                    ACCUMULATE, OUT_DTYPE, ROW0)
+                                    ACCUMULATE, OUT_DTYPE, PLAIN, ROW0)
     else:
         for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
             expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
                                                            tokens_sum, ROW0 == 0, HIDDEN, INTER,
-                                                           GROUP)
+                                                           GROUP, PLAIN)
             if _tma_takes(begin, count, False):
                 i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
                                     j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE,
-                                    ACCUMULATE, OUT_DTYPE, ROW0)
+                                    ACCUMULATE, OUT_DTYPE, PLAIN, ROW0)
 
 
 @gluon.jit
 def _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j, g0, q0, count,
                  i, z, HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
-                 ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, ROW0: gl.constexpr):
+                 ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, PLAIN: gl.constexpr,
+                 ROW0: gl.constexpr):
     """One work item of one warpgroup: the product over the expert's stages (the i-th filled
-    onwards) and its store; (stages used, zeroings) so far."""
+    onwards) and its store; (stages used, zeroings) so far. With PLAIN, (g0, q0) is the
+    tile's first row and column and TMA zero-fills the tokens past the count."""
     BQ: gl.constexpr = BLOCK_N // RESIDUES
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
     acc = gl.zeros([64, BLOCK_N], gl.float32, layout)
     steps = (count + BLOCK_K - 1) // BLOCK_K
+    if PLAIN:
+        end = steps * BLOCK_K
+    else:
+        end = count
     for step in range(steps):
-        # the last step's tokens past the count belong to the next row: zeroed
-        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, step, 0, count, ROW0)
+        # the last step's tokens past the count belong to the next row: zeroed (plain view:
+        # outside the descriptor, they came as zeros)
+        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, step, 0, end, ROW0)
         acc = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
                             b_bufs.index(s).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
@@ -291,13 +343,31 @@ def _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j,
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if steps > 0:
         _release(empty, i - 1)
-    # stacked residues -> output column order: a reordering of each thread's registers
-    acc = gl.reshape(gl.permute(gl.reshape(acc, [64, RESIDUES, BQ]), [0, 2, 1]),
-                     [64, BLOCK_N])
-    acc = gl.convert_layout(acc, _OUT_LAYOUT, assert_trivial=True)
-    rows = (g0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, _OUT_LAYOUT))) * RESIDUES
-    m = rows + j   # past hidden where the view row is past hidden / 8
-    n = q0 * RESIDUES + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, _OUT_LAYOUT))
+    if PLAIN:
+        out_layout: gl.constexpr = _store_layout(BLOCK_N)
+        tile = gl.convert_layout(acc, out_layout)
+        m = g0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
+        n = q0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, out_layout))
+        _store_item(tile, OUT, OUT_PTRS, expert, m, n, count, HIDDEN, INTER, DISCRETE,
+                    ACCUMULATE, OUT_DTYPE)
+    else:
+        # stacked residues -> output column order: a reordering of each thread's registers
+        acc = gl.reshape(gl.permute(gl.reshape(acc, [64, RESIDUES, BQ]), [0, 2, 1]),
+                         [64, BLOCK_N])
+        acc = gl.convert_layout(acc, _OUT_LAYOUT, assert_trivial=True)
+        rows = (g0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, _OUT_LAYOUT))) * RESIDUES
+        m = rows + j   # past hidden where the view row is past hidden / 8
+        n = q0 * RESIDUES + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, _OUT_LAYOUT))
+        _store_item(acc, OUT, OUT_PTRS, expert, m, n, count, HIDDEN, INTER, DISCRETE,
+                    ACCUMULATE, OUT_DTYPE)
+    return i, z
+
+
+@gluon.jit
+def _store_item(acc, OUT, OUT_PTRS, expert, m, n, count, HIDDEN: gl.constexpr,
+                INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                OUT_DTYPE: gl.constexpr):
+    """An item's sum stored; accumulating, only for an expert with tokens."""
     if ACCUMULATE:
         if count > 0:
             _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
@@ -305,7 +375,6 @@ def _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j,
     else:
         _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
                     OUT_DTYPE)
-    return i, z
 
 
 @gluon.jit(do_not_specialize=["experts", "tokens_sum"])
@@ -313,7 +382,7 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
                              HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                              ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
                              STAGES: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                             EXPERTS_POW2: gl.constexpr):
+                             EXPERTS_POW2: gl.constexpr, PLAIN: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -322,12 +391,15 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 0)),
+                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PLAIN,
+                                 0)),
         (_ragged_load_partition, (A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
-                                  tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2)),
+                                  tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2,
+                                  PLAIN)),
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 64)),
+                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PLAIN,
+                                 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -356,7 +428,7 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
     experts = offsets.numel()
     if experts == 0:
         return
-    work = _row_tiles(hidden) * _col_tiles(inter) * experts
+    work = _row_tiles(hidden, config.plain_view) * _col_tiles(inter) * experts
     sort = config.sorts(experts)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
     launch_with_scratch(_wgrad_ragged_tma_kernel, (min(work, sm_count(a.device)),), a, b,
@@ -364,27 +436,30 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
                         INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
                         OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
                         SORTED=sort, EXPERTS_POW2=experts_vector(experts) if sort else 2,
-                        num_warps=4, maxnreg=LAUNCH_REGS)
+                        PLAIN=config.plain_view, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: dense and discrete (accumulating)
-    output at the first benchmark case's sizes, both splits."""
+    output at the first benchmark case's sizes, both splits, both views."""
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, sorted_experts in ((False, True), (True, True), (False, False)):
-        name = f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
+    for discrete, sorted_experts, plain in ((False, True, False), (True, True, False),
+                                            (False, False, False), (False, True, True),
+                                            (True, False, True)):
+        name = (f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
+                f"{' plain view' if plain else ''}")
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
         cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
             A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c,
-            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c),
+            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c, PLAIN=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
-                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2),
+                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2, PLAIN=plain),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases

@@ -35,7 +35,7 @@ from ...validate import sm_count
 from .kernels import experts_vector
 from .kernels_gluon import (_box_extents, _expert_ranks, _load_partition, _release,
                             _sorted_rounds, _sorted_tile_work, _stage_ready, _stage_ring,
-                            _store_tile, _tile_count, _work, BLOCK_M)
+                            _store_layout, _store_tile, _tile_count, _work, BLOCK_M)
 
 BLOCK_K = gl.constexpr(64)   # tokens a stage: 128 bytes of BF16, the swizzle's width
 GROUP_M = 8
@@ -72,19 +72,6 @@ class Tensor2dTmaConfig:
 
 
 TENSOR2D_TMA_CONFIG = Tensor2dTmaConfig()
-
-
-@gluon.constexpr_function
-def _store_layout(block_n):
-    """A warpgroup's [64, block_n] FP32 sum laid out for 16-byte stores: registers 0-2 of a
-    thread hold 8 consecutive columns. The m64 wgmma accumulator spreads those over the four
-    lanes of a quad (2 columns each) and gives each lane 4 such groups 8 columns apart, so
-    going here swaps two lane bits with two register bits: shuffles within a warp."""
-    col_regs = [[0, c] for c in (1, 2, 4)] + [[8, 0]]
-    col_regs += [[0, c] for c in (32, 64, 128) if c < block_n]
-    return gl.DistributedLinearLayout(
-        reg_bases=col_regs, lane_bases=[[0, 8], [0, 16], [1, 0], [2, 0], [4, 0]],
-        warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, block_n])
 
 
 @gluon.jit
