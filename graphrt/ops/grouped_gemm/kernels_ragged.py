@@ -258,24 +258,30 @@ def _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0, begin, c
     if slot == 0:
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
-        if PLAIN:
-            i = _load_item_plain(A, B, a_bufs, b_bufs, ready, empty, i, g0, q0, begin, count,
-                                 HIDDEN, INTER)
-        else:
-            i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                           HIDDEN, INTER)
+        i = _load_in_view(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+                          HIDDEN, INTER, PLAIN)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
-        if PLAIN:
-            i = _load_item_plain(A, B, a_bufs, b_bufs, ready, empty, i, g0, q0, begin, count,
-                                 HIDDEN, INTER)
-        else:
-            i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                           HIDDEN, INTER)
+        i = _load_in_view(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+                          HIDDEN, INTER, PLAIN)
         end1 = i
     return i, 1 - slot, start0, end0, start1, end1
+
+
+@gluon.jit
+def _load_in_view(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+                  HIDDEN: gl.constexpr, INTER: gl.constexpr, PLAIN: gl.constexpr):
+    """``_load_item_plain`` with PLAIN, else ``_load_item`` (each call site of this, once
+    inlined, makes its descriptors in its own place of the global scratch)."""
+    if PLAIN:
+        i = _load_item_plain(A, B, a_bufs, b_bufs, ready, empty, i, g0, q0, begin, count,
+                             HIDDEN, INTER)
+    else:
+        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, HIDDEN,
+                       INTER)
+    return i
 
 
 @gluon.jit
