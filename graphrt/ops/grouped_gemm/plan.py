@@ -84,8 +84,8 @@ class GroupedGemmWgrad(Plan):
     ``rows_workspace_bytes(tokens_sum)`` bytes (as large as ``a`` and ``b``), as the
     functional call gives it: such experts' blocks are copied there as rows first; without it
     they run 4-5x slower. On Hopper (Triton 3.6) with hidden and intermediate multiples of 8,
-    the other experts are read by TMA, and so are tensor2d BF16 experts whose first token and
-    count are multiples of 8 when both operands are K-major and tokens_sum is a multiple of 8.
+    the other experts are read by TMA. Tensor2d BF16 calls of up to 64 experts run Hopper's
+    tensor2d TMA kernel in every layout (K-major operands: tokens_sum a multiple of 8).
     offsets: int32 [E] cumulative ends, read on the device.
     Output dense (E, hidden, intermediate) or discrete (``wgrad_ptrs``: int64 [E] addresses),
     BF16/FP16/FP32, overwritten or accumulated into.
