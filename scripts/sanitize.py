@@ -59,12 +59,9 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
         graphrt.ops.GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged").compile().execute(
             a, b, offsets, wgrad=torch.empty(len(counts), hidden, 72, dtype=torch.bfloat16,
                                              device="cuda"))
-    # the TMA kernel launched directly with its other split (experts in order), and with the
-    # plain view of the blocks in both splits
+    # the TMA kernel launched directly with its other split (experts in order)
     a = torch.randn(136, tokens, dtype=torch.bfloat16, device="cuda")
-    for config in (kernels_ragged.RaggedTmaConfig(sorted_experts=False),
-                   kernels_ragged.RaggedTmaConfig(plain_view=True),
-                   kernels_ragged.RaggedTmaConfig(sorted_experts=False, plain_view=True)):
+    for config in (kernels_ragged.RaggedTmaConfig(sorted_experts=False),):
         kernels_ragged.launch_wgrad_ragged_tma(
             a, b, offsets,
             torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda"), None,

@@ -45,8 +45,7 @@ FP8_CONFIGS = {
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
 # the Triton kernel's tile for ragged inputs off Hopper (the plan's), and the TMA kernel's stages
 RAGGED_CONFIG = gemm_config(False)
-RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(plain_view=True),
-                      RaggedTmaConfig(sorted_experts=False),
+RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(sorted_experts=False),
                       RaggedTmaConfig(sorted_max_experts=1024)]
 TENSOR2D_TMA_CONFIGS = [tensor2d_tma.TENSOR2D_TMA_CONFIG, tensor2d_tma.Tensor2dTmaConfig(128, 6),
                         tensor2d_tma.Tensor2dTmaConfig(sorted_experts=False)]
@@ -134,7 +133,9 @@ def main_ragged(first: bool, many: bool):
     the rows workspace (the path off Hopper) against the TMA kernel (kernels_ragged.py, counts
     in multiples of 8) per RaggedTmaConfig followed by the Triton kernel for the other experts
     (the plan on Hopper), each checked, then timed in turn with torch._grouped_mm on tensor2d
-    operands of the same counts. ``many``: cases of 128 and 256 experts, where ranking the
+    operands of the same counts. Where every count is a multiple of 8, also the TMA kernel
+    alone (what the Triton kernel's launch with no work adds) and the tensor2d TMA kernel on
+    the same buffers read as tensor2d K-K operands. ``many``: cases of 128 and 256 experts, where ranking the
     experts by count costs the most."""
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
@@ -182,10 +183,21 @@ def main_ragged(first: bool, many: bool):
                                                        accumulate=False, config=tcfg)
                     triton_rows(a, b, offsets, skip_tma_taken=True)
                 runs.append((f"TMA {tcfg}, then Triton", tma))
+            if label != "odd":   # every expert is the TMA kernel's: what the Triton launch adds
+                def tma_alone(a, b, offsets=offsets):
+                    ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
+                                                       errors, hidden=hidden, inter=inter,
+                                                       accumulate=False)
+                runs.append(("TMA alone", tma_alone))
             for name, run in runs:
                 _timed(name, run, sets,
                        lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
             if label != "odd":   # torch._grouped_mm takes counts in multiples of 8 only
+                def tensor2d_kernel(a, b, offsets=offsets):   # the same buffers read as tensor2d
+                    tensor2d_tma.launch_wgrad_tensor2d_tma(a, b, offsets, out, None,
+                                                           torch.bfloat16, errors, hidden=hidden,
+                                                           inter=inter, accumulate=False)
+                runs.append(("tensor2d TMA kernel, K-K (tensor2d)", tensor2d_kernel))
                 runs.append(("torch._grouped_mm (tensor2d)",
                              lambda a, b, offsets=offsets: torch._grouped_mm(a, b, offs=offsets)))
             _in_turn(runs, sets)

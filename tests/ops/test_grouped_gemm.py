@@ -123,32 +123,25 @@ def test_ragged_aligned_and_odd_experts_interpreted(hidden):
 
 
 @needs_interpreter
-@pytest.mark.parametrize("order,with_rows", [("tensor_ragged", True), ("tensor_ragged", False),
-                                             ("tensor2d", False)])
-def test_triton_kernel_leaves_the_tma_experts_interpreted(order, with_rows):
-    """The Triton kernel's share when Hopper's TMA kernel runs first (``skip_tma_taken``): the
-    experts the TMA kernel takes left untouched (poisoned: ragged, those with counts in
-    multiples of 8; tensor2d K-major, all of them), the others exact; ragged with and without
-    the rows workspace."""
+@pytest.mark.parametrize("with_rows", [True, False])
+def test_triton_kernel_leaves_the_tma_experts_interpreted(with_rows):
+    """The Triton kernel's share when Hopper's ragged TMA kernel runs first
+    (``skip_tma_taken``): the experts the TMA kernel takes left untouched (poisoned: those with
+    counts in multiples of 8), the others exact; with and without the rows workspace."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
     torch.manual_seed(7)
     counts, hidden, inter = [16, 0, 5, 24, 17, 1, 8, 6, 2, 0], 40, 24
-    ragged = order == "tensor_ragged"
-    if ragged:
-        a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cpu")
-    else:
-        a, b, offsets = _problem(counts, hidden, inter, "k", "k")
-        a2d, b2d = a, b
+    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cpu")
     rows = (torch.full((ragged_rows_bytes(sum(counts), hidden, inter),), 255, dtype=torch.uint8)
             if with_rows else None)
     w = torch.full((len(counts), hidden, inter), float("nan"))
     launch_wgrad(gemm_config(True), a, b, offsets, w, None, torch.float32, error_flags(a.device),
-                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=ragged,
+                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
                  accumulate=False, dot_fp32=True, rows=rows, skip_tma_taken=True)
     ref = _expected(a2d, b2d, offsets, "tensor2d", torch.float32)
     for e, n in enumerate(counts):
-        if n % 8 == 0 or not ragged:
+        if n % 8 == 0:
             assert w[e].isnan().all(), e
         else:
             assert rel_l2(w[e], ref[e]) < 1e-5, e
@@ -599,13 +592,11 @@ def test_gpu_ragged_many_experts_run_the_triton_kernel_alone(seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("plain_view", [False, True])
 @pytest.mark.parametrize("sorted_experts", [False, True])
-def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, plain_view):
+def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
     """The TMA kernel launched directly, as the plan does, with each of its work splits
-    (experts in order, or sorted by count with the programs' order snaking) and both views of
-    the blocks, then the Triton kernel's share, against the reference; FP32 output
-    poisoned."""
+    (experts in order, or sorted by count with the programs' order snaking), then the Triton
+    kernel's share, against the reference; FP32 output poisoned."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
     from graphrt.ops.grouped_gemm.kernels_ragged import (launch_wgrad_ragged_tma,
@@ -616,8 +607,7 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, plain_view)
     errors = error_flags(a.device)
     launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, errors, hidden=hidden,
                             inter=inter, accumulate=False,
-                            config=RaggedTmaConfig(sorted_experts=sorted_experts,
-                                                   plain_view=plain_view))
+                            config=RaggedTmaConfig(sorted_experts=sorted_experts))
     rows = torch.full((ragged_rows_bytes(sum(TMA_COUNTS), hidden, inter),), 255,
                       dtype=torch.uint8, device="cuda")
     launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
@@ -627,14 +617,10 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts, plain_view)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("plain_view", [False, True])
-def test_gpu_ragged_tma_next_rows_stay_out(seed, plain_view, monkeypatch):
-    """A box past an expert's count (40 and 88 tokens: steps of 64) reads the next row's first
-    tokens (the plain view: zeros past the block): NaN and inf there reach only the rows and
-    columns that own them."""
-    from graphrt.ops.grouped_gemm import kernels_ragged
-    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
-                        kernels_ragged.RaggedTmaConfig(plain_view=plain_view))
+def test_gpu_ragged_tma_next_rows_stay_out(seed):
+    """A box past an expert's count (40 and 88 tokens: steps of 64) reaches the next row's
+    first tokens in memory (TMA gives zeros past the block): NaN and inf there reach only the
+    rows and columns that own them."""
     counts = [40, 0, 24, 88]
     a, b, a2d, b2d, offsets = _ragged_problem(counts, 64, 256, "cuda")
     block_a = a.reshape(-1)[:64 * 40].view(64, 40)        # expert 0's A block
@@ -939,10 +925,10 @@ def test_ragged_blocks_in_any_dense_tensor_match_fp64_per_expert(a_major, b_majo
 
 def test_ragged_tma_kernel_takes_only_calls_its_coordinates_reach():
     """Hopper's ragged TMA kernel: hidden and intermediate multiples of 8 on Hopper only, plans
-    of at most 64 experts, and calls whose 8 x tokens_sum fits TMA's 32-bit coordinates (the
-    others run the Triton kernel for every expert)."""
+    of at most 64 experts, and calls whose tokens_sum fits TMA's 32-bit extents (the others
+    run the Triton kernel for every expert)."""
     from graphrt.ops.grouped_gemm import kernels_ragged as k
-    assert k.fits_tokens(2**28 - 1) and not k.fits_tokens(2**28)
+    assert k.fits_tokens(2**31 - 1) and not k.fits_tokens(2**31)
     assert not k.fits_ragged_tma_kernel(7168, 2048, 8, (8, 0))
     assert not k.fits_ragged_tma_kernel(7164, 2048, 8, (9, 0))
     assert not k.fits_ragged_tma_kernel(7168, 2048, 65, (9, 0))
@@ -962,11 +948,11 @@ def test_ragged_tma_sorted_split_up_to_its_expert_limit():
 @triton.jit
 def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
                   EXPERTS_POW2: tl.constexpr, CHUNK: tl.constexpr,
-                  UNALIGNED_LAST: tl.constexpr, TENSOR2D: tl.constexpr):
+                  UNALIGNED_LAST: tl.constexpr):
     """ORDER[r]: the expert of rank r; POSITIONS[round, program]: the snake's position."""
     idx = tl.arange(0, EXPERTS_POW2)
     ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, CHUNK), experts, tokens_sum,
-                            UNALIGNED_LAST, TENSOR2D)
+                            UNALIGNED_LAST)
     program, programs = tl.program_id(0), tl.num_programs(0)
     if program == 0:
         for rank in range(0, experts):
@@ -976,7 +962,7 @@ def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
 
 
 @needs_interpreter
-@pytest.mark.parametrize("unaligned_last", [None, "tensor_ragged", "tensor2d"])
+@pytest.mark.parametrize("unaligned_last", [False, True])
 @pytest.mark.parametrize("chunk", [2, 8])
 @pytest.mark.parametrize("counts,bad_at", [([5, 0, 9, 9, 1, 30], None), ([7, 7, 7], None),
                                            ([0, 0, 0, 0, 4], None), ([3, 8, 2, 6, 6, 1, 4], 2),
@@ -985,9 +971,9 @@ def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
 def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, unaligned_last):
     """The order a balanced persistent split walks experts in: by count, largest first, ties
     by index, an expert with bad bounds as empty, compared a chunk of experts at a time
-    (chunks shorter and longer than the experts), and for the TMA kernel the experts it leaves
-    (ragged, counts off multiples of 8; tensor2d, none) after the empty ones; and the snake
-    covers every position once."""
+    (chunks shorter and longer than the experts), and for the ragged TMA kernel the experts it
+    leaves (counts off multiples of 8) after the empty ones; and the snake covers every position
+    once."""
     if counts == "random 37":   # ties and empty experts among more experts than a chunk
         counts = torch.randint(0, 6, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     ends = list(itertools.accumulate(counts))
@@ -999,12 +985,11 @@ def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, unaligned_la
     positions = torch.full((rounds, programs), -1, dtype=torch.int32)
     _order_kernel[(programs,)](offsets, order, positions, len(counts), sum(counts), rounds,
                                EXPERTS_POW2=max(2, 1 << (len(counts) - 1).bit_length()),
-                               CHUNK=chunk, UNALIGNED_LAST=unaligned_last is not None,
-                               TENSOR2D=unaligned_last == "tensor2d")
+                               CHUNK=chunk, UNALIGNED_LAST=unaligned_last)
     begins = [0] + ends[:-1]
     valid = [0 <= begin <= end for begin, end in zip(begins, ends)]
     sizes = [end - begin if ok else 0 for begin, end, ok in zip(begins, ends, valid)]
-    if unaligned_last == "tensor_ragged":
+    if unaligned_last:
         sizes = [n if n % 8 == 0 else -1 for n in sizes]
     assert order.tolist() == sorted(range(len(counts)), key=lambda e: (-sizes[e], e))
     assert sorted(positions.reshape(-1).tolist()) == list(range(rounds * programs))

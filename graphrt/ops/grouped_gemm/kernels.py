@@ -160,51 +160,44 @@ def _expert_tokens(OFFSETS, ERRORS, expert, experts, flag, tokens_sum):
 
 
 @triton.jit
-def _tma_takes(begin, count, TENSOR2D: tl.constexpr):
-    """Whether Hopper's TMA kernel (kernels_ragged.py) takes an expert of these bounds (valid
-    ones; invalid bounds come as an empty expert at 0): ragged, its count a multiple of 8 (its
-    blocks' rows then start 16-byte aligned, as TMA needs); tensor2d, every expert (its boxes
-    start at a multiple of 64 tokens of the whole operand's rows)."""
-    if TENSOR2D:
-        takes = count >= 0
-    else:
-        takes = count % 8 == 0
-    return takes
+def _tma_takes(count):
+    """Whether Hopper's ragged TMA kernel (kernels_ragged.py) takes an expert of this count
+    (invalid bounds come as an empty expert): a multiple of 8, so that its blocks' rows start
+    16-byte aligned, as TMA needs."""
+    return count % 8 == 0
 
 
 @triton.jit
-def _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST: tl.constexpr,
-               TENSOR2D: tl.constexpr = False):
+def _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST: tl.constexpr):
     """What ``_ranks_by_count`` orders experts ``idx`` by: the token count (0 for invalid
-    bounds), or with UNALIGNED_LAST -1 for the experts the TMA kernel leaves (``_tma_takes``);
-    -2 past the experts."""
-    begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
+    bounds), or with UNALIGNED_LAST -1 for the experts the ragged TMA kernel leaves
+    (``_tma_takes``); -2 past the experts."""
+    _, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
     counts = tl.where(bad, 0, counts)
     if UNALIGNED_LAST:
-        counts = tl.where(_tma_takes(tl.where(bad, 0, begins), counts, TENSOR2D), counts, -1)
+        counts = tl.where(_tma_takes(counts), counts, -1)
     return tl.where(idx < experts, counts, -2)
 
 
 @triton.jit
 def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum,
-                    UNALIGNED_LAST: tl.constexpr = False, TENSOR2D: tl.constexpr = False):
+                    UNALIGNED_LAST: tl.constexpr = False):
     """Each expert ``idx`` (a vector over a power of two >= experts) ranked by token count,
     largest first, ties by index: a permutation of 0 .. experts - 1 for the experts,
     ``experts`` for the lanes past them. Experts with invalid bounds count as empty; with
-    UNALIGNED_LAST, the experts the TMA kernel leaves (``_tma_takes``) come after the empty
-    ones.
+    UNALIGNED_LAST, the experts the ragged TMA kernel leaves (``_tma_takes``) come after the
+    empty ones.
     ``others`` (a few lanes, ``others[None, :]`` broadcast against ``idx[:, None]``) walks
     the experts a chunk at a time. The ragged TMA kernel (kernels_ragged.py) runs it with the
     chunk in each thread's registers: each chunk's comparisons and sum stay in a thread, so
     the cost grows with experts / chunk, not with a reduction across threads per expert.
     Every program computes the same order."""
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST, TENSOR2D)[:, None]
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST)[:, None]
     rows = idx[:, None]
     ranks = idx * 0
     for start in range(0, experts, others.shape[0]):
         other = start + others
-        other_keys = _rank_keys(OFFSETS, other, experts, tokens_sum, UNALIGNED_LAST,
-                                TENSOR2D)[None, :]
+        other_keys = _rank_keys(OFFSETS, other, experts, tokens_sum, UNALIGNED_LAST)[None, :]
         other = other[None, :]
         ahead = (other < experts) & ((other_keys > keys) |
                                      ((other_keys == keys) & (other < rows)))
@@ -356,7 +349,7 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
         if count == 0:
             return
     if SKIP_TMA_TAKEN:   # those experts are Hopper's TMA kernel's (kernels_ragged.py)
-        if _tma_takes(begin, count, not RAGGED):
+        if _tma_takes(count):
             return
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if RAGGED:   # the expert's blocks: A_e (hidden, count), B_e (intermediate, count)
@@ -663,6 +656,8 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     speed; without it those experts load two bytes at a time. ``skip_tma_taken`` (ragged): the
     experts that Hopper's ragged TMA kernel takes (``_tma_takes``: counts in multiples of 8,
     and invalid bounds) are left alone."""
+    if skip_tma_taken and not ragged:
+        raise ValueError("skip_tma_taken: only ragged calls share their experts with a TMA kernel")
     launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
     if launch_args is None:
         return

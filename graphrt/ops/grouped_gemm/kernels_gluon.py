@@ -75,17 +75,18 @@ _snake = gluon.jit(_triton_kernels._snake.fn)
 
 @gluon.jit
 def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
-                  WARPS: gl.constexpr, CHUNK: gl.constexpr, TENSOR2D: gl.constexpr):
-    """(ranks, idx, taken): every expert's rank by count, largest first, the experts this
-    kernel leaves to the Triton kernel (``_tma_takes``) last, over the calling partition's WARPS
-    warps, the experts compared CHUNK at a time in each thread's registers; ``taken``: how many
-    experts the TMA kernel takes (the ranks before those; every valid expert with TENSOR2D)."""
+                  WARPS: gl.constexpr, CHUNK: gl.constexpr, UNALIGNED_LAST: gl.constexpr):
+    """(ranks, idx, taken): every expert's rank by count, largest first, over the calling
+    partition's WARPS warps, the experts compared CHUNK at a time in each thread's registers;
+    with UNALIGNED_LAST the experts the ragged TMA kernel leaves to the Triton kernel
+    (``_tma_takes``) last. ``taken``: how many experts the kernel takes (the ranks before those;
+    every expert without UNALIGNED_LAST)."""
     pairs: gl.constexpr = gl.BlockedLayout([1, CHUNK], [32, 1], [WARPS, 1], [1, 0])
     idx = gl.arange(0, EXPERTS_POW2, layout=gl.SliceLayout(1, pairs))
     others = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, pairs))
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, True, TENSOR2D)
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST)
     taken = gl.sum(((idx < experts) & (keys >= 0)).to(gl.int32), axis=0)
-    ranks = _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, True, TENSOR2D)
+    ranks = _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, UNALIGNED_LAST)
     return ranks, idx, taken
 
 
@@ -202,7 +203,7 @@ def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERROR
     i = 0
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
-                                          True)
+                                          False)
         for round_ in range(0, _sorted_rounds(taken, tiles)):
             live, expert, m0, n0, begin, end = _sorted_tile_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,

@@ -1,23 +1,15 @@
 """Hopper kernel (Gluon, Triton 3.6) for the BF16 grouped wgrad with ragged inputs: the
 experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e] and B_e
-[intermediate, n_e] (tokens unit-stride) read by TMA. The others are left to the Triton kernel
-(kernels.py: copied as rows, then multiplied), launched after this one. Plans run it for up
-to PLAN_MAX_EXPERTS experts; tensor2d operands have their own TMA kernel (kernels_tensor2d.py).
+[intermediate, n_e] (tokens unit-stride, so rows 16-byte aligned) read by TMA as they lie. The
+others are left to the Triton kernel (kernels.py: copied as rows, then multiplied), launched
+after this one: TMA takes no row stride off 16 bytes (boxes of odd counts stopped the kernel
+with an illegal instruction on the H200, 2026-12-03). Plans run it for up to
+PLAN_MAX_EXPERTS experts; tensor2d operands have their own TMA kernel (kernels_tensor2d.py).
 
-Eight rows of a block are viewed as one row of [hidden / 8, 8 n_e]: a row tile is one box of
-view rows at column j n_e + t0 (rows 8g + j of the block, tokens t0 .. t0 + 63), so its output
-rows are 8 apart (h = 8g + j), which the store handles. B's tile of 256 columns is eight boxes
-of 32 view rows, one per residue i, stacked in shared memory: column 32 i + q of the product
-is output column 8 (q0 + q) + i. Each thread of the product then holds its columns' eight
-residues, so the un-stacking is a reordering of its registers and every thread stores 8
-consecutive output columns at once (16 bytes; the accumulator's own layout stores 4). The view
-was built to read counts off multiples of 8 too (eight rows are 16 bytes of tokens apart for
-any n_e), but TMA takes no box whose first token is off 16 bytes: such copies stopped the
-kernel with an illegal instruction on the H200 (2026-12-03).
-
-A box past the expert's last token reads the next row's first tokens, or zeros past the view:
-the expert's last step zeroes the tokens past n_e in both operands in shared memory before the
-product, so no other value reaches the sum.
+A work item is one [128, 256] tile of one expert's output: one box of each operand a stage
+of 64 tokens, the tokens past n_e zero-filled by TMA (they lie outside the descriptor), so
+nothing is zeroed in shared memory; the product is stored 16 bytes a thread
+(kernels_gluon._store_layout).
 
 Persistent and warp-specialized like the 1x128 FP8 kernel (kernels_gluon.py): a loader warp
 makes each work item's two descriptors on the device (routing may change between CUDA-graph
@@ -46,13 +38,12 @@ from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TES
 from ...validate import sm_count
 from .kernels import experts_vector
 from .kernels_gluon import (_expert_ranks, _expert_tokens, _release, _sorted_position,
-                            _sorted_rounds, _stage_barriers, _stage_ready, _store_layout,
+                            _sorted_rounds, _stage_barriers, _store_layout,
                             _store_tile, _tile_origin, _tma_takes)
 
 BLOCK_M = gl.constexpr(128)   # two warpgroups of 64 output rows
-BLOCK_N = gl.constexpr(256)   # eight residues of 32 columns
+BLOCK_N = gl.constexpr(256)
 BLOCK_K = gl.constexpr(64)    # tokens a stage: 128 bytes, the swizzle's width
-RESIDUES = gl.constexpr(8)    # rows of a block viewed as one: 8 n_e tokens, 16-byte aligned
 GROUP_M = 8
 GLUON_API_OK = ON_TESTED_TRITON
 # at 128 and 256 experts (items of 2-4 steps) the Triton kernel alone was 4-9% faster than
@@ -61,15 +52,6 @@ GLUON_API_OK = ON_TESTED_TRITON
 PLAN_MAX_EXPERTS = 64
 LAUNCH_REGS = register_share(4 + 4 + 4)
 LOADER_REGS, MMA_REGS = gl.constexpr(48), gl.constexpr(224)
-
-# The product's [64, 256] FP32 tile with its columns in output order: registers 0-2 of a thread
-# hold 8 consecutive output columns (one per residue, so one 16-byte store); the rest as the
-# m64n256 wgmma accumulator lays them out (4 lanes along a row, 8 rows a warp, 16 rows apart
-# between warps).
-_OUT_LAYOUT = gl.DistributedLinearLayout(
-    reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [8, 0], [0, 64], [0, 128]],
-    lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
-    warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 256])
 
 
 @dataclass(frozen=True)
@@ -80,16 +62,11 @@ class RaggedTmaConfig:
     taking items p, p + programs, ... On the H200 (docs/perf/wgrad.md, 2026-12-03) the sorted
     split is 2-10% faster at 8 and 32 experts with random counts (the static split leaves some
     SMs the large experts' items), 2-5% slower at equal counts, and 5-9% slower at 128 and 256
-    experts, where looking up each item's expert costs more than the balance gains.
-    ``plain_view``: each expert's blocks read as [hidden, n_e] and [intermediate, n_e] (one box
-    of each a stage, the tokens past n_e zero-filled by TMA, 16-byte stores from the product's
-    own column order) instead of the view of 8 rows as one; compile-checked only (2026-12-03),
-    so off."""
+    experts, where looking up each item's expert costs more than the balance gains."""
 
     stages: int = 4
     sorted_experts: bool = True
     sorted_max_experts: int = 64
-    plain_view: bool = False
 
     def sorts(self, experts: int) -> bool:
         """Whether a call of ``experts`` experts takes the sorted split."""
@@ -100,60 +77,43 @@ RAGGED_TMA_CONFIG = RaggedTmaConfig()
 
 
 @gluon.constexpr_function
-def _row_tiles(hidden, plain):
-    """Row tiles of an expert's output: 8 residues x tiles of view rows; with the plain view,
-    tiles of rows."""
-    if plain:
-        return -(-hidden // BLOCK_M.value)
-    return RESIDUES.value * -(-(hidden // RESIDUES.value) // BLOCK_M.value)
-
-
-@gluon.constexpr_function
-def _col_tiles(inter):
-    return -(-inter // BLOCK_N.value)
+def _tiles(hidden, inter):
+    """Output tiles of one expert."""
+    return -(-hidden // BLOCK_M.value) * -(-inter // BLOCK_N.value)
 
 
 @gluon.jit
 def _item(expert, tile, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
-          HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr, PLAIN: gl.constexpr):
-    """Tile ``tile`` of ``expert``: residue j and first view row g0 of A (output rows
-    8 (g0 + r) + j), first view row q0 of B (output columns 8 q0 .. 8 q0 + 255), and the
-    expert's (begin, count); with PLAIN, j = 0 and the tile's first row and column; FLAG: this
-    partition reports bad offsets."""
-    TILES_M: gl.constexpr = _row_tiles(HIDDEN, PLAIN)
-    TILES_N: gl.constexpr = _col_tiles(INTER)
-    m0, n0 = _tile_origin(tile, TILES_M * BLOCK_M, TILES_N * BLOCK_N, BLOCK_M, BLOCK_N, GROUP)
+          HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
+    """Tile ``tile`` of ``expert``: its first row and column, and the expert's (begin, count);
+    FLAG: this partition reports bad offsets."""
+    m0, n0 = _tile_origin(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP)
     begin, count = _expert_tokens(OFFSETS, ERRORS, expert, experts, FLAG & (tile == 0),
                                   tokens_sum)
-    if PLAIN:
-        return m0 * 0, m0, n0, begin, count
-    tile_m = m0 // BLOCK_M
-    return tile_m % RESIDUES, tile_m // RESIDUES * BLOCK_M, n0 // RESIDUES, begin, count
+    return m0, n0, begin, count
 
 
 @gluon.jit
 def _ragged_work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
-                 HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr,
-                 PLAIN: gl.constexpr):
+                 HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
     """Work item ``work`` (experts outermost): its expert and ``_item``'s values."""
-    tiles: gl.constexpr = _row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER)
+    tiles: gl.constexpr = _tiles(HIDDEN, INTER)
     expert = work // tiles
-    j, g0, q0, begin, count = _item(expert, work % tiles, OFFSETS, ERRORS, experts, tokens_sum,
-                                    FLAG, HIDDEN, INTER, GROUP, PLAIN)
-    return expert, j, g0, q0, begin, count
+    m0, n0, begin, count = _item(expert, work % tiles, OFFSETS, ERRORS, experts, tokens_sum,
+                                 FLAG, HIDDEN, INTER, GROUP)
+    return expert, m0, n0, begin, count
 
 
 @gluon.jit
 def _sorted_work(round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum,
                  FLAG: gl.constexpr, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                 GROUP: gl.constexpr, PLAIN: gl.constexpr):
+                 GROUP: gl.constexpr):
     """This program's item in round ``round_`` of the sorted split (RaggedTmaConfig) over the
     ``taken`` experts ranked first: whether there is one, its expert and ``_item``'s values."""
-    tiles: gl.constexpr = _row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER)
-    live, expert, tile = _sorted_position(round_, ranks, idx, taken, tiles)
-    j, g0, q0, begin, count = _item(expert, tile, OFFSETS, ERRORS, experts, tokens_sum,
-                                    FLAG & live, HIDDEN, INTER, GROUP, PLAIN)
-    return live, expert, j, g0, q0, begin, count
+    live, expert, tile = _sorted_position(round_, ranks, idx, taken, _tiles(HIDDEN, INTER))
+    m0, n0, begin, count = _item(expert, tile, OFFSETS, ERRORS, experts, tokens_sum,
+                                 FLAG & live, HIDDEN, INTER, GROUP)
+    return live, expert, m0, n0, begin, count
 
 
 @gluon.jit
@@ -166,39 +126,11 @@ def _wait_landed(ready, lo, hi):
 
 
 @gluon.jit
-def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
+def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, count,
                HIDDEN: gl.constexpr, INTER: gl.constexpr):
-    """The item's descriptors made (views of the expert's blocks, rows of 8 n_e tokens), its
-    boxes streamed into the stages from the i-th filled on: the next stage to fill."""
-    STAGES: gl.constexpr = a_bufs.shape[0]
-    BQ: gl.constexpr = BLOCK_N // RESIDUES
-    NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
-    n = count.to(gl.int32)
-    width = n * RESIDUES
-    a_desc = tma.make_tensor_descriptor(A + HIDDEN * begin, [HIDDEN // RESIDUES, width],
-                                        [width, 1], [BLOCK_M, BLOCK_K], a_bufs.type.layout)
-    b_desc = tma.make_tensor_descriptor(B + INTER * begin, [INTER // RESIDUES, width],
-                                        [width, 1], [BQ, BLOCK_K], b_bufs.type.layout)
-    for k0 in range(0, n, BLOCK_K):
-        s = i % STAGES
-        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
-        bar = ready.index(s)
-        mbarrier.expect(bar, NBYTES)
-        tma.async_copy_global_to_shared(a_desc, [g0, j * n + k0], bar,
-                                        a_bufs.index(s))
-        for r in gl.static_range(RESIDUES):
-            tma.async_copy_global_to_shared(b_desc, [q0, r * n + k0], bar,
-                                            b_bufs.index(s).slice(r * BQ, BQ, dim=0))
-        i += 1
-    return i
-
-
-@gluon.jit
-def _load_item_plain(A, B, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, count,
-                     HIDDEN: gl.constexpr, INTER: gl.constexpr):
-    """``_load_item`` with the plain view: the expert's blocks as [hidden, n_e] and
-    [intermediate, n_e] (n_e a multiple of 8: 16-byte rows), one box of each a stage; the
-    tokens past n_e come as zeros."""
+    """The item's descriptors made (the expert's blocks [hidden, n_e] and [intermediate, n_e],
+    n_e a multiple of 8), one box of each streamed into the stages from the i-th filled on,
+    the tokens past n_e coming as zeros: the next stage to fill."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
     n = count.to(gl.int32)
@@ -221,125 +153,97 @@ def _load_item_plain(A, B, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, count
 def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
                            tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                            GROUP: gl.constexpr, SORTED: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr, PLAIN: gl.constexpr):
+                           EXPERTS_POW2: gl.constexpr):
     """Items alternate between two descriptor slots (two call sites of _load_item, so two
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
     a stage refilled since was consumed, so it had landed)."""
-    work_items = experts * (_row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER))
     slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
-                                          False)
-        tiles: gl.constexpr = _row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER)
-        for round_ in range(0, _sorted_rounds(taken, tiles)):
-            live, expert, j, g0, q0, begin, count = _sorted_work(
+                                          True)
+        for round_ in range(0, _sorted_rounds(taken, _tiles(HIDDEN, INTER))):
+            live, expert, m0, n0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
-                INTER, GROUP, PLAIN)
-            if live & (count > 0) & _tma_takes(begin, count, False):
-                slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
-                                      begin, count, HIDDEN, INTER, PLAIN)
+                INTER, GROUP)
+            if live & (count > 0) & _tma_takes(count):
+                slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, m0, n0, begin,
+                                      count, HIDDEN, INTER)
     else:
-        for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
-            expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
-                                                           tokens_sum, False, HIDDEN, INTER,
-                                                           GROUP, PLAIN)
-            if (count > 0) & _tma_takes(begin, count, False):
-                slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0,
-                                      begin, count, HIDDEN, INTER, PLAIN)
+        for work in range(gl.program_id(0), experts * _tiles(HIDDEN, INTER),
+                          gl.num_programs(0)):
+            expert, m0, n0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
+                                                        tokens_sum, False, HIDDEN, INTER, GROUP)
+            if (count > 0) & _tma_takes(count):
+                slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, m0, n0, begin,
+                                      count, HIDDEN, INTER)
 
 
 @gluon.jit
-def _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, j, g0, q0, begin, count,
-                  HIDDEN: gl.constexpr, INTER: gl.constexpr, PLAIN: gl.constexpr):
+def _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, m0, n0, begin, count,
+                  HIDDEN: gl.constexpr, INTER: gl.constexpr):
     """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     i, slot, start0, end0, start1, end1 = slots
     if slot == 0:
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
-        i = _load_in_view(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                          HIDDEN, INTER, PLAIN)
+        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, count, HIDDEN,
+                       INTER)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
-        i = _load_in_view(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                          HIDDEN, INTER, PLAIN)
+        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, count, HIDDEN,
+                       INTER)
         end1 = i
     return i, 1 - slot, start0, end0, start1, end1
 
 
 @gluon.jit
-def _load_in_view(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count,
-                  HIDDEN: gl.constexpr, INTER: gl.constexpr, PLAIN: gl.constexpr):
-    """``_load_item_plain`` with PLAIN, else ``_load_item`` (each call site of this, once
-    inlined, makes its descriptors in its own place of the global scratch)."""
-    if PLAIN:
-        i = _load_item_plain(A, B, a_bufs, b_bufs, ready, empty, i, g0, q0, begin, count,
-                             HIDDEN, INTER)
-    else:
-        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, j, g0, q0, begin, count, HIDDEN,
-                       INTER)
-    return i
-
-
-@gluon.jit
-def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS, ERRORS,
+def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                           DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                           OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                          EXPERTS_POW2: gl.constexpr, PLAIN: gl.constexpr,
-                          ROW0: gl.constexpr):
+                          EXPERTS_POW2: gl.constexpr, ROW0: gl.constexpr):
     """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box. The experts that
     ``_tma_takes`` leaves are the Triton kernel's."""
-    work_items = experts * (_row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER))
     i = 0
-    z = 0
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
-                                          False)
-        tiles: gl.constexpr = _row_tiles(HIDDEN, PLAIN) * _col_tiles(INTER)
-        for round_ in range(0, _sorted_rounds(taken, tiles)):
-            live, expert, j, g0, q0, begin, count = _sorted_work(
+                                          True)
+        for round_ in range(0, _sorted_rounds(taken, _tiles(HIDDEN, INTER))):
+            live, expert, m0, n0, begin, count = _sorted_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
-                HIDDEN, INTER, GROUP, PLAIN)
-            if live & _tma_takes(begin, count, False):
-                i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
-                                    j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE,
-                                    ACCUMULATE, OUT_DTYPE, PLAIN, ROW0)
+                HIDDEN, INTER, GROUP)
+            if live & _tma_takes(count):
+                i = _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0,
+                                 count, i, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, ROW0)
     else:
-        for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
-            expert, j, g0, q0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
-                                                           tokens_sum, ROW0 == 0, HIDDEN, INTER,
-                                                           GROUP, PLAIN)
-            if _tma_takes(begin, count, False):
-                i, z = _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
-                                    j, g0, q0, count, i, z, HIDDEN, INTER, DISCRETE,
-                                    ACCUMULATE, OUT_DTYPE, PLAIN, ROW0)
+        for work in range(gl.program_id(0), experts * _tiles(HIDDEN, INTER),
+                          gl.num_programs(0)):
+            expert, m0, n0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
+                                                        tokens_sum, ROW0 == 0, HIDDEN, INTER,
+                                                        GROUP)
+            if _tma_takes(count):
+                i = _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0,
+                                 count, i, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, ROW0)
 
 
 @gluon.jit
-def _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j, g0, q0, count,
-                 i, z, HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
-                 ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, PLAIN: gl.constexpr,
-                 ROW0: gl.constexpr):
+def _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0, count, i,
+                 HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
+                 ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, ROW0: gl.constexpr):
     """One work item of one warpgroup: the product over the expert's stages (the i-th filled
-    onwards) and its store; (stages used, zeroings) so far. With PLAIN, (g0, q0) is the
-    tile's first row and column and TMA zero-fills the tokens past the count."""
-    BQ: gl.constexpr = BLOCK_N // RESIDUES
+    onwards) and its store; the stages used so far."""
+    STAGES: gl.constexpr = a_bufs.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
     acc = gl.zeros([64, BLOCK_N], gl.float32, layout)
     steps = (count + BLOCK_K - 1) // BLOCK_K
-    if PLAIN:
-        end = steps * BLOCK_K
-    else:
-        end = count
     for step in range(steps):
-        # the last step's tokens past the count belong to the next row: zeroed (plain view:
-        # outside the descriptor, they came as zeros)
-        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, step, 0, end, ROW0)
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
         acc = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
                             b_bufs.index(s).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
@@ -349,24 +253,13 @@ def _ragged_item(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, j,
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if steps > 0:
         _release(empty, i - 1)
-    if PLAIN:
-        out_layout: gl.constexpr = _store_layout(BLOCK_N)
-        tile = gl.convert_layout(acc, out_layout)
-        m = g0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
-        n = q0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, out_layout))
-        _store_item(tile, OUT, OUT_PTRS, expert, m, n, count, HIDDEN, INTER, DISCRETE,
-                    ACCUMULATE, OUT_DTYPE)
-    else:
-        # stacked residues -> output column order: a reordering of each thread's registers
-        acc = gl.reshape(gl.permute(gl.reshape(acc, [64, RESIDUES, BQ]), [0, 2, 1]),
-                         [64, BLOCK_N])
-        acc = gl.convert_layout(acc, _OUT_LAYOUT, assert_trivial=True)
-        rows = (g0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, _OUT_LAYOUT))) * RESIDUES
-        m = rows + j   # past hidden where the view row is past hidden / 8
-        n = q0 * RESIDUES + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, _OUT_LAYOUT))
-        _store_item(acc, OUT, OUT_PTRS, expert, m, n, count, HIDDEN, INTER, DISCRETE,
-                    ACCUMULATE, OUT_DTYPE)
-    return i, z
+    out_layout: gl.constexpr = _store_layout(BLOCK_N)
+    tile = gl.convert_layout(acc, out_layout)
+    m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
+    n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, out_layout))
+    _store_item(tile, OUT, OUT_PTRS, expert, m, n, count, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                OUT_DTYPE)
+    return i
 
 
 @gluon.jit
@@ -388,41 +281,36 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
                              HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                              ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
                              STAGES: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                             EXPERTS_POW2: gl.constexpr, PLAIN: gl.constexpr):
+                             EXPERTS_POW2: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
     b_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, BLOCK_K], smem)
-    ready, empty, zeroed = _stage_barriers(STAGES)
+    ready, empty, _ = _stage_barriers(STAGES)
     gl.warp_specialize([
-        (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
-                                 ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PLAIN,
-                                 0)),
+        (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
+                                 experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 0)),
         (_ragged_load_partition, (A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
-                                  tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2,
-                                  PLAIN)),
-        (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
-                                 ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                 ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PLAIN,
-                                 64)),
+                                  tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2)),
+        (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
+                                 experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
 def fits_ragged_tma_kernel(hidden: int, inter: int, experts: int, capability) -> bool:
     """Whether plans run this kernel for ragged BF16 operands of these sizes: a Hopper GPU,
     Triton 3.6, hidden and intermediate multiples of 8 (every ragged expert's blocks then
-    start 16-byte aligned in the 16-byte aligned buffers plans require, and eight rows are 16
-    bytes of tokens apart), and at most PLAN_MAX_EXPERTS experts."""
+    start 16-byte aligned in the 16-byte aligned buffers plans require), and at most
+    PLAN_MAX_EXPERTS experts."""
     return (GLUON_API_OK and capability is not None and capability[0] == 9
-            and hidden % RESIDUES.value == 0 and inter % RESIDUES.value == 0
-            and experts <= PLAN_MAX_EXPERTS)
+            and hidden % 8 == 0 and inter % 8 == 0 and experts <= PLAN_MAX_EXPERTS)
 
 
 def fits_tokens(tokens_sum: int) -> bool:
-    """Whether a call of ``tokens_sum`` tokens fits TMA's 32-bit coordinates (a view row holds
-    8 n_e tokens)."""
-    return tokens_sum * RESIDUES.value < 2**31
+    """Whether a call of ``tokens_sum`` tokens fits TMA's 32-bit extents and coordinates."""
+    return tokens_sum < 2**31
 
 
 def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, hidden: int,
@@ -434,7 +322,7 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
     experts = offsets.numel()
     if experts == 0:
         return
-    work = _row_tiles(hidden, config.plain_view) * _col_tiles(inter) * experts
+    work = _tiles(hidden, inter) * experts
     sort = config.sorts(experts)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
     launch_with_scratch(_wgrad_ragged_tma_kernel, (min(work, sm_count(a.device)),), a, b,
@@ -442,30 +330,28 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
                         INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
                         OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
                         SORTED=sort, EXPERTS_POW2=experts_vector(experts) if sort else 2,
-                        PLAIN=config.plain_view, num_warps=4, maxnreg=LAUNCH_REGS)
+                        num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: dense and discrete (accumulating)
-    output at the first benchmark case's sizes, both splits, both views."""
+    output at the first benchmark case's sizes, both splits."""
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, sorted_experts, plain in ((False, True, False), (True, True, False),
-                                            (False, False, False), (False, True, True),
-                                            (True, False, True)):
-        name = (f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
-                f"{' plain view' if plain else ''}")
+    for discrete, sorted_experts in ((False, True), (True, True), (False, False),
+                                     (True, False)):
+        name = f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
         cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
             A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
             experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c,
-            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c, PLAIN=c),
+            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
-                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2, PLAIN=plain),
+                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
