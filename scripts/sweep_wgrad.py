@@ -10,8 +10,8 @@ as rows first) against Hopper's TMA kernel;
 the E8 cases; ``--tensor2d-tma`` times every tensor2d layout, counts in multiples of 256 and
 odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_tensor2d.py, the
 plan's) per Tensor2dTmaConfig;
-``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--first`` only the
-first benchmark case."""
+``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--discrete`` times
+dense against discrete output through the plan; ``--first`` only the first benchmark case."""
 import itertools
 import sys
 
@@ -19,9 +19,10 @@ import torch
 
 from graphrt.bench.timing import rotating, stream_time_us
 from graphrt.bench.wgrad import (CASES, FP8_RECIPES, _fp8_operands, _operands, odd_counts,
-                                  random_counts)
+                                  random_counts, rows_workspace)
 from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
+from graphrt.ops import GroupedGemmWgrad
 from graphrt.ops.grouped_gemm import kernels_gluon as gluon
 from graphrt.ops.grouped_gemm import kernels_ragged as ragged_tma
 from graphrt.ops.grouped_gemm import kernels_tensor2d as tensor2d_tma
@@ -329,8 +330,41 @@ def main_tensor2d_tma(first: bool):
             del sets
 
 
+def main_discrete():
+    """Dense against discrete output through the plan (K-K and M-N tensor2d, ragged; x256
+    counts), timed in turn: pointers 16-byte aligned (16-byte stores) and 8 bytes off (stores
+    of 2 bytes)."""
+    gen = torch.Generator().manual_seed(0)
+    for experts, hidden, inter, tokens in CASES:
+        offsets, _, out, _ = _case(experts, hidden, inter, tokens, gen)
+        size = hidden * inter
+        spread = torch.empty(experts * size + 8, dtype=torch.bfloat16, device="cuda")
+        shifted = torch.tensor([spread.data_ptr() + 8 + 2 * size * e for e in range(experts)],
+                               dtype=torch.int64, device="cuda")
+        aligned = torch.tensor([w.data_ptr() for w in out], dtype=torch.int64, device="cuda")
+        for order, a_major, b_major in (("tensor2d", "k", "k"), ("tensor2d", "m", "n"),
+                                        ("tensor_ragged", "k", "k")):
+            sets = [_operands(tokens, hidden, inter, a_major, b_major) for _ in range(2)]
+            dense = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets,
+                                     input_order=order).compile()
+            discrete = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets, input_order=order,
+                                        output_mode="discrete").compile()
+            ws = rows_workspace(dense, tokens)
+            print(f"E={experts} {hidden}x{inter} tokens={tokens} {order} A {a_major} B {b_major}",
+                  flush=True)
+            _in_turn([("dense", lambda a, b: dense.execute(a, b, offsets, wgrad=out,
+                                                           workspace=ws)),
+                      ("discrete, aligned", lambda a, b: discrete.execute(
+                          a, b, offsets, wgrad_ptrs=aligned, workspace=ws)),
+                      ("discrete, 8 bytes off", lambda a, b: discrete.execute(
+                          a, b, offsets, wgrad_ptrs=shifted, workspace=ws))], sets)
+            del sets
+
+
 if __name__ == "__main__":
-    if "--rows" in sys.argv[1:]:
+    if "--discrete" in sys.argv[1:]:
+        main_discrete()
+    elif "--rows" in sys.argv[1:]:
         main_rows("--first" in sys.argv[1:])
     elif "--layouts" in sys.argv[1:]:
         main_layouts("--first" in sys.argv[1:])

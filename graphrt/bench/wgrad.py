@@ -155,6 +155,12 @@ def run(progress=print) -> list[dict]:
             if ws is not None:   # what a plan without the rows' workspace does
                 impls["graphrt, no workspace"] = lambda a, b: plan.execute(a, b, offsets,
                                                                            wgrad=out)
+            # each expert's gradient where its own pointer says (here the same buffer's)
+            discrete = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets, input_order=order,
+                                        output_mode="discrete").compile()
+            ptrs = torch.tensor([w.data_ptr() for w in out], dtype=torch.int64, device="cuda")
+            impls["graphrt, discrete output"] = lambda a, b: discrete.execute(
+                a, b, offsets, wgrad_ptrs=ptrs, workspace=ws)
             first = (a_major, b_major, order) == LAYOUTS[0] and counts_name == "x256"
             if first:   # the loop is layout-blind; once per case
                 bounds = expert_bounds(offsets, tokens)
@@ -203,8 +209,9 @@ def main(progress=print) -> list[dict]:
                "K-major; order: tensor2d, or tensor_ragged (per-expert blocks, tokens "
                "unit-stride; the peers time the K-major tensor2d product on the same buffers; "
                "graphrt with the workspace in which experts off 16-byte rows are copied as "
-               "rows first, as the functional call does, and without it); "
-               "counts: x256 = random multiples of 256 per expert with the middle expert empty, "
+               "rows first, as the functional call does, and without it); 'graphrt, "
+               "discrete output': output_mode='discrete', one 16-byte aligned pointer per "
+               "expert; counts: x256 = random multiples of 256 per expert with the middle expert empty, "
                "odd = the same moved by 1-7 tokens between non-empty neighbours (not multiples "
                "of 8); graphrt fp8: float8_e4m3fn codes with E8M0 scales per 32 tokens or FP32 "
                "scales per 128 tokens (both K-major; scales contiguous along hidden and "

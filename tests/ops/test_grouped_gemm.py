@@ -671,6 +671,47 @@ def test_gpu_tensor2d_k_major_through_tma(seed, mode, accumulate, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("order,a_major,b_major", [("tensor2d", "k", "k"), ("tensor2d", "m", "n"),
+                                                   ("tensor_ragged", "k", "k")])
+@pytest.mark.parametrize("shift", [0, 4])   # elements: 16-byte aligned, or 8 bytes off
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_gpu_discrete_outputs_aligned_or_not(seed, order, a_major, b_major, shift, accumulate):
+    """Discrete BF16 outputs through the plan (the TMA kernels, and for ragged the Triton
+    kernel's odd experts): at 16-byte aligned addresses (stored 16 bytes at a time) and at
+    addresses 8 bytes off, which execute does not check, still written exactly where they
+    point, nothing around them touched; poisoned, or accumulated into."""
+    counts, hidden, inter = [40, 0, 264, 13, 128, 75], 392, 264
+    if order == "tensor_ragged":
+        a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
+    else:
+        a, b, offsets = _problem(counts, hidden, inter, a_major, b_major, "cuda")
+        a2d, b2d = a, b
+    size = hidden * inter
+    init = torch.randn(len(counts), hidden, inter, device="cuda").to(BF16)
+    store = torch.full((len(counts) * (size + 8) + 8,), float("nan"), dtype=BF16, device="cuda")
+    views = [store[shift + e * (size + 8):][:size].view(hidden, inter) for e in range(len(counts))]
+    if accumulate:
+        for e, view in enumerate(views):
+            view.copy_(init[e])
+    ptrs = torch.tensor([v.data_ptr() for v in views], device="cuda")
+    assert all((p % 16 == 0) == (shift == 0) for p in ptrs.tolist())
+    (w,) = graphrt.ops.grouped_gemm_wgrad(a, b, offsets, input_order=order, wgrad_ptrs=ptrs,
+                                          output_mode="discrete", accumulate_on_output=accumulate,
+                                          check_offsets=False)
+    ref = _expected(a2d, b2d, offsets, "tensor2d", BF16, init if accumulate else None, counts)
+    for e in range(len(counts)):
+        if counts[e] or accumulate:
+            _close(views[e], ref[e], BF16)
+        else:
+            assert (views[e] == 0).all()
+    untouched = torch.ones_like(store, dtype=torch.bool)
+    for view in views:
+        begin = view.data_ptr() // 2 - store.data_ptr() // 2
+        untouched[begin:begin + size] = False
+    assert store[untouched].isnan().all()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("a_major,b_major,tokens_off_8,sorted_experts", [
     ("m", "n", False, True), ("m", "n", True, True), ("k", "n", False, True),
     ("k", "k", False, True), ("m", "k", False, True), ("m", "n", False, False),

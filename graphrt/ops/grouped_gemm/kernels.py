@@ -323,10 +323,28 @@ def _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN: tl.constexpr, INTER: t
                 DISCRETE: tl.constexpr, ACCUMULATE: tl.constexpr, OUT_DTYPE: tl.constexpr):
     """acc (plus the output's values when accumulating) into Wgrad[expert][m, n]."""
     if DISCRETE:
-        out = tl.load(OUT_PTRS + expert).to(tl.pointer_type(OUT_DTYPE))
+        address = tl.load(OUT_PTRS + expert)
+        out = address.to(tl.pointer_type(OUT_DTYPE))
+        # rows 16 bytes apart from a 16-byte aligned address: vector loads and stores, which
+        # the compiler cannot infer from a loaded address
+        if (address % 16 == 0) & (INTER % 8 == 0):
+            _store_at(acc, out, m, n, HIDDEN, INTER, ACCUMULATE, OUT_DTYPE, True)
+        else:
+            _store_at(acc, out, m, n, HIDDEN, INTER, ACCUMULATE, OUT_DTYPE, False)
     else:
-        out = OUT + expert.to(tl.int64) * (HIDDEN * INTER)
-    ptrs = out + m[:, None].to(tl.int64) * INTER + n[None, :]
+        _store_at(acc, OUT + expert.to(tl.int64) * (HIDDEN * INTER), m, n, HIDDEN, INTER,
+                  ACCUMULATE, OUT_DTYPE, False)
+
+
+@triton.jit
+def _store_at(acc, out, m, n, HIDDEN: tl.constexpr, INTER: tl.constexpr,
+              ACCUMULATE: tl.constexpr, OUT_DTYPE: tl.constexpr, ROWS_ALIGNED: tl.constexpr):
+    """acc (plus the values there when accumulating) into the expert's output ``out``;
+    ROWS_ALIGNED: its rows start 16-byte aligned (a dense output's alignment is inferred)."""
+    rows = out + m[:, None].to(tl.int64) * INTER
+    if ROWS_ALIGNED:
+        rows = tl.multiple_of(rows, [16, 16])
+    ptrs = rows + n[None, :]
     mask = (m < HIDDEN)[:, None] & (n < INTER)[None, :]
     if ACCUMULATE:
         acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
