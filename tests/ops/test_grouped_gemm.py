@@ -670,34 +670,31 @@ def test_gpu_tensor2d_k_major_through_tma(seed, mode, accumulate, dtype):
     _close(w[finite], ref[finite], dtype)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("order,a_major,b_major", [("tensor2d", "k", "k"), ("tensor2d", "m", "n"),
-                                                   ("tensor_ragged", "k", "k")])
-@pytest.mark.parametrize("shift", [0, 4])   # elements: 16-byte aligned, or 8 bytes off
-@pytest.mark.parametrize("accumulate", [False, True])
-def test_gpu_discrete_outputs_aligned_or_not(seed, order, a_major, b_major, shift, accumulate):
-    """Discrete BF16 outputs through the plan (the TMA kernels, and for ragged the Triton
-    kernel's odd experts): at 16-byte aligned addresses (stored 16 bytes at a time) and at
-    addresses 8 bytes off, which execute does not check, still written exactly where they
-    point, nothing around them touched; poisoned, or accumulated into."""
-    counts, hidden, inter = [40, 0, 264, 13, 128, 75], 392, 264
+def _check_discrete_outputs(device, order, a_major, b_major, shift, accumulate,
+                            counts=(40, 0, 264, 13, 128, 75), hidden=392, inter=264, **call):
+    """Discrete BF16 outputs ``shift`` elements past 16-byte alignment (0: aligned, stored 16
+    bytes at a time; 4: 8 bytes off, which execute does not check), written exactly where they
+    point and nothing around them touched; poisoned, or accumulated into."""
+    counts = list(counts)
     if order == "tensor_ragged":
-        a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
+        a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, device)
     else:
-        a, b, offsets = _problem(counts, hidden, inter, a_major, b_major, "cuda")
+        a, b, offsets = _problem(counts, hidden, inter, a_major, b_major, device)
         a2d, b2d = a, b
     size = hidden * inter
-    init = torch.randn(len(counts), hidden, inter, device="cuda").to(BF16)
-    store = torch.full((len(counts) * (size + 8) + 8,), float("nan"), dtype=BF16, device="cuda")
-    views = [store[shift + e * (size + 8):][:size].view(hidden, inter) for e in range(len(counts))]
+    init = torch.randn(len(counts), hidden, inter, device=device).to(BF16)
+    store = torch.full((len(counts) * (size + 8) + 16,), float("nan"), dtype=BF16, device=device)
+    first = (-store.data_ptr() % 16) // 2 + shift
+    views = [store[first + e * (size + 8):][:size].view(hidden, inter)
+             for e in range(len(counts))]
     if accumulate:
         for e, view in enumerate(views):
             view.copy_(init[e])
-    ptrs = torch.tensor([v.data_ptr() for v in views], device="cuda")
+    ptrs = torch.tensor([v.data_ptr() for v in views], device=device)
     assert all((p % 16 == 0) == (shift == 0) for p in ptrs.tolist())
-    (w,) = graphrt.ops.grouped_gemm_wgrad(a, b, offsets, input_order=order, wgrad_ptrs=ptrs,
-                                          output_mode="discrete", accumulate_on_output=accumulate,
-                                          check_offsets=False)
+    graphrt.ops.grouped_gemm_wgrad(a, b, offsets, input_order=order, wgrad_ptrs=ptrs,
+                                   output_mode="discrete", accumulate_on_output=accumulate,
+                                   check_offsets=False, **call)
     ref = _expected(a2d, b2d, offsets, "tensor2d", BF16, init if accumulate else None, counts)
     for e in range(len(counts)):
         if counts[e] or accumulate:
@@ -706,9 +703,27 @@ def test_gpu_discrete_outputs_aligned_or_not(seed, order, a_major, b_major, shif
             assert (views[e] == 0).all()
     untouched = torch.ones_like(store, dtype=torch.bool)
     for view in views:
-        begin = view.data_ptr() // 2 - store.data_ptr() // 2
+        begin = (view.data_ptr() - store.data_ptr()) // 2
         untouched[begin:begin + size] = False
     assert store[untouched].isnan().all()
+
+
+@needs_interpreter
+@pytest.mark.parametrize("shift", [0, 4])
+def test_discrete_outputs_aligned_or_not_interpreted(shift):
+    with env(GRAPHRT_BACKEND="triton"):
+        _check_discrete_outputs("cpu", "tensor2d", "k", "n", shift, True, counts=(9, 0, 16, 5),
+                                hidden=24, inter=16, runtime=graphrt.Runtime("cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("order,a_major,b_major", [("tensor2d", "k", "k"), ("tensor2d", "m", "n"),
+                                                   ("tensor_ragged", "k", "k")])
+@pytest.mark.parametrize("shift", [0, 4])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_gpu_discrete_outputs_aligned_or_not(seed, order, a_major, b_major, shift, accumulate):
+    """Through the plan: the TMA kernels, and for ragged the Triton kernel's odd experts."""
+    _check_discrete_outputs("cuda", order, a_major, b_major, shift, accumulate)
 
 
 @pytest.mark.gpu
