@@ -61,12 +61,10 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
                                              device="cuda"))
     # the TMA kernel launched directly with its other split (experts in order)
     a = torch.randn(136, tokens, dtype=torch.bfloat16, device="cuda")
-    for config in (kernels_ragged.RaggedTmaConfig(sorted_experts=False),):
-        kernels_ragged.launch_wgrad_ragged_tma(
-            a, b, offsets,
-            torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda"), None,
-            torch.bfloat16, error_flags(a.device), hidden=136, inter=72, accumulate=False,
-            config=config)
+    kernels_ragged.launch_wgrad_ragged_tma(
+        a, b, offsets, torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda"),
+        None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72, accumulate=False,
+        config=kernels_ragged.RaggedTmaConfig(sorted_experts=False))
 # FP8 inputs, both recipes: experts sharing scale blocks, one inside a single block, an empty
 # one; tokens_sum 368 (rows 16-byte aligned) and 367
 for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):

@@ -136,8 +136,8 @@ def main_ragged(first: bool, many: bool):
     (the plan on Hopper), each checked, then timed in turn with torch._grouped_mm on tensor2d
     operands of the same counts. Where every count is a multiple of 8, also the TMA kernel
     alone (what the Triton kernel's launch with no work adds) and the tensor2d TMA kernel on
-    the same buffers read as tensor2d K-K operands. ``many``: cases of 128 and 256 experts, where ranking the
-    experts by count costs the most."""
+    the same buffers read as tensor2d K-K operands. ``many``: cases of 128 and 256 experts,
+    where ranking the experts by count costs the most."""
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
     cases = MANY_EXPERTS_CASES if many else CASES[:1] if first else CASES

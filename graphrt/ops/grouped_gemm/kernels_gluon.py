@@ -150,6 +150,20 @@ def _store_layout(block_n):
 
 
 @gluon.jit
+def _store_item(acc, OUT, OUT_PTRS, expert, m, n, has_tokens, HIDDEN: gl.constexpr,
+                INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                OUT_DTYPE: gl.constexpr):
+    """A work item's sum stored; accumulating, only for an expert ``has_tokens``."""
+    if ACCUMULATE:
+        if has_tokens:
+            _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
+                        ACCUMULATE, OUT_DTYPE)
+    else:
+        _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                    OUT_DTYPE)
+
+
+@gluon.jit
 def _sorted_tile_work(round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum,
                       FLAG: gl.constexpr, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                       BN: gl.constexpr, GROUP: gl.constexpr):
@@ -355,13 +369,8 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
             _release(empty, i)
             total += done * sa[:, None] * sb[None, :]
             i += 1
-        if ACCUMULATE:
-            if end > begin:
-                _store_tile(total, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
-                            ACCUMULATE, OUT_DTYPE)
-        else:
-            _store_tile(total, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                        OUT_DTYPE)
+        _store_item(total, OUT, OUT_PTRS, expert, m, n, end > begin, HIDDEN, INTER, DISCRETE,
+                    ACCUMULATE, OUT_DTYPE)
 
 
 @gluon.jit

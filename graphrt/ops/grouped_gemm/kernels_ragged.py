@@ -37,12 +37,11 @@ from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TES
                              register_share, TL_DTYPES, untested_triton_case)
 from ...validate import sm_count
 from .kernels import experts_vector
-from .kernels_gluon import (_expert_ranks, _expert_tokens, _release, _sorted_position,
-                            _sorted_rounds, _stage_barriers, _store_layout,
-                            _store_tile, _tile_origin, _tma_takes)
+from .kernels_gluon import (_expert_ranks, _release, _sorted_rounds, _sorted_tile_work,
+                            _stage_barriers, _store_item, _store_layout, _tile_count, _tma_takes,
+                            _work, BLOCK_M)
 
-BLOCK_M = gl.constexpr(128)   # two warpgroups of 64 output rows
-BLOCK_N = gl.constexpr(256)
+BLOCK_N = gl.constexpr(256)   # tiles of BLOCK_M = 128 rows: two warpgroups of 64
 BLOCK_K = gl.constexpr(64)    # tokens a stage: 128 bytes, the swizzle's width
 GROUP_M = 8
 GLUON_API_OK = ON_TESTED_TRITON
@@ -74,46 +73,6 @@ class RaggedTmaConfig:
 
 
 RAGGED_TMA_CONFIG = RaggedTmaConfig()
-
-
-@gluon.constexpr_function
-def _tiles(hidden, inter):
-    """Output tiles of one expert."""
-    return -(-hidden // BLOCK_M.value) * -(-inter // BLOCK_N.value)
-
-
-@gluon.jit
-def _item(expert, tile, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
-          HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
-    """Tile ``tile`` of ``expert``: its first row and column, and the expert's (begin, count);
-    FLAG: this partition reports bad offsets."""
-    m0, n0 = _tile_origin(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP)
-    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, experts, FLAG & (tile == 0),
-                                  tokens_sum)
-    return m0, n0, begin, count
-
-
-@gluon.jit
-def _ragged_work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
-                 HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr):
-    """Work item ``work`` (experts outermost): its expert and ``_item``'s values."""
-    tiles: gl.constexpr = _tiles(HIDDEN, INTER)
-    expert = work // tiles
-    m0, n0, begin, count = _item(expert, work % tiles, OFFSETS, ERRORS, experts, tokens_sum,
-                                 FLAG, HIDDEN, INTER, GROUP)
-    return expert, m0, n0, begin, count
-
-
-@gluon.jit
-def _sorted_work(round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum,
-                 FLAG: gl.constexpr, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                 GROUP: gl.constexpr):
-    """This program's item in round ``round_`` of the sorted split (RaggedTmaConfig) over the
-    ``taken`` experts ranked first: whether there is one, its expert and ``_item``'s values."""
-    live, expert, tile = _sorted_position(round_, ranks, idx, taken, _tiles(HIDDEN, INTER))
-    m0, n0, begin, count = _item(expert, tile, OFFSETS, ERRORS, experts, tokens_sum,
-                                 FLAG & live, HIDDEN, INTER, GROUP)
-    return live, expert, m0, n0, begin, count
 
 
 @gluon.jit
@@ -162,18 +121,20 @@ def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, 
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
                                           True)
-        for round_ in range(0, _sorted_rounds(taken, _tiles(HIDDEN, INTER))):
-            live, expert, m0, n0, begin, count = _sorted_work(
+        for round_ in range(0, _sorted_rounds(taken, _tile_count(HIDDEN, INTER, BLOCK_N))):
+            live, expert, m0, n0, begin, end = _sorted_tile_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
-                INTER, GROUP)
+                INTER, BLOCK_N, GROUP)
+            count = end - begin
             if live & (count > 0) & _tma_takes(count):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, m0, n0, begin,
                                       count, HIDDEN, INTER)
     else:
-        for work in range(gl.program_id(0), experts * _tiles(HIDDEN, INTER),
+        for work in range(gl.program_id(0), experts * _tile_count(HIDDEN, INTER, BLOCK_N),
                           gl.num_programs(0)):
-            expert, m0, n0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
-                                                        tokens_sum, False, HIDDEN, INTER, GROUP)
+            expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum, False,
+                                               HIDDEN, INTER, BLOCK_N, GROUP)
+            count = end - begin
             if (count > 0) & _tma_takes(count):
                 slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, m0, n0, begin,
                                       count, HIDDEN, INTER)
@@ -212,19 +173,20 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, 
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
                                           True)
-        for round_ in range(0, _sorted_rounds(taken, _tiles(HIDDEN, INTER))):
-            live, expert, m0, n0, begin, count = _sorted_work(
+        for round_ in range(0, _sorted_rounds(taken, _tile_count(HIDDEN, INTER, BLOCK_N))):
+            live, expert, m0, n0, begin, end = _sorted_tile_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
-                HIDDEN, INTER, GROUP)
+                HIDDEN, INTER, BLOCK_N, GROUP)
+            count = end - begin
             if live & _tma_takes(count):
                 i = _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0,
                                  count, i, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, ROW0)
     else:
-        for work in range(gl.program_id(0), experts * _tiles(HIDDEN, INTER),
+        for work in range(gl.program_id(0), experts * _tile_count(HIDDEN, INTER, BLOCK_N),
                           gl.num_programs(0)):
-            expert, m0, n0, begin, count = _ragged_work(work, OFFSETS, ERRORS, experts,
-                                                        tokens_sum, ROW0 == 0, HIDDEN, INTER,
-                                                        GROUP)
+            expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
+                                               ROW0 == 0, HIDDEN, INTER, BLOCK_N, GROUP)
+            count = end - begin
             if _tma_takes(count):
                 i = _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0,
                                  count, i, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, ROW0)
@@ -257,23 +219,9 @@ def _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0, co
     tile = gl.convert_layout(acc, out_layout)
     m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
     n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, out_layout))
-    _store_item(tile, OUT, OUT_PTRS, expert, m, n, count, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                OUT_DTYPE)
+    _store_item(tile, OUT, OUT_PTRS, expert, m, n, count > 0, HIDDEN, INTER, DISCRETE,
+                ACCUMULATE, OUT_DTYPE)
     return i
-
-
-@gluon.jit
-def _store_item(acc, OUT, OUT_PTRS, expert, m, n, count, HIDDEN: gl.constexpr,
-                INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                OUT_DTYPE: gl.constexpr):
-    """An item's sum stored; accumulating, only for an expert with tokens."""
-    if ACCUMULATE:
-        if count > 0:
-            _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
-                        ACCUMULATE, OUT_DTYPE)
-    else:
-        _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                    OUT_DTYPE)
 
 
 @gluon.jit(do_not_specialize=["experts", "tokens_sum"])
@@ -322,7 +270,7 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
     experts = offsets.numel()
     if experts == 0:
         return
-    work = _tiles(hidden, inter) * experts
+    work = _tile_count(hidden, inter, BLOCK_N.value) * experts
     sort = config.sorts(experts)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
     launch_with_scratch(_wgrad_ragged_tma_kernel, (min(work, sm_count(a.device)),), a, b,

@@ -35,7 +35,7 @@ from ...validate import sm_count
 from .kernels import experts_vector
 from .kernels_gluon import (_box_extents, _expert_ranks, _load_partition, _release,
                             _sorted_rounds, _sorted_tile_work, _stage_ready, _stage_ring,
-                            _store_layout, _store_tile, _tile_count, _work, BLOCK_M)
+                            _store_item, _store_layout, _tile_count, _work, BLOCK_M)
 
 BLOCK_K = gl.constexpr(64)   # tokens a stage: 128 bytes of BF16, the swizzle's width
 GROUP_M = 8
@@ -110,13 +110,8 @@ def _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, m0, n
     acc = gl.convert_layout(acc, out_layout)
     m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
     n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, out_layout))
-    if ACCUMULATE:
-        if end > begin:
-            _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                        OUT_DTYPE)
-    else:
-        _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                    OUT_DTYPE)
+    _store_item(acc, OUT, OUT_PTRS, expert, m, n, end > begin, HIDDEN, INTER, DISCRETE,
+                ACCUMULATE, OUT_DTYPE)
     return i, z
 
 
@@ -210,7 +205,7 @@ def launch_wgrad_tensor2d_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *
     a_box, b_box = _boxes(a_k_major, b_k_major, config.block_n)
     a_desc = gluon_descriptor(a if a_k_major else a.t(), a_box)
     b_desc = gluon_descriptor(b.t() if b_k_major else b, b_box)
-    tiles = -(-hidden // BLOCK_M.value) * -(-inter // config.block_n)
+    tiles = _tile_count(hidden, inter, config.block_n)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
     sort = config.sorts(experts)
     launch(_wgrad_tensor2d_tma_kernel, (min(tiles * experts, sm_count(a.device)),), a_desc,
