@@ -147,6 +147,21 @@ def test_triton_kernel_leaves_the_tma_experts_interpreted(with_rows):
             assert rel_l2(w[e], ref[e]) < 1e-5, e
 
 
+def test_skip_tma_taken_is_for_ragged_calls_only():
+    """Only ragged calls share their experts with Hopper's ragged TMA kernel: a tensor2d launch
+    told to skip its experts raises before anything runs."""
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad
+    a, b, offsets = _problem([8, 8], 16, 16, "k", "k")
+    w = torch.full((2, 16, 16), float("nan"))
+    with pytest.raises(ValueError, match="skip_tma_taken"):
+        launch_wgrad(gemm_config(True), a, b, offsets, w, None, torch.float32,
+                     error_flags(a.device), hidden=16, inter=16, a_k_major=True,
+                     b_k_major=True, ragged=False, accumulate=False, dot_fp32=True,
+                     skip_tma_taken=True)
+    assert w.isnan().all()
+
+
 def _check_ragged_rows(counts, hidden, inter, device, with_rows, decreasing_at=None):
     """tensor_ragged through ``plan.execute``: with the rows' workspace (poisoned: 0xFF bytes
     are BF16 NaNs) or without; with ``decreasing_at`` that expert's end moved below its begin
