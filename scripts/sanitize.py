@@ -66,8 +66,8 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
         None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72, accumulate=False,
         config=kernels_ragged.RaggedTmaConfig(sorted_experts=False))
 # FP8 inputs, both recipes: experts sharing scale blocks, one inside a single block, an empty
-# one; tokens_sum 368 (rows 16-byte aligned) and 367
-for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):
+# one; tokens_sum 368 (rows 16-byte aligned), 360 (8 codes a load) and 367
+for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 18], [37, 5, 0, 300, 25]):
     offsets = torch.tensor(counts, dtype=torch.int32, device="cuda").cumsum(0).to(torch.int32)
     tokens = sum(counts)
     for scale_dtype, block in ((torch.uint8, 32), (torch.float32, 128)):
@@ -76,6 +76,11 @@ for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 25]):
         b = torch.randn(72, tokens, device="cuda").to(torch.float8_e4m3fn).t()
         sa, sb = (torch.ones(rows, blocks, device="cuda").to(scale_dtype) for rows in (136, 72))
         graphrt.ops.grouped_gemm_wgrad(a, b, offsets, a_scale=sa, b_scale=sb.t())
+        if block == 32:   # the plan's MXFP8 path without the values' workspace
+            launch_wgrad_fp8(fp8_config(False, 32), a, b, sa, sb.t(), offsets,
+                             torch.empty(5, 136, 72, dtype=torch.bfloat16, device="cuda"),
+                             None, torch.bfloat16, error_flags(a.device), hidden=136,
+                             inter=72, accumulate=False, dot_fp32=False)
         if block == 128 and kernels_gluon.fits_gluon_kernel(a, b,
                                                             torch.cuda.get_device_capability()):
             # the warp-specialized kernel (the plan's for 1x128, which then leaves the Triton

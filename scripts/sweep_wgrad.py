@@ -19,7 +19,7 @@ import torch
 
 from graphrt.bench.timing import rotating, stream_time_us
 from graphrt.bench.wgrad import (CASES, FP8_RECIPES, _fp8_operands, _operands, odd_counts,
-                                  random_counts, rows_workspace)
+                                  random_counts, call_workspace)
 from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
 from graphrt.ops import GroupedGemmWgrad
@@ -349,7 +349,7 @@ def main_discrete():
                                      input_order=order).compile()
             discrete = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets, input_order=order,
                                         output_mode="discrete").compile()
-            ws = rows_workspace(dense, tokens)
+            ws = call_workspace(dense, tokens)
             print(f"E={experts} {hidden}x{inter} tokens={tokens} {order} A {a_major} B {b_major}",
                   flush=True)
             _in_turn([("dense", lambda a, b: dense.execute(a, b, offsets, wgrad=out,

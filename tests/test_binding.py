@@ -718,7 +718,7 @@ def test_bound_wgrad_follows_new_routing_in_every_layout(seed, case):
     outputs = dict(wgrad=torch.empty(experts, hidden, inter, dtype=torch.bfloat16,
                                      device="cuda"))
     # "rows": the ragged experts off 16-byte rows copied as rows into the workspace first
-    rows = (lambda p: p.rows_workspace_bytes(tokens)) if case.endswith("rows") else None
+    rows = (lambda p: p.call_workspace_bytes(tokens)) if case.endswith("rows") else None
     plan, _, _ = _bound_equals_unbound(GroupedGemmWgrad, inputs, outputs, flags, keywords,
                                        fill={"offsets": _new_routing(tokens)},
                                        workspace_bytes=rows)

@@ -80,9 +80,10 @@ def _fp8_impls(tokens, hidden, inter, offsets, out) -> dict:
         sets = [_fp8_operands(tokens, hidden, inter, scale_dtype, block) for _ in range(2)]
         a, b, sa, sb = sets[0]
         plan = GroupedGemmWgrad(a, b, offsets, a_scale=sa, b_scale=sb).compile()
+        ws = call_workspace(plan, tokens)
         impls[f"graphrt {name}"] = rotating(
-            lambda a, b, sa, sb, plan=plan: plan.execute(a, b, offsets, a_scale=sa, b_scale=sb,
-                                                         wgrad=out), sets)
+            lambda a, b, sa, sb, plan=plan, ws=ws: plan.execute(
+                a, b, offsets, a_scale=sa, b_scale=sb, wgrad=out, workspace=ws), sets)
     return impls
 
 
@@ -104,10 +105,10 @@ def fp8_gemm_ceiling_tflops(progress=print) -> float | None:
     return tflops
 
 
-def rows_workspace(plan, tokens: int) -> torch.Tensor | None:
-    """The ragged rows' workspace a plan's execute takes (as the functional call allocates
-    it), None where it has no use for one."""
-    nbytes = plan.rows_workspace_bytes(tokens)
+def call_workspace(plan, tokens: int) -> torch.Tensor | None:
+    """The workspace a plan's execute takes (ragged rows, MXFP8 values; as the functional
+    call allocates it), None where it has no use for one."""
+    nbytes = plan.call_workspace_bytes(tokens)
     return torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
 
 
@@ -123,7 +124,7 @@ def layouts_in_turn(experts: int, hidden: int, inter: int, tokens: int, counts: 
     for a_major, b_major, order in LAYOUTS:
         sets = [_operands(tokens, hidden, inter, a_major, b_major) for _ in range(2)]
         plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets, input_order=order).compile()
-        ws = rows_workspace(plan, tokens)
+        ws = call_workspace(plan, tokens)
         runs[a_major, b_major, order] = rotating(
             lambda a, b, plan=plan, ws=ws: plan.execute(a, b, offsets, wgrad=out, workspace=ws),
             sets)
@@ -150,7 +151,7 @@ def run(progress=print) -> list[dict]:
             sets = [_operands(tokens, hidden, inter, a_major, b_major) for _ in range(2)]
             out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
             plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets, input_order=order).compile()
-            ws = rows_workspace(plan, tokens)
+            ws = call_workspace(plan, tokens)
             impls = {"graphrt": lambda a, b: plan.execute(a, b, offsets, wgrad=out, workspace=ws)}
             if ws is not None:   # what a plan without the rows' workspace does
                 impls["graphrt, no workspace"] = lambda a, b: plan.execute(a, b, offsets,
@@ -213,9 +214,10 @@ def main(progress=print) -> list[dict]:
                "discrete output': output_mode='discrete', one 16-byte aligned pointer per "
                "expert; counts: x256 = random multiples of 256 per expert with the middle "
                "expert empty, odd = the same moved by 1-7 tokens between non-empty neighbours "
-               "(not multiples of 8); graphrt fp8: float8_e4m3fn codes with E8M0 scales per 32 tokens or FP32 "
-               "scales per 128 tokens (both K-major; scales contiguous along hidden and "
-               "intermediate), of_ceiling against the FP8 GEMM ceiling "
+               "(not multiples of 8); graphrt fp8: float8_e4m3fn codes with E8M0 scales per "
+               "32 tokens (with the workspace for their BF16 values, as the functional call "
+               "does) or FP32 scales per 128 tokens (both K-major; scales contiguous along "
+               "hidden and intermediate), of_ceiling against the FP8 GEMM ceiling "
                "measured first; speedup_vs: that impl's time over graphrt BF16's in the same "
                "row group; do_bench only for the first layout; 'graphrt, layouts in turn': "
                "every layout timed in turn over five rounds (median), of_fastest the fastest "

@@ -151,6 +151,7 @@ OPS: tuple[OpEntry, ...] = (
             ((8, 7168, 2048, 32768), (32, 4096, 1536, 65536), (8, 2048, 1024, 8192)),
             _grouped_gemm_wgrad, ("graphrt.ops.grouped_gemm.kernels",
                                    "graphrt.ops.grouped_gemm.kernels_gluon",
+                                   "graphrt.ops.grouped_gemm.kernels_mx_values",
                                    "graphrt.ops.grouped_gemm.kernels_ragged",
                                    "graphrt.ops.grouped_gemm.kernels_tensor2d")),
     # tokens, K, heads, qk_nope_dim, qk_rope_dim

@@ -175,7 +175,7 @@ def _check_ragged_rows(counts, hidden, inter, device, with_rows, decreasing_at=N
     w = torch.full((len(counts), hidden, inter), float("nan"), device=device)
     ws = None
     if with_rows:
-        nbytes = plan.rows_workspace_bytes(a.shape[1])
+        nbytes = plan.call_workspace_bytes(a.shape[1])
         assert nbytes >= a.shape[1] * (hidden + inter) * 2
         ws = torch.full((nbytes,), 255, dtype=torch.uint8, device=device)
     plan.execute(a, b, offsets, wgrad=w, workspace=ws)
@@ -260,7 +260,7 @@ def test_functional_ragged_call_gives_execute_the_rows_workspace(monkeypatch):
         assert len(result) == 1 and result[0].shape == (3, 16, 8)
         assert seen[-1] is not None and seen[-1].dtype == torch.uint8
         plan = rt.plan(GroupedGemmWgrad, a, b, offsets, input_order="tensor_ragged")
-        assert seen[-1].numel() == plan.rows_workspace_bytes(16) >= 16 * (16 + 8) * 2
+        assert seen[-1].numel() == plan.call_workspace_bytes(16) >= 16 * (16 + 8) * 2
         grouped_gemm_wgrad(a, b, offsets, runtime=rt)
         assert seen[-1] is None
 
@@ -275,7 +275,7 @@ def test_ragged_rows_workspace_rejected_before_anything_runs():
     with env(GRAPHRT_BACKEND="triton"):
         plan = GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged",
                                 wgrad_dtype=torch.float32).compile()
-    nbytes = plan.rows_workspace_bytes(8)
+    nbytes = plan.call_workspace_bytes(8)
     w = torch.full((2, 8, 8), 7.0)
     before = snapshot(w)
     big = torch.empty(4 * nbytes, dtype=torch.uint8)
@@ -292,9 +292,9 @@ def test_ragged_rows_workspace_rejected_before_anything_runs():
         plan.execute(a, b, offsets, wgrad=w, workspace=ws)
         assert rel_l2(w, ref) < 1e-5
     a2, b2, off2 = _problem([5, 3], 8, 8)
-    assert GroupedGemmWgrad(a2, b2, off2).compile().rows_workspace_bytes(8) == 0
+    assert GroupedGemmWgrad(a2, b2, off2).compile().call_workspace_bytes(8) == 0
     assert GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged",
-                            backend="reference").compile().rows_workspace_bytes(8) == 0
+                            backend="reference").compile().call_workspace_bytes(8) == 0
 
 
 @needs_interpreter
@@ -553,7 +553,7 @@ def _ragged_tma_plan(a, b, offsets, **flags):
     call does, and multiplied by the Triton kernel), and that workspace."""
     plan = GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged", **flags).compile()
     assert plan.ragged_tma is not None
-    ws = torch.full((plan.rows_workspace_bytes(a.shape[1]),), 255, dtype=torch.uint8,
+    ws = torch.full((plan.call_workspace_bytes(a.shape[1]),), 255, dtype=torch.uint8,
                     device=a.device)
     return plan, ws
 
@@ -599,7 +599,7 @@ def test_gpu_ragged_many_experts_run_the_triton_kernel_alone(seed):
     plan = GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged",
                             wgrad_dtype=torch.float32).compile()
     assert plan.ragged_tma is None
-    ws = torch.full((plan.rows_workspace_bytes(a.shape[1]),), 255, dtype=torch.uint8,
+    ws = torch.full((plan.call_workspace_bytes(a.shape[1]),), 255, dtype=torch.uint8,
                     device="cuda")
     w = torch.full((len(counts), 264, 136), float("nan"), device="cuda")
     plan.execute(a, b, offsets, wgrad=w, workspace=ws)

@@ -168,6 +168,42 @@ def test_nan_scales_leave_empty_experts_zero_interpreted(recipe):
         _nan_scales_leave_empty_experts_zero(recipe, "cpu")
 
 
+def _check_mx_values(tokens, scales_mn_major, device):
+    """kernels_mx_values' pass on its own: every value exact (codes times 2^(s - 127), NaN where
+    the scale is E8M0's NaN), nothing outside the two views' tokens written (the scratch
+    poisoned with 0xFF bytes first)."""
+    from graphrt.ops.grouped_gemm.kernels_mx_values import (launch_mx_values, mx_values_bytes,
+                                                            mx_values_views)
+    hidden, inter = 24, 40
+    a, b, sa, sb, _ = _problem([tokens], hidden, inter, "mxfp8", device, scales_mn_major)
+    sa[3, 2] = 255
+    nbytes = mx_values_bytes(tokens, hidden, inter)
+    scratch = torch.full((nbytes + 64,), 0xFF, dtype=torch.uint8, device=device)
+    a_values, b_values = mx_values_views(scratch[:nbytes], tokens, hidden, inter)
+    assert a_values.stride(0) % 8 == 0 and b_values.stride(1) == a_values.stride(0)
+    launch_mx_values(a, b, sa, sb, a_values, b_values)
+    for values, codes, scales, dim in ((a_values, a, sa, 1), (b_values, b, sb, 0)):
+        factors = torch.pow(2.0, scales.double().cpu() - 127).masked_fill(scales.cpu() == 255,
+                                                                            float("nan"))
+        want = (codes.double().cpu() * factors.repeat_interleave(32, dim)
+                .narrow(dim, 0, tokens)).to(torch.bfloat16)
+        got = values.cpu()
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
+    assert a_values[3, 64:96].isnan().all()
+    assert (scratch[nbytes:] == 0xFF).all()
+    gap = scratch[hidden * a_values.stride(0) * 2:nbytes - inter * a_values.stride(0) * 2]
+    assert (gap == 0xFF).all()
+
+
+@needs_interpreter
+@pytest.mark.parametrize("tokens", [352, 360, 357])   # multiples of 16 and of 8, and neither
+@pytest.mark.parametrize("scales_mn_major", [False, True])
+def test_mx_values_pass_interpreted(tokens, scales_mn_major):
+    torch.manual_seed(tokens)
+    _check_mx_values(tokens, scales_mn_major, "cpu")
+
+
 def _errors(device):
     a, b, sa, sb, offsets = _problem([40, 24], 8, 8, "fp32x128", device)
     w = torch.full((2, 8, 8), float("nan"), dtype=torch.bfloat16, device=device)
@@ -291,6 +327,48 @@ def test_gpu_nan_scales_leave_empty_experts_zero(seed, recipe, direct, scales_mn
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
 def test_gpu_nan_codes_stay_in_their_expert(seed, recipe):
     _nan_codes_stay_in_their_expert(recipe, "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1600, 1608, 1597])
+@pytest.mark.parametrize("scales_mn_major", [False, True])
+def test_gpu_mx_values_pass(seed, tokens, scales_mn_major):
+    _check_mx_values(tokens, scales_mn_major, "cuda")
+
+
+@pytest.mark.gpu
+# tokens_sum 1600, 1608 (rows 8 codes apart from 16-byte aligned) and 1597
+@pytest.mark.parametrize("counts", [[0, 300, 17, 0, 1024, 259], [0, 301, 25, 0, 1023, 259],
+                                    [0, 301, 17, 0, 1023, 256]])
+@pytest.mark.parametrize("workspace", ["given", "too small", None])
+@pytest.mark.parametrize("out_dtype,mode,accumulate", [(torch.float32, "dense", False),
+                                                       (torch.bfloat16, "discrete", True)])
+def test_gpu_mxfp8_plan_with_and_without_the_values_workspace(seed, counts, workspace,
+                                                              out_dtype, mode, accumulate):
+    """plan.execute with the workspace for the codes' BF16 values (poisoned; Hopper: the values
+    pass, then the tensor2d TMA kernel) and without one or with one too small (the values made
+    inside the product), each against FP64."""
+    hidden, inter = 1160, 768
+    a, b, sa, sb, offsets = _problem(counts, hidden, inter, "mxfp8", "cuda")
+    kwargs = dict(output_mode=mode, wgrad_dtype=out_dtype, accumulate_on_output=accumulate)
+    plan = GroupedGemmWgrad(a, b, offsets, a_scale=sa, b_scale=sb, **kwargs).compile()
+    nbytes = plan.call_workspace_bytes(a.shape[1])
+    if torch.cuda.get_device_capability()[0] == 9 and plan.tensor2d_tma is not None:
+        assert nbytes == 2 * 2 * (hidden + inter) * -(-a.shape[1] // 8) * 8
+    ws = None
+    if workspace is not None and nbytes:
+        ws = torch.full((nbytes - (workspace == "too small"),), 0xFF, dtype=torch.uint8,
+                        device="cuda")
+    init = torch.randn(len(counts), hidden, inter, device="cuda").to(out_dtype)
+    w = init.clone() if accumulate else torch.full_like(init, float("nan"))
+    out = dict(wgrad_ptrs=torch.tensor([w[e].data_ptr() for e in range(len(counts))],
+                                       device="cuda")) if mode == "discrete" else dict(wgrad=w)
+    plan.execute(a, b, offsets, a_scale=sa, b_scale=sb, workspace=ws, **out)
+    want = _fp64(a, b, sa, sb, counts)
+    if accumulate:
+        want = torch.stack([want[e] + init[e].double().cpu() if n else init[e].double().cpu()
+                            for e, n in enumerate(counts)])
+    assert rel_l2(w.cpu(), want) < _tolerance("mxfp8", "cuda", out_dtype)
 
 
 @pytest.mark.gpu

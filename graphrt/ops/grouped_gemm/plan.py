@@ -81,11 +81,15 @@ class GroupedGemmWgrad(Plan):
     unit-stride axis (A_e [hidden, n_e], B_e [intermediate, n_e]); the tensors' own strides then
     only have to be dense, either way. An expert whose block rows are not 16-byte aligned (a
     count off a multiple of 8) runs at full speed when ``execute`` gets a ``workspace`` of
-    ``rows_workspace_bytes(tokens_sum)`` bytes (as large as ``a`` and ``b``), as the
+    ``call_workspace_bytes(tokens_sum)`` bytes (as large as ``a`` and ``b``), as the
     functional call gives it: such experts' blocks are copied there as rows first; without it
     they run 4-5x slower. On Hopper (Triton 3.6) with hidden and intermediate multiples of 8,
     the other experts are read by TMA. Tensor2d BF16 calls of up to 64 experts run Hopper's
-    tensor2d TMA kernel in every layout (K-major operands: tokens_sum a multiple of 8).
+    tensor2d TMA kernel in every layout (K-major operands: tokens_sum a multiple of 8). MXFP8
+    calls on Hopper given a ``workspace`` of ``call_workspace_bytes(tokens_sum)`` (twice as
+    large as ``a`` and ``b``), as the functional call gives it, write the codes' BF16 values
+    there first and multiply those with that kernel, whatever tokens_sum; without it the values
+    are made inside the product, about 2x slower.
     offsets: int32 [E] cumulative ends, read on the device.
     Output dense (E, hidden, intermediate) or discrete (``wgrad_ptrs``: int64 [E] addresses;
     with 16-byte aligned ones and intermediate a multiple of 8 stored 16 bytes at a time, others
@@ -194,36 +198,50 @@ class GroupedGemmWgrad(Plan):
         self.ragged_tma = ragged_tma
         # on Hopper, tensor2d BF16 in the layouts Tensor2dTmaConfig.plan_layouts names: the
         # tensor2d TMA kernel, for the calls it fits (checked per call: strides, addresses)
+        mx = self.fp8 and self.scale_block == 32
         tensor2d_tma = (hopper_module(__package__, "kernels_tensor2d", self.contract.capability)
-                        if self.backend == "triton" and not self.fp8
+                        if self.backend == "triton" and (mx or not self.fp8)
                         and self.contract.flag("input_order") == "tensor2d" else None)
-        self.tensor2d_tma = (tensor2d_tma if tensor2d_tma is not None and tensor2d_tma.GLUON_API_OK
-                             else None)
+        if tensor2d_tma is not None and not tensor2d_tma.GLUON_API_OK:
+            tensor2d_tma = None
+        # MXFP8 on Hopper, given the workspace: the codes' BF16 values written out first, then
+        # multiplied by that kernel as K-major BF16 operands (kernels_mx_values.py)
+        self.mx_values = (mx and tensor2d_tma is not None
+                          and tensor2d_tma.TENSOR2D_TMA_CONFIG.runs("k", "k", self.experts))
+        self.tensor2d_tma = tensor2d_tma
 
-    def rows_workspace_bytes(self, tokens_sum: int) -> int:
-        """Bytes of the optional ``workspace`` for a call with ``tokens_sum`` tokens: with it,
-        ``execute`` first copies the ragged experts whose blocks are not 16-byte aligned row by
-        row (token counts off multiples of 8) as rows, which the GEMM reads at full speed;
-        without it, or with a smaller one, they load two bytes at a time (about 5x slower).
-        0 when the plan has no use for it (tensor2d or FP8 inputs, the reference backend). The
+    def call_workspace_bytes(self, tokens_sum: int) -> int:
+        """Bytes of the optional ``workspace`` for a call with ``tokens_sum`` tokens, 0 when the
+        plan has no use for it (BF16 tensor2d or 1x128 inputs, the reference backend). The
         functional call allocates it per call, like an output.
 
-        >>> ws = torch.empty(plan.rows_workspace_bytes(a.shape[1]), dtype=torch.uint8,
+        - Ragged BF16: ``execute`` first copies the experts whose blocks are not 16-byte
+          aligned row by row (token counts off multiples of 8) as rows, which the GEMM reads at
+          full speed; without it, or with a smaller one, they load two bytes at a time (about
+          5x slower). As large as ``a`` and ``b``.
+        - MXFP8 on Hopper: ``execute`` first writes the codes' BF16 values there and multiplies
+          those (about 2x faster than turning codes into values inside the product, which runs
+          without it). Twice as large as ``a`` and ``b``.
+
+        >>> ws = torch.empty(plan.call_workspace_bytes(a.shape[1]), dtype=torch.uint8,
         ...                  device=a.device)                                   # doctest: +SKIP
         >>> plan.execute(a, b, offsets, wgrad=out, workspace=ws)               # doctest: +SKIP
         """
         self._require_compiled()
-        if not self.ragged_rows:
-            return 0
-        from .kernels import ragged_rows_bytes
-        return ragged_rows_bytes(tokens_sum, self.hidden, self.inter)
+        if self.ragged_rows:
+            from .kernels import ragged_rows_bytes
+            return ragged_rows_bytes(tokens_sum, self.hidden, self.inter)
+        if self.mx_values:
+            from .kernels_mx_values import mx_values_bytes
+            return mx_values_bytes(tokens_sum, self.hidden, self.inter)
+        return 0
 
     def allocate_outputs(self, *args, **kwargs) -> dict[str, torch.Tensor]:
-        """The outputs, and the ragged rows' ``workspace`` (see ``rows_workspace_bytes``)."""
+        """The outputs, and the call's ``workspace`` (see ``call_workspace_bytes``)."""
         made = super().allocate_outputs(*args, **kwargs)
-        if self.ragged_rows:   # the contract holds a 2-D a (hidden, tokens_sum)
+        if self.ragged_rows or self.mx_values:   # the contract holds a 2-D a (hidden, tokens_sum)
             a = args[0] if args else kwargs["a"]
-            made["workspace"] = torch.empty(self.rows_workspace_bytes(a.shape[1]),
+            made["workspace"] = torch.empty(self.call_workspace_bytes(a.shape[1]),
                                             dtype=torch.uint8, device=a.device)
         return made
 
@@ -263,8 +281,8 @@ class GroupedGemmWgrad(Plan):
                     if ptr == 0 or ptr % 16:
                         raise ContractError(f"wgrad_ptrs: expert {e}'s address {ptr:#x} is null "
                                             f"or not 16-byte aligned")
-        rows = self._rows_operand(workspace, tokens_sum, device)
-        require_disjoint({"wgrad": wgrad, "wgrad_ptrs": wgrad_ptrs, "workspace": rows},
+        scratch = self._workspace_operand(workspace, tokens_sum, device)
+        require_disjoint({"wgrad": wgrad, "wgrad_ptrs": wgrad_ptrs, "workspace": scratch},
                          {"a": a, "b": b, "offsets": offsets, "a_scale": a_scale,
                           "b_scale": b_scale})
         accumulate = c.flag("accumulate")
@@ -275,6 +293,10 @@ class GroupedGemmWgrad(Plan):
             return
         from .kernels import launch_wgrad, launch_wgrad_fp8
         with on_stream(stream):
+            if self.mx_values and scratch is not None and self._run_mx_values(
+                    a, b, a_scale, b_scale, offsets, wgrad, wgrad_ptrs if discrete else None,
+                    out_dtype, errors, accumulate, scratch):
+                return
             if self.gluon is not None and self.gluon.fits_gluon_kernel(a, b,
                                                                        self.contract.capability):
                 self.gluon.launch_wgrad_fp8_gluon(
@@ -309,16 +331,32 @@ class GroupedGemmWgrad(Plan):
                          out_dtype, errors, hidden=self.hidden, inter=self.inter,
                          a_k_major=c.spec("a").layout == "k", b_k_major=c.spec("b").layout == "k",
                          ragged=c.flag("input_order") == "tensor_ragged", accumulate=accumulate,
-                         dot_fp32=self.interpreted, rows=rows, skip_tma_taken=tma is not None)
+                         dot_fp32=self.interpreted, rows=scratch,
+                         skip_tma_taken=tma is not None)
 
-    def _rows_operand(self, workspace, tokens_sum: int, device) -> torch.Tensor | None:
-        """The ragged rows' scratch (see ``rows_workspace_bytes``) as uint8; None without one
-        large enough (``workspace_bytes()`` is 0: a smaller one, as generic callers pass, means
-        the two-byte path) or when the plan has no use for it."""
-        if workspace is None or not self.ragged_rows:
+    def _run_mx_values(self, a, b, a_scale, b_scale, offsets, wgrad, wgrad_ptrs, out_dtype,
+                       errors, accumulate, scratch) -> bool:
+        """MXFP8 through the codes' BF16 values in ``scratch`` and the tensor2d TMA kernel;
+        False (nothing launched) where that kernel does not take the values' views."""
+        from .kernels_mx_values import launch_mx_values, mx_values_views
+        a_values, b_values = mx_values_views(scratch, a.shape[1], self.hidden, self.inter)
+        t2d = self.tensor2d_tma
+        if not t2d.fits_tensor2d_kernel(a_values, b_values, self.contract.capability):
+            return False
+        launch_mx_values(a, b, a_scale, b_scale, a_values, b_values)
+        t2d.launch_wgrad_tensor2d_tma(a_values, b_values, offsets, wgrad, wgrad_ptrs, out_dtype,
+                                      errors, hidden=self.hidden, inter=self.inter,
+                                      accumulate=accumulate, config=t2d.TENSOR2D_TMA_CONFIG)
+        return True
+
+    def _workspace_operand(self, workspace, tokens_sum: int, device) -> torch.Tensor | None:
+        """The call's scratch (see ``call_workspace_bytes``) as uint8; None without one large
+        enough (``workspace_bytes()`` is 0: a smaller one, as generic callers pass, means the
+        path without it) or when the plan has no use for it."""
+        if workspace is None or not (self.ragged_rows or self.mx_values):
             return None
         workspace = require_tensor("workspace", workspace)
-        nbytes = self.rows_workspace_bytes(tokens_sum)
+        nbytes = self.call_workspace_bytes(tokens_sum)
         if nbytes == 0 or workspace.numel() * workspace.element_size() < nbytes:
             return None
         if workspace.dtype != torch.uint8:
