@@ -11,7 +11,9 @@ the E8 cases; ``--tensor2d-tma`` times every tensor2d layout, counts in multiple
 odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_tensor2d.py, the
 plan's) per Tensor2dTmaConfig;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--discrete`` times
-dense against discrete output through the plan; ``--first`` only the first benchmark case."""
+dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan with
+and without the workspace for the codes' BF16 values; ``--first`` only the first benchmark
+case."""
 import itertools
 import sys
 
@@ -361,8 +363,49 @@ def main_discrete():
             del sets
 
 
+def main_mx_values():
+    """MXFP8 through the plan with the workspace for the codes' BF16 values (the values pass,
+    then the tensor2d TMA kernel) and without it (the values made inside the product), next
+    to BF16 K-K through the plan, x256 and odd counts, timed in turn; and the values pass alone
+    against the copy ceiling (4.25 TB/s)."""
+    from graphrt.ops.grouped_gemm.kernels_mx_values import launch_mx_values, mx_values_views
+    gen = torch.Generator().manual_seed(0)
+    for experts, hidden, inter, tokens in CASES:
+        aligned = random_counts(experts, tokens, gen)
+        for counts_name, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen))):
+            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
+                                   device="cuda")
+            out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+            mx_sets = [_fp8_operands(tokens, hidden, inter, torch.uint8, 32) for _ in range(2)]
+            bf_sets = [_operands(tokens, hidden, inter, "k", "k") for _ in range(2)]
+            a, b, sa, sb = mx_sets[0]
+            mx = GroupedGemmWgrad(a, b, offsets, a_scale=sa, b_scale=sb).compile()
+            bf = GroupedGemmWgrad(*bf_sets[0], offsets).compile()
+            ws = call_workspace(mx, tokens)
+            print(f"E={experts} {hidden}x{inter} tokens={tokens} counts {counts_name}: "
+                  f"workspace {ws.numel() / 2**20:.0f} MiB", flush=True)
+            a_values, b_values = mx_values_views(ws, tokens, hidden, inter)
+
+            def mx_run(i, workspace):
+                a, b, sa, sb = mx_sets[i]
+                mx.execute(a, b, offsets, a_scale=sa, b_scale=sb, wgrad=out, workspace=workspace)
+
+            def values_pass(i):
+                launch_mx_values(*mx_sets[i], a_values, b_values)
+
+            moved = (hidden + inter) * tokens * 3 + (hidden + inter) * (tokens // 32)
+            us = stream_time_us(rotating(values_pass, [(0,), (1,)]))
+            print(f"  values pass alone: {us:.1f} us, {moved / us / 1e6:.2f} TB/s "
+                  f"({moved / us / 1e6 / 4.25:.2f} of the copy ceiling)", flush=True)
+            _in_turn([("BF16 K-K", lambda i: bf.execute(*bf_sets[i], offsets, wgrad=out)),
+                      ("MXFP8, values workspace", lambda i: mx_run(i, ws)),
+                      ("MXFP8, no workspace", lambda i: mx_run(i, None))], [(0,), (1,)])
+
+
 if __name__ == "__main__":
-    if "--discrete" in sys.argv[1:]:
+    if "--mx-values" in sys.argv[1:]:
+        main_mx_values()
+    elif "--discrete" in sys.argv[1:]:
         main_discrete()
     elif "--rows" in sys.argv[1:]:
         main_rows("--first" in sys.argv[1:])
