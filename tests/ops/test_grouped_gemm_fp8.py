@@ -354,7 +354,8 @@ def test_gpu_mxfp8_plan_with_and_without_the_values_workspace(seed, counts, work
     plan = GroupedGemmWgrad(a, b, offsets, a_scale=sa, b_scale=sb, **kwargs).compile()
     nbytes = plan.call_workspace_bytes(a.shape[1])
     if torch.cuda.get_device_capability()[0] == 9 and plan.tensor2d_tma is not None:
-        assert nbytes == 2 * 2 * (hidden + inter) * -(-a.shape[1] // 8) * 8
+        values = 2 * (hidden + inter) * (-(-a.shape[1] // 8) * 8)   # BF16, rows padded to 8
+        assert values <= nbytes < values + 256
     ws = None
     if workspace is not None and nbytes:
         ws = torch.full((nbytes - (workspace == "too small"),), 0xFF, dtype=torch.uint8,
