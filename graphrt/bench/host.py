@@ -82,6 +82,17 @@ def op_cases(device) -> dict:
             cases[f"{entry.name}: functional, tensor_ragged, odd counts, check_offsets=False"] = (
                 lambda f=functional, i=(a.contiguous(), b, odd), c=config: f(
                     *i, **c, input_order="tensor_ragged", check_offsets=False))
+            # MXFP8 codes, both K-major: on Hopper the values' workspace allocated, the values
+            # pass and the tensor2d TMA kernel launched
+            fp8, blocks = torch.float8_e4m3fn, -(-a.shape[1] // 32)
+            mx = (a.contiguous().to(fp8), b.t().contiguous().to(fp8).t(), offsets)
+            scales = dict(a_scale=torch.full((a.shape[0], blocks), 127, dtype=torch.uint8,
+                                             device=device),
+                          b_scale=torch.full((blocks, b.shape[1]), 127, dtype=torch.uint8,
+                                             device=device))
+            cases[f"{entry.name}: functional, MXFP8, check_offsets=False"] = (
+                lambda f=functional, i=mx, c=config, s=scales: f(*i, **c, **s,
+                                                                 check_offsets=False))
             # tensor2d with both operands K-major: Hopper's TMA kernel (scratch allocated)
             cases[f"{entry.name}: functional, tensor2d K-K, check_offsets=False"] = (
                 lambda f=functional, i=(a.contiguous(), b.t().contiguous().t(), offsets),
