@@ -10,6 +10,11 @@ that kind with their own addresses, after the one check that depends on addresse
 not overlap inputs or each other. So every layer of a model with the same shapes shares one
 binding, whatever its buffers.
 
+A call of the kind last served first meets that binding's ``CallMatcher``: the key's tests
+(shapes, strides, dtypes, devices, address alignment, scalars, keywords, stream) on the
+call's values directly, the tensors' part in one C++ call (PyTorch's TensorGuards), with no
+key built or hashed; any difference sends the call on to the key.
+
 A binding holds no tensors, so it keeps no memory alive. Anything a key cannot describe (lists,
 objects), a CPU tensor, an active launch hook (a profiler), an operation other than a kernel
 launch while recording (a copy, a fill, an allocation), a launch that does not go through
@@ -128,6 +133,11 @@ _BY_VALUE = frozenset((int, bool, str))   # keyed as (type, value)
 _INT64 = 1 << 63
 RUN_TIME_INT = "run-time int"   # what a key holds for a run-time int keyword
 
+try:   # checks shapes, strides, dtype, device, type and requires_grad of many tensors in C++
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except Exception:  # pragma: no cover - a PyTorch without it: every call builds its key
+    _TensorGuards = None
+
 
 def run_time_value(value) -> bool:
     """Whether a run-time int keyword's value replays without its plan's checks: a signed
@@ -190,6 +200,77 @@ def binding_key(args: tuple, kwargs: dict, run_time: dict | None = None
     return tuple(key), tensors, addresses, ints
 
 
+class CallMatcher:
+    """Whether a call is of the kind of one recorded call, tested without building its key:
+    ``match`` gives (addresses, ints) as ``binding_key`` would for a call with the recorded
+    call's key, and None for any other (which may still have that key: the tensors' test is
+    stricter, telling apart types and requires_grad, so such a call is keyed as usual)."""
+
+    __slots__ = ("n_args", "names", "others", "run_time", "positions", "guard", "bits",
+                 "device", "stream")
+
+    def match(self, args: tuple, kwargs: dict) -> tuple[list, list] | None:
+        if len(args) != self.n_args or tuple(kwargs) != self.names:
+            return None
+        values = (*args, *kwargs.values())
+        for i, kind, expected in self.others:
+            v = values[i]
+            if v is not expected and (type(v) is not kind or (
+                    v.hex() != expected.hex() if kind is float else v != expected)):
+                return None
+        ints = [values[i] for i in self.run_time]
+        for v in ints:
+            if not run_time_value(v):
+                return None
+        tensors = [values[i] for i in self.positions]
+        if not self.guard.check(*tensors) or _current_raw_stream(self.device) != self.stream:
+            return None
+        addresses = [t.data_ptr() for t in tensors]
+        for address, bits in zip(addresses, self.bits):
+            if address & 255 != bits:
+                return None
+        return addresses, ints
+
+
+def call_matcher(args: tuple, kwargs: dict, run_time: dict | None = None
+                 ) -> CallMatcher | None:
+    """The ``CallMatcher`` of calls of this one's kind, or None where the fast test does not
+    apply (a stream passed, no TensorGuards in this PyTorch, a call ``binding_key`` cannot
+    key) and every call of the kind is keyed."""
+    if _TensorGuards is None or kwargs.get("stream") is not None:
+        return None
+    values = (*args, *kwargs.values())
+    names = (*(None,) * len(args), *kwargs)
+    others, run_time_positions, positions = [], [], []
+    for i, (name, v) in enumerate(zip(names, values)):
+        if run_time and name in run_time and run_time_value(v):
+            run_time_positions.append(i)
+        elif isinstance(v, torch.Tensor):
+            if v.get_device() < 0:
+                return None
+            positions.append(i)
+        elif v is None or type(v) in _BY_VALUE or type(v) in (float, torch.dtype):
+            others.append((i, type(v), v))
+        else:
+            return None
+    if not positions:
+        return None
+    tensors = [values[i] for i in positions]
+    try:
+        guard = _TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                              dynamic_dims_strides=[list(t.stride()) for t in tensors])
+    except Exception:  # pragma: no cover - another PyTorch's signature
+        return None
+    matcher = CallMatcher()
+    matcher.n_args, matcher.names = len(args), tuple(kwargs)
+    matcher.others, matcher.run_time = tuple(others), tuple(run_time_positions)
+    matcher.positions, matcher.guard = tuple(positions), guard
+    matcher.bits = tuple(t.data_ptr() & 255 for t in tensors)
+    matcher.device = tensors[-1].get_device()   # the device whose stream binding_key reads
+    matcher.stream = _current_raw_stream(matcher.device)
+    return matcher if guard.check(*tensors) else None
+
+
 def _extent(t: torch.Tensor) -> int:
     """Bytes from ``t``'s address to one past the last byte it can reach (0 if empty)."""
     if t.numel() == 0:
@@ -213,7 +294,8 @@ class Binding:
     """Recorded launches with their addresses as (tensor argument, byte offset), and the
     extents that the overlap check compares."""
 
-    __slots__ = ("launches", "outputs", "inputs", "names", "splits", "_replays", "_checked")
+    __slots__ = ("launches", "outputs", "inputs", "names", "splits", "_replays", "_checked",
+                 "matcher")
 
     def __init__(self, launches, outputs, inputs, names, splits=()):
         self.launches = launches   # (run, grid, function, metadata, stream, template)
@@ -233,6 +315,7 @@ class Binding:
                    if type(a) is RunTimePart))
             for run, grid, function, metadata, stream, template in launches)
         self._checked: list | None = None   # the addresses the overlap check last passed
+        self.matcher: CallMatcher | None = None   # set by Bindings.record
 
     def replay(self, addresses: list, ints: list = ()) -> None:
         """The overlap check on these addresses, then the launches. The check's result depends
@@ -388,11 +471,14 @@ class Bindings:
         self.recorded: OrderedDict = OrderedDict()
         self.lock = threading.Lock()
         self.hits = 0
+        self.recent: Binding | None = None   # the last one served, when it has a matcher
 
     def lookup(self, key) -> Binding | None:
         found = self.recorded.get(key)
         if found is not None:
             self.hits += 1
+            if found.matcher is not None:
+                self.recent = found
             try:
                 self.recorded.move_to_end(key)
             except KeyError:  # dropped by another thread meanwhile
@@ -457,12 +543,17 @@ class Bindings:
         for i, p in enumerate(positions):
             if extents[i]:
                 (outputs if names[p] in output_names else inputs).append((i, extents[i]))
+        made = Binding(tuple(launches), tuple(outputs), tuple(inputs),
+                       tuple(names[p] for p in positions), splits)
+        made.matcher = call_matcher(args, kwargs, run_time)
         with self.lock:
-            self.recorded[key] = Binding(tuple(launches), tuple(outputs), tuple(inputs),
-                                         tuple(names[p] for p in positions), splits)
+            self.recorded[key] = made
             while len(self.recorded) > self.size:
                 self.recorded.popitem(last=False)
+            if made.matcher is not None:
+                self.recent = made
 
     def clear(self) -> None:
         with self.lock:
             self.recorded.clear()
+            self.recent = None

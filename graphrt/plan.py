@@ -269,6 +269,13 @@ def _after_compile(execute):
         if bindings is None or binding.active_recording() is not None \
                 or binding.launch_hooks_active() or not self.bindable():
             return execute(self, *args, **kwargs)
+        recent = bindings.recent
+        if recent is not None:
+            hit = recent.matcher.match(args, kwargs)
+            if hit is not None:
+                bindings.hits += 1
+                recent.replay(*hit)
+                return None
         run_time = self.run_time_ints
         bound = binding.binding_key(args, kwargs, run_time)
         if bound is None:

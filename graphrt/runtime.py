@@ -41,7 +41,7 @@ class _BoundCall:
     binding's overlap check runs (allocated ones cannot overlap anything)."""
 
     __slots__ = ("plan", "binding", "slots", "low_bits", "version", "allocations", "given",
-                 "nbytes", "names", "results", "check_bindable")
+                 "nbytes", "names", "results", "check_bindable", "backend", "matcher")
 
     def __init__(self, plan, found, sources, version, allocated, given, n_inputs: int):
         self.plan, self.binding, self.version, self.given = plan, found, version, given
@@ -57,6 +57,8 @@ class _BoundCall:
         # per output: its index among the allocated ones, or -1: the caller passed it
         self.results = tuple((n, made.index(n) if n in allocated else -1) for n in self.names)
         self.check_bindable = type(plan).bindable is not Plan.bindable
+        self.backend = None   # GRAPHRT_BACKEND as the call's key read it
+        self.matcher: binding.CallMatcher | None = None   # calls of its kind, without their key
 
     def __call__(self, rt: "Runtime", args: tuple, kwargs: dict, inputs: list,
                  ints: list) -> Result | None:
@@ -127,6 +129,7 @@ class Runtime:
         self._rng: RngState | None = None
         self._graph_pool = None
         self._bound_calls: dict = {}
+        self._recent_calls: dict = {}   # plan class -> the _BoundCall that served it last
         self._lazy_lock = threading.Lock()   # threads may make the first call together
 
     @property
@@ -170,9 +173,18 @@ class Runtime:
         given, scratch from the arena, execute on ``stream``, outputs as a Result.
 
         A call on the current stream of a kind seen before (see ``_BoundCall``) skips the
-        plan lookup and the checks, but the overlap check of outputs the caller passed."""
+        plan lookup and the checks, but the overlap check of outputs the caller passed; one of
+        the kind last served skips building its key too (``binding.CallMatcher``)."""
         key = ints = None
         if stream is None and plan_cls.records_launches and self._on_cuda:
+            call = self._recent_calls.get(plan_cls)
+            if call is not None and call.version == self.plans.version \
+                    and call.backend == env_backend():
+                hit = call.matcher.match(args, kwargs)
+                if hit is not None:
+                    result = call(self, args, kwargs, *hit)
+                    if result is not None:
+                        return result
             keyed = _call_key(plan_cls, args, kwargs)
             if keyed is not None:
                 key, inputs, ints = keyed
@@ -180,6 +192,8 @@ class Runtime:
                 if call is not None and call.version == self.plans.version:
                     result = call(self, args, kwargs, inputs, ints)
                     if result is not None:
+                        if call.matcher is not None:
+                            self._recent_calls[plan_cls] = call
                         return result
         return self._run(plan_cls, args, kwargs, stream, key, ints)
 
@@ -248,8 +262,13 @@ class Runtime:
             self._bound_calls.clear()
         given = any(tensors.get(n) is not None and n not in allocated
                     for n in (*plan.output_names, *plan.also_written))
-        self._bound_calls[call_key] = _BoundCall(plan, found, tuple(sources), self.plans.version,
-                                                 allocated, given, len(own))
+        call = _BoundCall(plan, found, tuple(sources), self.plans.version, allocated, given,
+                          len(own))
+        call.backend = call_key[1]
+        call.matcher = binding.call_matcher(args, kwargs, plan.run_time_ints)
+        self._bound_calls[call_key] = call
+        if call.matcher is not None:
+            self._recent_calls[type(plan)] = call
 
     def stats(self) -> dict:
         return {"device": str(self.device), "plans": self.plans.stats(), "arena": self.arena.stats()}

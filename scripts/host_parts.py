@@ -1,7 +1,8 @@
 """Where a functional call's host time goes, on the GPU host: each part of a bound functional
 call timed alone behind a GPU sleep (output allocation, the arena, the key, the replayed
-launches, the Result), and the C launch of Triton's compiled kernel alone (the floor under any
-pre-bound launch).
+launches, the Result), the parts of ``plan.execute`` (the wrapper's tests, the binding key,
+the lookup, the replay), and the C launch of Triton's compiled kernel alone (the floor under
+any pre-bound launch).
 
     python scripts/host_parts.py
 """
@@ -100,6 +101,48 @@ def op_rows(device, rt) -> dict:
     return rows
 
 
+def execute_rows(device, rt) -> dict:
+    """``plan.execute`` of each op's sample call and its parts: the wrapper's tests before the
+    key, the binding key, key and lookup, the replay (overlap check and launches) alone, and
+    the tensors' shapes, strides and addresses read alone (what any key has to read)."""
+    from graphrt import binding
+    rows = {}
+    for entry in OPS:
+        if entry.name == "adamw_step":
+            continue
+        inputs, config, outputs = entry.sample(device)
+        plan = rt.plan(entry.plan_class(), *inputs, **config, **outputs)
+        keywords = {k: v for k, v in {**config, **outputs}.items() if k in plan.execute_keywords}
+        nbytes = plan.workspace_bytes()
+        keywords["workspace"] = (torch.empty(nbytes, dtype=torch.uint8, device=device)
+                                 if nbytes else None)
+        for _ in range(3):
+            plan.execute(*inputs, **keywords)
+        bound = binding.binding_key(inputs, keywords, plan.run_time_ints)
+        if bound is None or plan._bindings is None:
+            continue
+        key, positions, addresses, ints = bound
+        found = plan._bindings.lookup(key)
+        if found is None:
+            continue
+        name = entry.name
+        tensors = [(*inputs, *keywords.values())[p] for p in positions]
+        rows[f"{name}: plan.execute"] = lambda p=plan, i=inputs, k=keywords: p.execute(*i, **k)
+        rows[f"{name}: execute's tests before the key"] = (
+            lambda p=plan: (p._compiled, p._bindings, binding.active_recording(),
+                            binding.launch_hooks_active(), p.bindable()))
+        rows[f"{name}: its binding key ({len(tensors)} tensors)"] = (
+            lambda i=inputs, k=keywords, r=plan.run_time_ints: binding.binding_key(i, k, r))
+        rows[f"{name}: key + lookup"] = (
+            lambda i=inputs, k=keywords, p=plan: p._bindings.lookup(
+                binding.binding_key(i, k, p.run_time_ints)[0]))
+        rows[f"{name}: replay alone ({len(found.launches)} launches)"] = (
+            lambda f=found, a=addresses, n=ints: f.replay(a, n))
+        rows[f"{name}: its tensors' shapes, strides, addresses"] = (
+            lambda ts=tensors: [(t.shape, t.stride(), t.data_ptr()) for t in ts])
+    return rows
+
+
 def c_launch_rows(device) -> dict:
     """Triton's C launch of a 3-argument kernel, called with its arguments ready."""
     from graphrt.kernel_utils import direct_run
@@ -127,6 +170,7 @@ def main() -> None:
     rows.update(allocation_rows(device))
     rows.update(arena_rows(rt))
     rows.update(op_rows(device, rt))
+    rows.update(execute_rows(device, rt))
     results = {name: float("inf") for name in rows}
     for _ in range(5):
         for name, fn in rows.items():

@@ -43,6 +43,67 @@ def test_keys_stand_for_scalars_strings_and_dtypes_and_tell_them_apart():
         assert binding.binding_key((x,), {"v": torch.device("cpu")}) is None
 
 
+def test_a_call_matcher_accepts_exactly_the_calls_of_its_key():
+    """A binding's CallMatcher serves a call only when binding_key would give it the recorded
+    call's key, with the same addresses and run-time ints; it may send a call of that key on
+    to the key (a tensor of another type or requires_grad), never the reverse."""
+    run_time = {"seed": (("seed_lo", "seed_hi"), _split_pair)}
+
+    def aligned(*shape, dtype=torch.float32):   # at an address a multiple of 256
+        n = torch.Size(shape).numel()
+        buffer = torch.empty(n + 256, dtype=dtype)
+        skip = -buffer.data_ptr() % 256 // buffer.element_size()
+        return buffer[skip:skip + n].view(shape).normal_()
+
+    def call(x=None, w=None, **kw):
+        x = aligned(4, 8) if x is None else x
+        w = aligned(8) if w is None else w
+        return (x, w), {"eps": 1e-6, "p": 0.0, "flag": True, "seed": 3, "y": aligned(4, 8),
+                        "workspace": None, "dtype": torch.bfloat16, **kw}
+
+    base = aligned(64)
+    variants = {
+        "fresh buffers": call(),
+        "another seed": call(seed=-(1 << 40)),
+        "another shape": call(x=aligned(2, 8)),
+        "transposed": call(x=aligned(8, 4).t()),
+        "another dtype": call(x=aligned(4, 8, dtype=torch.float64)),
+        "off the recorded alignment": call(w=base[1:9]),
+        "another eps": call(eps=1e-5),
+        "-0.0 for 0.0": call(p=-0.0),
+        "bool for int": call(seed=True),
+        "int for bool": call(flag=1),
+        "a string": call(flag="1"),
+        "no output": call(y=None),
+        "another dtype flag": call(dtype=torch.float16),
+        "an extra keyword": call(stream=None),
+        "requires_grad": call(x=aligned(4, 8).detach().requires_grad_()),
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "get_device", lambda self: 0)
+        stream = [7]
+        patch.setattr(binding, "_current_raw_stream", lambda index: stream[0])
+        args, kwargs = call(w=base[:8])
+        matcher = binding.call_matcher(args, kwargs, run_time)
+        assert matcher is not None
+        recorded = binding.binding_key(args, kwargs, run_time)[0]
+        reordered = dict(reversed(list(kwargs.items())))
+        assert matcher.match(args, reordered) is None   # keyword order is in the key too
+        served = set()
+        for name, (a, k) in variants.items():
+            key, _, addresses, ints = binding.binding_key(a, k, run_time)
+            hit = matcher.match(a, k)
+            if hit is not None:
+                served.add(name)
+                assert key == recorded and hit == (addresses, ints), name
+            else:
+                assert key != recorded or name == "requires_grad", name
+        assert served == {"fresh buffers", "another seed"}
+        stream[0] = 8
+        assert matcher.match(*call()) is None
+        assert binding.call_matcher(args, {**kwargs, "stream": 5}, run_time) is None
+
+
 def _split_pair(value):
     return value & 0xFF, value >> 8
 
