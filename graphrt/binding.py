@@ -232,43 +232,32 @@ class CallMatcher:
         return addresses, ints
 
 
-def call_matcher(args: tuple, kwargs: dict, run_time: dict | None = None
-                 ) -> CallMatcher | None:
-    """The ``CallMatcher`` of calls of this one's kind, or None where the fast test does not
-    apply (a stream passed, no TensorGuards in this PyTorch, a call ``binding_key`` cannot
-    key) and every call of the kind is keyed."""
-    if _TensorGuards is None or kwargs.get("stream") is not None:
-        return None
+def call_matcher(args: tuple, kwargs: dict, key: tuple, tensors: list) -> CallMatcher | None:
+    """The ``CallMatcher`` of calls of this one's kind, from its ``binding_key`` (``key`` and
+    the ``tensors``' positions), or None where the fast test does not apply (a stream passed,
+    no TensorGuards in this PyTorch, a key that is not ``binding_key``'s) and every call of
+    the kind is keyed."""
     values = (*args, *kwargs.values())
-    names = (*(None,) * len(args), *kwargs)
-    others, run_time_positions, positions = [], [], []
-    for i, (name, v) in enumerate(zip(names, values)):
-        if run_time and name in run_time and run_time_value(v):
-            run_time_positions.append(i)
-        elif isinstance(v, torch.Tensor):
-            if v.get_device() < 0:
-                return None
-            positions.append(i)
-        elif v is None or type(v) in _BY_VALUE or type(v) in (float, torch.dtype):
-            others.append((i, type(v), v))
-        else:
-            return None
-    if not positions:
+    if _TensorGuards is None or kwargs.get("stream") is not None or not tensors \
+            or type(key) is not tuple or len(key) <= len(values):
         return None
-    tensors = [values[i] for i in positions]
+    run_time = [i for i, part in enumerate(key[:len(values)]) if part is RUN_TIME_INT]
+    keyed_apart = {*tensors, *run_time}
+    others = tuple((i, type(v), v) for i, v in enumerate(values) if i not in keyed_apart)
+    given = [values[i] for i in tensors]
     try:
-        guard = _TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
-                              dynamic_dims_strides=[list(t.stride()) for t in tensors])
+        guard = _TensorGuards(*given, dynamic_dims_sizes=[list(t.shape) for t in given],
+                              dynamic_dims_strides=[list(t.stride()) for t in given])
     except Exception:  # pragma: no cover - another PyTorch's signature
         return None
     matcher = CallMatcher()
     matcher.n_args, matcher.names = len(args), tuple(kwargs)
-    matcher.others, matcher.run_time = tuple(others), tuple(run_time_positions)
-    matcher.positions, matcher.guard = tuple(positions), guard
-    matcher.bits = tuple(t.data_ptr() & 255 for t in tensors)
-    matcher.device = tensors[-1].get_device()   # the device whose stream binding_key reads
-    matcher.stream = _current_raw_stream(matcher.device)
-    return matcher if guard.check(*tensors) else None
+    matcher.others, matcher.run_time = others, tuple(run_time)
+    matcher.positions, matcher.guard = tuple(tensors), guard
+    matcher.bits = tuple(t.data_ptr() & 255 for t in given)
+    matcher.device = given[-1].get_device()   # the device whose stream binding_key read
+    matcher.stream = key[len(values)]
+    return matcher if guard.check(*given) else None
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -545,7 +534,7 @@ class Bindings:
                 (outputs if names[p] in output_names else inputs).append((i, extents[i]))
         made = Binding(tuple(launches), tuple(outputs), tuple(inputs),
                        tuple(names[p] for p in positions), splits)
-        made.matcher = call_matcher(args, kwargs, run_time)
+        made.matcher = call_matcher(args, kwargs, key, positions)
         with self.lock:
             self.recorded[key] = made
             while len(self.recorded) > self.size:

@@ -265,7 +265,8 @@ class Runtime:
         call = _BoundCall(plan, found, tuple(sources), self.plans.version, allocated, given,
                           len(own))
         call.backend = call_key[1]
-        call.matcher = binding.call_matcher(args, kwargs, plan.run_time_ints)
+        keyed = binding.binding_key(args, kwargs, plan.run_time_ints)
+        call.matcher = binding.call_matcher(args, kwargs, *keyed[:2])
         self._bound_calls[call_key] = call
         if call.matcher is not None:
             self._recent_calls[type(plan)] = call

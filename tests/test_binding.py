@@ -84,9 +84,9 @@ def test_a_call_matcher_accepts_exactly_the_calls_of_its_key():
         stream = [7]
         patch.setattr(binding, "_current_raw_stream", lambda index: stream[0])
         args, kwargs = call(w=base[:8])
-        matcher = binding.call_matcher(args, kwargs, run_time)
+        recorded, positions, _, _ = binding.binding_key(args, kwargs, run_time)
+        matcher = binding.call_matcher(args, kwargs, recorded, positions)
         assert matcher is not None
-        recorded = binding.binding_key(args, kwargs, run_time)[0]
         reordered = dict(reversed(list(kwargs.items())))
         assert matcher.match(args, reordered) is None   # keyword order is in the key too
         served = set()
@@ -101,7 +101,9 @@ def test_a_call_matcher_accepts_exactly_the_calls_of_its_key():
         assert served == {"fresh buffers", "another seed"}
         stream[0] = 8
         assert matcher.match(*call()) is None
-        assert binding.call_matcher(args, {**kwargs, "stream": 5}, run_time) is None
+        with_stream = {**kwargs, "stream": 5}
+        assert binding.call_matcher(args, with_stream,
+                                    *binding.binding_key(args, with_stream, run_time)[:2]) is None
 
 
 def _split_pair(value):
