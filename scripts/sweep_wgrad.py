@@ -365,13 +365,10 @@ def main_discrete():
 
 def main_mx_values():
     """MXFP8 through the plan with the workspace for the codes' BF16 values (the values pass,
-    then the tensor2d TMA kernel: with tokens_sum a multiple of 16, B's values alone and A's
-    codes turned into values in the kernel's registers; also the pass of both forced) and
-    without it (the values made inside the product), next to BF16 K-K through the plan, x256
-    and odd counts, timed in turn; and the values pass alone against the copy ceiling (4.25
-    TB/s)."""
-    from graphrt.ops.grouped_gemm.kernels_mx_values import (launch_mx_values, mx_values_bytes,
-                                                            mx_values_views)
+    then the tensor2d TMA kernel) and without it (the values made inside the product), next
+    to BF16 K-K through the plan, x256 and odd counts, timed in turn; and the values pass alone
+    against the copy ceiling (4.25 TB/s)."""
+    from graphrt.ops.grouped_gemm.kernels_mx_values import launch_mx_values, mx_values_views
     gen = torch.Generator().manual_seed(0)
     for experts, hidden, inter, tokens in CASES:
         aligned = random_counts(experts, tokens, gen)
@@ -384,20 +381,14 @@ def main_mx_values():
             a, b, sa, sb = mx_sets[0]
             mx = GroupedGemmWgrad(a, b, offsets, a_scale=sa, b_scale=sb).compile()
             bf = GroupedGemmWgrad(*bf_sets[0], offsets).compile()
-            both = GroupedGemmWgrad(a, b, offsets, a_scale=sa, b_scale=sb).compile()
-            both._mx_a_codes = lambda tokens_sum: False   # A's values written out too
             ws = call_workspace(mx, tokens)
-            ws_both = torch.empty(mx_values_bytes(tokens, hidden, inter), dtype=torch.uint8,
-                                  device="cuda")
             print(f"E={experts} {hidden}x{inter} tokens={tokens} counts {counts_name}: "
-                  f"workspace {ws.numel() / 2**20:.0f} MiB (both values: "
-                  f"{ws_both.numel() / 2**20:.0f} MiB)", flush=True)
-            a_values, b_values = mx_values_views(ws_both, tokens, hidden, inter)
+                  f"workspace {ws.numel() / 2**20:.0f} MiB", flush=True)
+            a_values, b_values = mx_values_views(ws, tokens, hidden, inter)
 
-            def mx_run(i, workspace, plan=mx):
+            def mx_run(i, workspace):
                 a, b, sa, sb = mx_sets[i]
-                plan.execute(a, b, offsets, a_scale=sa, b_scale=sb, wgrad=out,
-                             workspace=workspace)
+                mx.execute(a, b, offsets, a_scale=sa, b_scale=sb, wgrad=out, workspace=workspace)
 
             def values_pass(i):
                 launch_mx_values(*mx_sets[i], a_values, b_values)
@@ -407,8 +398,7 @@ def main_mx_values():
             print(f"  values pass alone: {us:.1f} us, {moved / us / 1e6:.2f} TB/s "
                   f"({moved / us / 1e6 / 4.25:.2f} of the copy ceiling)", flush=True)
             _in_turn([("BF16 K-K", lambda i: bf.execute(*bf_sets[i], offsets, wgrad=out)),
-                      ("MXFP8, values workspace (the plan's)", lambda i: mx_run(i, ws)),
-                      ("MXFP8, A's and B's values", lambda i: mx_run(i, ws_both, both)),
+                      ("MXFP8, values workspace", lambda i: mx_run(i, ws)),
                       ("MXFP8, no workspace", lambda i: mx_run(i, None))], [(0,), (1,)])
 
 

@@ -30,8 +30,7 @@ def padded_tokens(tokens_sum: int) -> int:
 
 
 def mx_values_bytes(tokens_sum: int, hidden: int, inter: int) -> int:
-    """Bytes of the scratch: A's values, then B's from the next 256-byte boundary (B's alone
-    for ``hidden`` 0)."""
+    """Bytes of the scratch: A's values, then B's from the next 256-byte boundary."""
     return _b_start(tokens_sum, hidden) + inter * padded_tokens(tokens_sum) * 2
 
 
@@ -42,8 +41,7 @@ def _b_start(tokens_sum: int, hidden: int) -> int:
 def mx_values_views(scratch: torch.Tensor, tokens_sum: int, hidden: int,
                     inter: int) -> tuple[torch.Tensor, torch.Tensor]:
     """BF16 views of a uint8 scratch of ``mx_values_bytes``: A's values (hidden, T) and B's
-    (T, intermediate), both K-major, with rows ``padded_tokens(T)`` apart (A's empty for
-    ``hidden`` 0)."""
+    (T, intermediate), both K-major, with rows ``padded_tokens(T)`` apart."""
     stride = padded_tokens(tokens_sum)
     start = _b_start(tokens_sum, hidden)
     a_rows = scratch[:hidden * stride * 2].view(torch.bfloat16).view(hidden, stride)
@@ -81,8 +79,7 @@ def _mx_values_kernel(A, B, A_SCALE, B_SCALE, A_OUT, B_OUT, tokens_sum, out_stri
                       s_am, s_ak, s_bk, s_bn, HIDDEN: tl.constexpr, INTER: tl.constexpr,
                       CODES_8: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr):
     """One program a [BLOCK_R, BLOCK_T] tile: A's rows (hidden) first, then B's
-    (intermediate; B's codes (T, intermediate) are K-major, so its rows are its columns);
-    B's alone for HIDDEN 0."""
+    (intermediate; B's codes (T, intermediate) are K-major, so its rows are its columns)."""
     token_tiles = tl.cdiv(out_stride, BLOCK_T)
     program = tl.program_id(0)
     row_tile, t0 = program // token_tiles, program % token_tiles * BLOCK_T
@@ -98,12 +95,10 @@ def _mx_values_kernel(A, B, A_SCALE, B_SCALE, A_OUT, B_OUT, tokens_sum, out_stri
 def launch_mx_values(a, b, a_scale, b_scale, a_values, b_values) -> None:
     """MXFP8 codes a (hidden, T) and b (T, intermediate), both K-major, with E8M0 scales
     a_scale (hidden, blocks) and b_scale (blocks, intermediate) of any strides, written as BF16
-    values into ``mx_values_views``' a_values and b_values; with a_values None, b's alone."""
+    values into ``mx_values_views``' a_values and b_values."""
     hidden, tokens_sum = a.shape
     inter = b.shape[1]
-    stride = b_values.stride(1)
-    if a_values is None:   # the arguments A's tiles would read: valid tensors, never read
-        hidden, a_values, a_scale = 0, b_values.t(), b_scale.t()
+    stride = a_values.stride(0)
     programs = (cdiv(hidden, BLOCK_ROWS) + cdiv(inter, BLOCK_ROWS)) * cdiv(stride, BLOCK_TOKENS)
     if programs >= 2**31:
         raise ValueError(f"a, b: {hidden} + {inter} rows of {tokens_sum} tokens need more "

@@ -29,16 +29,15 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait
 
 from ...kernel_utils import (CompileCase, CONSTEXPR, gluon_descriptor, gluon_descriptor_type,
-                             launch, ON_TESTED_TRITON, pow2, register_share, TL_DTYPES,
+                             launch, ON_TESTED_TRITON, register_share, TL_DTYPES,
                              untested_triton_case)
 from ...validate import sm_count
-from .kernels import experts_vector, MX_BLOCK
+from .kernels import experts_vector
 from .kernels_gluon import (_box_extents, _expert_ranks, _load_partition, _release,
                             _sorted_rounds, _sorted_tile_work, _stage_ready, _stage_ring,
                             _store_item, _store_layout, _tile_count, _work, BLOCK_M)
 
 BLOCK_K = gl.constexpr(64)   # tokens a stage: 128 bytes of BF16, the swizzle's width
-_pow2 = gluon.jit(pow2.fn)
 GROUP_M = 8
 GLUON_API_OK = ON_TESTED_TRITON
 LAUNCH_REGS = register_share(4 + 4 + 4)
@@ -59,7 +58,6 @@ class Tensor2dTmaConfig:
 
     block_n: int = 256
     stages: int = 4
-    mx_stages: int = 5   # A's stage of E4M3 codes is half the BF16 one's: 40 KB a stage
     sorted_experts: bool = True
     sorted_max_experts: int = 64
     plan_layouts: frozenset = frozenset({("mn", "mn"), ("k", "mn"), ("k", "k"), ("mn", "k")})
@@ -77,109 +75,37 @@ TENSOR2D_TMA_CONFIG = Tensor2dTmaConfig()
 
 
 @gluon.jit
-def _mx_row_factors(A_SCALE, rows, block, begin, end, sa_m, sa_k, HIDDEN: gl.constexpr):
-    """2^(s - 127) for A's E8M0 scales s at ``rows`` of the 32-token scale block ``block``;
-    0 where the block holds none of the expert's tokens [begin, end), so that a neighbour's
-    NaN scale never meets the zeroed codes."""
-    lo = block * MX_BLOCK
-    holds = (end > begin) & (lo < end) & (lo + MX_BLOCK > begin)
-    s = gl.load(A_SCALE + rows.to(gl.int64) * sa_m + block.to(gl.int64) * sa_k,
-                mask=(rows < HIDDEN) & holds, other=0)
-    return gl.where(holds, _pow2(s.to(gl.int32) - 127), 0.0)
-
-
-@gluon.jit
-def _mx_values(codes_stage, factors, LAYOUT: gl.constexpr):
-    """A staged [64, 32] block of E4M3 codes times its rows' factors: their BF16 values (exact,
-    as kernels._mx_to_bf16 makes them) in registers, in the product's A-operand ``LAYOUT``."""
-    codes = codes_stage.load(LAYOUT)
-    return (codes.to(gl.float32) * factors[:, None]).to(gl.bfloat16)
-
-
-@gluon.jit
-def _mx_block_values(codes_stage, f_lo, f_hi, LAYOUT: gl.constexpr, ROW0: gl.constexpr):
-    """This warpgroup's rows of a staged block of A's codes as BF16 values in registers, one
-    tensor per 32-token scale block."""
-    codes = codes_stage.slice(ROW0, 64, dim=0)
-    return (_mx_values(codes.slice(0, MX_BLOCK, dim=1), f_lo, LAYOUT),
-            _mx_values(codes.slice(MX_BLOCK, MX_BLOCK, dim=1), f_hi, LAYOUT))
-
-
-@gluon.jit
-def _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, A_SCALE, expert, m0, n0,
-              begin, end, i, z, sa_m, sa_k, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-              DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
-              A_K_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr, A_MX: gl.constexpr,
-              ROW0: gl.constexpr):
+def _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, m0, n0, begin, end,
+              i, z, HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
+              ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, A_K_MAJOR: gl.constexpr,
+              B_K_MAJOR: gl.constexpr, ROW0: gl.constexpr):
     """One work item of one warpgroup: the sum over the expert's blocks (the i-th filled
-    onwards) with one block's product in flight, and its store; (stages used, zeroings) so
-    far. ``A_MX``: A is staged as MXFP8 codes, turned into BF16 values in registers per
-    32-token scale block (two products a block)."""
+    onwards) with one product in flight, and its store; (stages used, zeroings) so far."""
     BN: gl.constexpr = _box_extents(b_bufs.shape, B_K_MAJOR)[1]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
     acc = gl.zeros([64, BN], gl.float32, layout)
     first = begin // BLOCK_K
     last = (end + BLOCK_K - 1) // BLOCK_K
-    if A_MX:
-        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2)
-        rows = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, a_layout))
-        HALVES: gl.constexpr = BLOCK_K // MX_BLOCK
-        f_lo = _mx_row_factors(A_SCALE, rows, first * HALVES, begin, end, sa_m, sa_k, HIDDEN)
-        f_hi = _mx_row_factors(A_SCALE, rows, first * HALVES + 1, begin, end, sa_m, sa_k,
-                               HIDDEN)
-        lo = gl.zeros([64, MX_BLOCK], gl.bfloat16, a_layout)
-        hi = gl.zeros([64, MX_BLOCK], gl.bfloat16, a_layout)
-        if last > first:   # the first block's values, made before the loop
-            s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, first, begin, end, ROW0)
-            lo, hi = _mx_block_values(a_bufs.index(s), f_lo, f_hi, a_layout, ROW0)
-            f_lo = _mx_row_factors(A_SCALE, rows, (first + 1) * HALVES, begin, end, sa_m,
-                                   sa_k, HIDDEN)
-            f_hi = _mx_row_factors(A_SCALE, rows, (first + 1) * HALVES + 1, begin, end, sa_m,
-                                   sa_k, HIDDEN)
     for block in range(first, last):
-        if A_MX:   # A K-major codes [rows, tokens], B K-major values
-            # this block's products read their A values from registers while the next
-            # block's are made in others; both are waited for at the block's end (the other
-            # warpgroup's products keep the tensor cores busy meanwhile)
-            b = b_bufs.index(i % a_bufs.shape[0])
-            acc = warpgroup_mma(lo, b.slice(0, MX_BLOCK, dim=1).permute((1, 0)), acc,
-                                is_async=True)
-            acc = warpgroup_mma(hi, b.slice(MX_BLOCK, MX_BLOCK, dim=1).permute((1, 0)), acc,
-                                is_async=True)
-            lo_next, hi_next = lo, hi
-            if block + 1 < last:
-                s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i + 1, z, block + 1, begin,
-                                    end, ROW0)
-                lo_next, hi_next = _mx_block_values(a_bufs.index(s), f_lo, f_hi, a_layout,
-                                                    ROW0)
-                f_lo = _mx_row_factors(A_SCALE, rows, (block + 2) * HALVES, begin, end, sa_m,
-                                       sa_k, HIDDEN)
-                f_hi = _mx_row_factors(A_SCALE, rows, (block + 2) * HALVES + 1, begin, end,
-                                       sa_m, sa_k, HIDDEN)
-            acc, lo, hi = warpgroup_mma_wait(num_outstanding=0, deps=(acc, lo, hi))
-            _release(empty, i)
-            lo, hi = lo_next, hi_next
+        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0,
+                            A_K_MAJOR, B_K_MAJOR)
+        if A_K_MAJOR:
+            a = a_bufs.index(s).slice(ROW0, 64, dim=0)
         else:
-            s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0,
-                                A_K_MAJOR, B_K_MAJOR)
-            if A_K_MAJOR:
-                a = a_bufs.index(s).slice(ROW0, 64, dim=0)
-            else:
-                a = a_bufs.index(s).slice(ROW0, 64, dim=1).permute((1, 0))
-            if B_K_MAJOR:
-                b = b_bufs.index(s).permute((1, 0))
-            else:
-                b = b_bufs.index(s)
-            acc = warpgroup_mma(a, b, acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-            if block > first:
-                _release(empty, i - 1)
-        i += 1
-    if not A_MX:
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        if last > first:
+            a = a_bufs.index(s).slice(ROW0, 64, dim=1).permute((1, 0))
+        if B_K_MAJOR:
+            b = b_bufs.index(s).permute((1, 0))
+        else:
+            b = b_bufs.index(s)
+        acc = warpgroup_mma(a, b, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        if block > first:
             _release(empty, i - 1)
+        i += 1
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if last > first:
+        _release(empty, i - 1)
     out_layout: gl.constexpr = _store_layout(BN)
     acc = gl.convert_layout(acc, out_layout)
     m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
@@ -190,12 +116,11 @@ def _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, A_SCALE, expe
 
 
 @gluon.jit
-def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS, ERRORS, A_SCALE,
-                   experts, tokens_sum, sa_m, sa_k, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                   DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
-                   GROUP: gl.constexpr, A_K_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr,
-                   A_MX: gl.constexpr, SORTED: gl.constexpr, EXPERTS_POW2: gl.constexpr,
-                   ROW0: gl.constexpr):
+def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
+                   tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
+                   ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
+                   A_K_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr, SORTED: gl.constexpr,
+                   EXPERTS_POW2: gl.constexpr, ROW0: gl.constexpr):
     """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile, the items in the loader's
     order (``_load_partition``)."""
     BN: gl.constexpr = _box_extents(b_bufs.shape, B_K_MAJOR)[1]
@@ -210,41 +135,37 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
                 HIDDEN, INTER, BN, GROUP)
             if live:
-                i, z = _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, A_SCALE,
-                                 expert, m0, n0, begin, end, i, z, sa_m, sa_k, HIDDEN, INTER,
-                                 DISCRETE, ACCUMULATE, OUT_DTYPE, A_K_MAJOR, B_K_MAJOR, A_MX,
-                                 ROW0)
+                i, z = _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
+                                 m0, n0, begin, end, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                                 OUT_DTYPE, A_K_MAJOR, B_K_MAJOR, ROW0)
     else:
         for work in range(gl.program_id(0), experts * tiles, gl.num_programs(0)):
             expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
                                                ROW0 == 0, HIDDEN, INTER, BN, GROUP)
-            i, z = _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, A_SCALE,
-                             expert, m0, n0, begin, end, i, z, sa_m, sa_k, HIDDEN, INTER,
-                             DISCRETE, ACCUMULATE, OUT_DTYPE, A_K_MAJOR, B_K_MAJOR, A_MX, ROW0)
+            i, z = _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, m0,
+                             n0, begin, end, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                             OUT_DTYPE, A_K_MAJOR, B_K_MAJOR, ROW0)
 
 
-@gluon.jit(do_not_specialize=["experts", "tokens_sum", "sa_m", "sa_k"])
-def _wgrad_tensor2d_tma_kernel(a_desc, b_desc, OFFSETS, OUT, OUT_PTRS, ERRORS, A_SCALE, experts,
-                               tokens_sum, sa_m, sa_k, HIDDEN: gl.constexpr,
-                               INTER: gl.constexpr, DISCRETE: gl.constexpr,
-                               ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
-                               STAGES: gl.constexpr, GROUP: gl.constexpr,
-                               A_K_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr,
-                               A_MX: gl.constexpr, SORTED: gl.constexpr,
+@gluon.jit(do_not_specialize=["experts", "tokens_sum"])
+def _wgrad_tensor2d_tma_kernel(a_desc, b_desc, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
+                               tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                               DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                               OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr,
+                               GROUP: gl.constexpr, A_K_MAJOR: gl.constexpr,
+                               B_K_MAJOR: gl.constexpr, SORTED: gl.constexpr,
                                EXPERTS_POW2: gl.constexpr):
     a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES)
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS, ERRORS,
-                          A_SCALE, experts, tokens_sum, sa_m, sa_k, HIDDEN, INTER, DISCRETE,
-                          ACCUMULATE, OUT_DTYPE, GROUP, A_K_MAJOR, B_K_MAJOR, A_MX, SORTED,
-                          EXPERTS_POW2, 0)),
+                          experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
+                          GROUP, A_K_MAJOR, B_K_MAJOR, SORTED, EXPERTS_POW2, 0)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN, INTER, GROUP, A_K_MAJOR, B_K_MAJOR,
                            SORTED, EXPERTS_POW2)),
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS, ERRORS,
-                          A_SCALE, experts, tokens_sum, sa_m, sa_k, HIDDEN, INTER, DISCRETE,
-                          ACCUMULATE, OUT_DTYPE, GROUP, A_K_MAJOR, B_K_MAJOR, A_MX, SORTED,
-                          EXPERTS_POW2, 64)),
+                          experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
+                          GROUP, A_K_MAJOR, B_K_MAJOR, SORTED, EXPERTS_POW2, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -261,42 +182,25 @@ def fits_tensor2d_kernel(a, b, capability) -> bool:
     intermediate), each with one unit-stride axis): a Hopper GPU, Triton 3.6, T > 0, 16-byte
     aligned bases and row strides (for K-major operands T a multiple of 8; for the others
     hidden and intermediate)."""
-    if not (a.dtype == torch.bfloat16 and _fits_b(b, capability) and a.data_ptr() % 16 == 0):
+    if not (GLUON_API_OK and capability is not None and capability[0] == 9
+            and a.dtype == torch.bfloat16 and b.dtype == torch.bfloat16 and a.shape[1] > 0
+            and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0):
         return False
     a_row = a.stride(0) if a.stride(1) == 1 else a.stride(1)
-    return min(a.stride()) == 1 and a_row % 8 == 0
-
-
-def fits_mx_codes(a, b, capability) -> bool:
-    """Whether this kernel takes ``a`` (hidden, T) as MXFP8 codes, turned into values in
-    registers, with BF16 ``b`` (T, intermediate): K-major E4M3 codes, rows of whole 16 bytes
-    (T a multiple of 16) from a 16-byte aligned base, as TMA reads them, and ``b`` as
-    ``fits_tensor2d_kernel`` takes it."""
-    return (a.dtype == torch.float8_e4m3fn and _fits_b(b, capability) and a.stride(1) == 1
-            and a.stride(0) % 16 == 0 and a.data_ptr() % 16 == 0)
-
-
-def _fits_b(b, capability) -> bool:
-    """A Hopper GPU, Triton 3.6, and BF16 ``b`` (T, intermediate) with T > 0, one unit-stride
-    axis and 16-byte aligned base and rows."""
-    if not (GLUON_API_OK and capability is not None and capability[0] == 9
-            and b.dtype == torch.bfloat16 and b.shape[0] > 0 and b.data_ptr() % 16 == 0):
-        return False
     b_row = b.stride(1) if b.stride(0) == 1 else b.stride(0)
-    return min(b.stride()) == 1 and b_row % 8 == 0
+    return (min(a.stride()) == 1 and min(b.stride()) == 1
+            and a_row % 8 == 0 and b_row % 8 == 0)
 
 
 def launch_wgrad_tensor2d_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, hidden: int,
-                              inter: int, accumulate: bool, a_scale=None,
+                              inter: int, accumulate: bool,
                               config: Tensor2dTmaConfig = TENSOR2D_TMA_CONFIG) -> None:
     """The BF16 wgrad of tensor2d operands through this kernel: arguments as
     kernels.launch_wgrad's, on operands ``fits_tensor2d_kernel`` accepts; each operand's
-    layout read from its strides. With ``a_scale`` (hidden, T / 32), any strides, ``a`` is
-    MXFP8 codes (``fits_mx_codes``) with those E8M0 scales and ``b`` BF16 K-major."""
+    layout read from its strides."""
     experts = offsets.numel()
     if experts == 0:
         return
-    a_mx = a_scale is not None
     a_k_major, b_k_major = a.stride(1) == 1, b.stride(0) == 1
     a_box, b_box = _boxes(a_k_major, b_k_major, config.block_n)
     a_desc = gluon_descriptor(a if a_k_major else a.t(), a_box)
@@ -304,13 +208,11 @@ def launch_wgrad_tensor2d_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *
     tiles = _tile_count(hidden, inter, config.block_n)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
     sort = config.sorts(experts)
-    scale_arg, sa_m, sa_k = (a_scale, *a_scale.stride()) if a_mx else (offsets, 0, 0)
     launch(_wgrad_tensor2d_tma_kernel, (min(tiles * experts, sm_count(a.device)),), a_desc,
-           b_desc, offsets, out_arg, ptrs_arg, errors, scale_arg, experts, a.shape[1], sa_m,
-           sa_k, HIDDEN=hidden, INTER=inter, DISCRETE=out_ptrs is not None,
-           ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
-           STAGES=config.mx_stages if a_mx else config.stages, GROUP=GROUP_M,
-           A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, A_MX=a_mx, SORTED=sort,
+           b_desc, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], HIDDEN=hidden,
+           INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
+           OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
+           A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, SORTED=sort,
            EXPERTS_POW2=experts_vector(experts) if sort else 2, num_warps=4,
            maxnreg=LAUNCH_REGS)
 
@@ -318,33 +220,28 @@ def launch_wgrad_tensor2d_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: every layout at the first benchmark
     case's sizes, dense output, sorted split; M-N with discrete accumulating output, experts
-    in order; MXFP8 codes for A (K-K), dense and discrete."""
+    in order."""
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for a_k, b_k, discrete, a_mx in ((False, False, False, False), (True, False, False, False),
-                                     (True, True, False, False), (False, True, False, False),
-                                     (False, False, True, False), (True, True, False, True),
-                                     (True, True, True, True)):
-        name = (f"wgrad tensor2d TMA (Gluon) A {'K' if a_k else 'M'}-major"
-                f"{' MXFP8 codes' if a_mx else ''}, B {'K' if b_k else 'N'}-major, "
-                f"discrete={discrete}")
+    for a_k, b_k, discrete in ((False, False, False), (True, False, False), (True, True, False),
+                               (False, True, False), (False, False, True)):
+        name = (f"wgrad tensor2d TMA (Gluon) A {'K' if a_k else 'M'}-major, "
+                f"B {'K' if b_k else 'N'}-major, discrete={discrete}")
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
         a_box, b_box = _boxes(a_k, b_k, TENSOR2D_TMA_CONFIG.block_n)
         cases.append(CompileCase(name, _wgrad_tensor2d_tma_kernel, dict(
-            a_desc=gluon_descriptor_type(a_box, torch.float8_e4m3fn if a_mx else torch.bfloat16),
+            a_desc=gluon_descriptor_type(a_box, torch.bfloat16),
             b_desc=gluon_descriptor_type(b_box, torch.bfloat16),
-            OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
-            A_SCALE="*u8" if a_mx else "*i32", experts="i32", tokens_sum="i32", sa_m="i32",
-            sa_k="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c,
-            GROUP=c, A_K_MAJOR=c, B_K_MAJOR=c, A_MX=c, SORTED=c, EXPERTS_POW2=c),
+            OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", experts="i32",
+            tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c,
+            STAGES=c, GROUP=c, A_K_MAJOR=c, B_K_MAJOR=c, SORTED=c, EXPERTS_POW2=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
-                 OUT_DTYPE=gl.bfloat16,
-                 STAGES=TENSOR2D_TMA_CONFIG.mx_stages if a_mx else TENSOR2D_TMA_CONFIG.stages,
-                 GROUP=GROUP_M, A_K_MAJOR=a_k, B_K_MAJOR=b_k, A_MX=a_mx, SORTED=not discrete,
+                 OUT_DTYPE=gl.bfloat16, STAGES=TENSOR2D_TMA_CONFIG.stages, GROUP=GROUP_M,
+                 A_K_MAJOR=a_k, B_K_MAJOR=b_k, SORTED=not discrete,
                  EXPERTS_POW2=2 if discrete else 8),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases

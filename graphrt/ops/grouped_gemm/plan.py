@@ -233,15 +233,8 @@ class GroupedGemmWgrad(Plan):
             return ragged_rows_bytes(tokens_sum, self.hidden, self.inter)
         if self.mx_values:
             from .kernels_mx_values import mx_values_bytes
-            return mx_values_bytes(tokens_sum, 0 if self._mx_a_codes(tokens_sum) else self.hidden,
-                                   self.inter)
+            return mx_values_bytes(tokens_sum, self.hidden, self.inter)
         return 0
-
-    def _mx_a_codes(self, tokens_sum: int) -> bool:
-        """MXFP8 plans: whether a call of ``tokens_sum`` tokens multiplies A's codes, turned
-        into values in the tensor2d kernel's registers (rows of whole 16 bytes for TMA), so that
-        only B's values are written first."""
-        return self.mx_values and tokens_sum % 16 == 0
 
     def allocate_outputs(self, *args, **kwargs) -> dict[str, torch.Tensor]:
         """The outputs, and the call's ``workspace`` (see ``call_workspace_bytes``)."""
@@ -346,18 +339,8 @@ class GroupedGemmWgrad(Plan):
         """MXFP8 through the codes' BF16 values in ``scratch`` and the tensor2d TMA kernel;
         False (nothing launched) where that kernel does not take the values' views."""
         from .kernels_mx_values import launch_mx_values, mx_values_views
-        t2d = self.tensor2d_tma
-        if self._mx_a_codes(a.shape[1]):
-            _, b_values = mx_values_views(scratch, a.shape[1], 0, self.inter)
-            if not t2d.fits_mx_codes(a, b_values, self.contract.capability):
-                return False
-            launch_mx_values(a, b, None, b_scale, None, b_values)
-            t2d.launch_wgrad_tensor2d_tma(a, b_values, offsets, wgrad, wgrad_ptrs, out_dtype,
-                                          errors, hidden=self.hidden, inter=self.inter,
-                                          accumulate=accumulate, a_scale=a_scale,
-                                          config=t2d.TENSOR2D_TMA_CONFIG)
-            return True
         a_values, b_values = mx_values_views(scratch, a.shape[1], self.hidden, self.inter)
+        t2d = self.tensor2d_tma
         if not t2d.fits_tensor2d_kernel(a_values, b_values, self.contract.capability):
             return False
         launch_mx_values(a, b, a_scale, b_scale, a_values, b_values)
