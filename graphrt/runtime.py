@@ -20,13 +20,14 @@ BOUND_CALLS = 256
 
 
 def _call_key(plan_cls, args: tuple, kwargs: dict):
-    """(key, the tensor arguments' addresses, the run-time ints) of a functional call: the
-    key holds what its plan, outputs and launches depend on, addresses and run-time ints aside;
-    None when it cannot be bound (see graphrt.binding)."""
+    """(key, the tensor arguments' addresses, the run-time ints, the tensors' positions) of a
+    functional call: the key holds what its plan, outputs and launches depend on, addresses and
+    run-time ints aside, and ends with the call's ``binding_key``; None when it cannot be bound
+    (see graphrt.binding)."""
     bound = binding.binding_key(args, kwargs, plan_cls.run_time_ints)
     if bound is None:
         return None
-    return (plan_cls, env_backend(), bound[0]), bound[2], bound[3]
+    return (plan_cls, env_backend(), bound[0]), bound[2], bound[3], bound[1]
 
 
 class _BoundCall:
@@ -175,7 +176,7 @@ class Runtime:
         A call on the current stream of a kind seen before (see ``_BoundCall``) skips the
         plan lookup and the checks, but the overlap check of outputs the caller passed; one of
         the kind last served skips building its key too (``binding.CallMatcher``)."""
-        key = ints = None
+        key = ints = positions = None
         if stream is None and plan_cls.records_launches and self._on_cuda:
             call = self._recent_calls.get(plan_cls)
             if call is not None and call.version == self.plans.version \
@@ -187,7 +188,7 @@ class Runtime:
                         return result
             keyed = _call_key(plan_cls, args, kwargs)
             if keyed is not None:
-                key, inputs, ints = keyed
+                key, inputs, ints, positions = keyed
                 call = self._bound_calls.get(key)
                 if call is not None and call.version == self.plans.version:
                     result = call(self, args, kwargs, inputs, ints)
@@ -195,9 +196,10 @@ class Runtime:
                         if call.matcher is not None:
                             self._recent_calls[plan_cls] = call
                         return result
-        return self._run(plan_cls, args, kwargs, stream, key, ints)
+        return self._run(plan_cls, args, kwargs, stream, key, ints, positions)
 
-    def _run(self, plan_cls, args, kwargs, stream, call_key, ints=None) -> Result:
+    def _run(self, plan_cls, args, kwargs, stream, call_key, ints=None,
+             positions=None) -> Result:
         plan = self.plans.get(plan_cls, *args, **kwargs)
         allocated = plan.allocate_outputs(*args, **kwargs)
         nbytes = plan.workspace_bytes()
@@ -223,14 +225,15 @@ class Runtime:
             plan.execute(*args, **tensors, workspace=workspace, stream=launch_stream)
         if call_key is not None:
             self._bind_call(call_key, plan, args, kwargs, allocated, tensors, workspace,
-                            launch_stream, ints)
+                            launch_stream, ints, positions)
         return Result(plan.output_names, [merged[n] for n in plan.output_names])
 
     def _bind_call(self, call_key, plan, args, kwargs, allocated, tensors, workspace,
-                   stream, ints) -> None:
+                   stream, ints, positions) -> None:
         """Remember a functional call whose execute was bound, to serve the next calls of its
         kind (same key: inputs' shapes, strides, dtypes, alignment, configuration, stream;
-        the run-time ints it passes to execute are its own, in its order)."""
+        the run-time ints it passes to execute are its own, in its order). ``positions``: its
+        tensor arguments' positions, as ``_call_key`` found them."""
         if plan._bindings is None or any(o.computed and o.name in allocated
                                          for o in plan.spec.outputs):
             return
@@ -265,8 +268,7 @@ class Runtime:
         call = _BoundCall(plan, found, tuple(sources), self.plans.version, allocated, given,
                           len(own))
         call.backend = call_key[1]
-        keyed = binding.binding_key(args, kwargs, plan.run_time_ints)
-        call.matcher = binding.call_matcher(args, kwargs, *keyed[:2])
+        call.matcher = binding.call_matcher(args, kwargs, call_key[2], positions)
         self._bound_calls[call_key] = call
         if call.matcher is not None:
             self._recent_calls[type(plan)] = call

@@ -998,3 +998,40 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
             assert workspace % 256 == 0 and rt.arena.stats()["in_use"] == 0
             expected.insert(2, workspace)
         assert (kind, addresses, ints) == ("replay" if given else "launch", expected, [7])
+
+
+def test_a_bound_functional_call_gets_the_matcher_of_its_key(monkeypatch):
+    """``Runtime._bind_call`` builds the bound call's CallMatcher from what ``_call_key``
+    found (its binding key and tensor positions), on stand-ins: it serves the call and turns
+    away one with another scalar."""
+    import sys
+    from graphrt.plan import Plan
+    runtime_module = sys.modules["graphrt.runtime"]
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
+    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: 7)
+
+    class Stand:
+        output_names, also_written, run_time_ints = ("y",), (), {}
+        bindable = staticmethod(Plan.bindable)
+
+        class spec:
+            outputs = ()
+
+        def workspace_bytes(self):
+            return 0
+
+    buffer = torch.empty(64, dtype=torch.bfloat16)
+    x = buffer[-buffer.data_ptr() % 256 // 2:][:16]
+    y = torch.empty(16, dtype=torch.bfloat16)
+    args, kwargs = (x,), {"eps": 1e-6}
+    call_key, addresses, ints, positions = runtime_module._call_key(Stand, args, kwargs)
+    plan = Stand()
+    executed = binding.binding_key(args, {"y": y, "workspace": None, "stream": None}, {})
+    plan._bindings = type("Recorded", (), {"recorded": {executed[0]: "a binding"}})()
+    rt = graphrt.Runtime("cpu")
+    rt._bind_call(call_key, plan, args, kwargs, {"y": y}, {"y": y}, None, None, ints,
+                  positions)
+    (call,) = rt._bound_calls.values()
+    assert call.binding == "a binding"
+    assert call.matcher.match(args, kwargs) == (addresses, ints)
+    assert call.matcher.match(args, {"eps": 1e-5}) is None
