@@ -10,8 +10,12 @@ as rows first) against Hopper's TMA kernel;
 the E8 cases; ``--tensor2d-tma`` times every tensor2d layout, counts in multiples of 256 and
 odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_tensor2d.py, the
 plan's) per Tensor2dTmaConfig;
-``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--discrete`` times
-dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan with
+``--leftovers`` times the plan's ragged launches (TMA kernel, rows copy, Triton kernel for the
+experts the TMA kernel leaves) with the Triton kernel's persistent grid against its grid of one
+program per tile and expert, with and without programmatic dependent launch of the copy and of
+the Triton kernel, against the TMA kernel alone; ``--rows`` times the copy of ragged experts
+as rows alone per RowsConfig; ``--discrete`` times dense against discrete output through the
+plan; ``--mx-values`` MXFP8 through the plan with
 and without the workspace for the codes' BF16 values; ``--first`` only the first benchmark
 case."""
 import itertools
@@ -220,6 +224,75 @@ def _in_turn(runs, sets, rounds=5):
                                     for name, us in medians.items()), flush=True)
 
 
+def main_leftovers(first: bool):
+    """The plan's ragged launches on Hopper, x256 and odd counts, in turn: the Triton kernel's
+    share as a persistent grid or one program per tile and expert (kernels.LEFTOVERS_PERSISTENT),
+    with and without programmatic dependent launch of the copy and of the Triton kernel
+    (kernels.PDL_COPY, PDL_GEMM), and (x256) the TMA kernel alone, each checked against FP32
+    per-expert products first."""
+    from graphrt.ops.grouped_gemm import kernels
+    pdl_default = kernels.PDL_COPY, kernels.PDL_GEMM
+    gen = torch.Generator().manual_seed(0)
+    errors = error_flags(torch.device("cuda", 0))
+    for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
+        aligned = random_counts(experts, tokens, gen)
+        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+        sets = [(torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda"),
+                 torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda").t())
+                for _ in range(2)]
+        ws = torch.empty(ragged_rows_bytes(tokens, hidden, inter), dtype=torch.uint8,
+                         device="cuda")
+        for label, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen))):
+            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
+                                   device="cuda")
+            a_flat, b_flat = sets[0][0].reshape(-1), sets[0][1].t().reshape(-1)
+            ref, begin = [], 0
+            for n in counts:
+                block_a = a_flat[hidden * begin:hidden * (begin + n)].view(hidden, n).float()
+                block_b = b_flat[inter * begin:inter * (begin + n)].view(inter, n).float()
+                ref.append(block_a @ block_b.t())
+                begin += n
+            ref = torch.stack(ref)
+            print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
+                  flush=True)
+
+            def plan_launches(a, b, offsets=offsets, persistent=True, pdl=(True, True)):
+                ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
+                                                   errors, hidden=hidden, inter=inter,
+                                                   accumulate=False)
+                kernels.LEFTOVERS_PERSISTENT = persistent
+                kernels.PDL_COPY, kernels.PDL_GEMM = pdl
+                try:
+                    launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16,
+                                 errors, hidden=hidden, inter=inter, a_k_major=True,
+                                 b_k_major=True, ragged=True, accumulate=False,
+                                 dot_fp32=False, rows=ws, skip_tma_taken=True)
+                finally:
+                    kernels.LEFTOVERS_PERSISTENT = True
+                    kernels.PDL_COPY, kernels.PDL_GEMM = pdl_default
+            runs = [("persistent, PDL", plan_launches),
+                    ("persistent, PDL copy only",
+                     lambda a, b, run=plan_launches: run(a, b, pdl=(True, False))),
+                    ("persistent, PDL GEMM only",
+                     lambda a, b, run=plan_launches: run(a, b, pdl=(False, True))),
+                    ("persistent, no PDL",
+                     lambda a, b, run=plan_launches: run(a, b, pdl=(False, False))),
+                    ("one program a tile, no PDL",
+                     lambda a, b, run=plan_launches: run(a, b, persistent=False,
+                                                         pdl=(False, False)))]
+            if label == "x256":
+                runs.append(("TMA alone", lambda a, b, offsets=offsets:
+                             ragged_tma.launch_wgrad_ragged_tma(
+                                 a, b, offsets, out, None, torch.bfloat16, errors,
+                                 hidden=hidden, inter=inter, accumulate=False)))
+            for name, run in runs:
+                out.fill_(float("nan"))
+                run(*sets[0])
+                err = ((out.float() - ref).norm() / ref.norm()).item()
+                print(f"  {name}: err={err:.1e}", flush=True)
+            _in_turn(runs, sets)
+
+
 def main_layouts(first: bool):
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
@@ -407,6 +480,8 @@ if __name__ == "__main__":
         main_mx_values()
     elif "--discrete" in sys.argv[1:]:
         main_discrete()
+    elif "--leftovers" in sys.argv[1:]:
+        main_leftovers("--first" in sys.argv[1:])
     elif "--rows" in sys.argv[1:]:
         main_rows("--first" in sys.argv[1:])
     elif "--layouts" in sys.argv[1:]:

@@ -1019,11 +1019,10 @@ def test_ragged_tma_sorted_split_up_to_its_expert_limit():
 @triton.jit
 def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
                   EXPERTS_POW2: tl.constexpr, CHUNK: tl.constexpr,
-                  UNALIGNED_LAST: tl.constexpr):
+                  SHARE: tl.constexpr):
     """ORDER[r]: the expert of rank r; POSITIONS[round, program]: the snake's position."""
     idx = tl.arange(0, EXPERTS_POW2)
-    ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, CHUNK), experts, tokens_sum,
-                            UNALIGNED_LAST)
+    ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, CHUNK), experts, tokens_sum, SHARE)
     program, programs = tl.program_id(0), tl.num_programs(0)
     if program == 0:
         for rank in range(0, experts):
@@ -1033,18 +1032,20 @@ def _order_kernel(OFFSETS, ORDER, POSITIONS, experts, tokens_sum, rounds,
 
 
 @needs_interpreter
-@pytest.mark.parametrize("unaligned_last", [False, True])
+@pytest.mark.parametrize("share", ["every expert", "TMA first", "TMA left"])
 @pytest.mark.parametrize("chunk", [2, 8])
 @pytest.mark.parametrize("counts,bad_at", [([5, 0, 9, 9, 1, 30], None), ([7, 7, 7], None),
                                            ([0, 0, 0, 0, 4], None), ([3, 8, 2, 6, 6, 1, 4], 2),
                                            ([8, 16, 3, 5, 8, 0, 24], None),
                                            ([12], None), ("random 37", 20)])
-def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, unaligned_last):
+def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, share):
     """The order a balanced persistent split walks experts in: by count, largest first, ties
     by index, an expert with bad bounds as empty, compared a chunk of experts at a time
-    (chunks shorter and longer than the experts), and for the ragged TMA kernel the experts it
-    leaves (counts off multiples of 8) after the empty ones; and the snake covers every position
-    once."""
+    (chunks shorter and longer than the experts); for the ragged TMA kernel the experts it
+    leaves (counts off multiples of 8) after the empty ones, and for the Triton kernel that
+    runs after it those experts first, the TMA kernel's after; and the snake covers every
+    position once."""
+    from graphrt.ops.grouped_gemm.kernels import EVERY_EXPERT, TMA_FIRST, TMA_LEFT
     if counts == "random 37":   # ties and empty experts among more experts than a chunk
         counts = torch.randint(0, 6, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     ends = list(itertools.accumulate(counts))
@@ -1056,12 +1057,16 @@ def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, unaligned_la
     positions = torch.full((rounds, programs), -1, dtype=torch.int32)
     _order_kernel[(programs,)](offsets, order, positions, len(counts), sum(counts), rounds,
                                EXPERTS_POW2=max(2, 1 << (len(counts) - 1).bit_length()),
-                               CHUNK=chunk, UNALIGNED_LAST=unaligned_last)
+                               CHUNK=chunk, SHARE={"every expert": EVERY_EXPERT,
+                                                   "TMA first": TMA_FIRST,
+                                                   "TMA left": TMA_LEFT}[share].value)
     begins = [0] + ends[:-1]
     valid = [0 <= begin <= end for begin, end in zip(begins, ends)]
     sizes = [end - begin if ok else 0 for begin, end, ok in zip(begins, ends, valid)]
-    if unaligned_last:
+    if share == "TMA first":
         sizes = [n if n % 8 == 0 else -1 for n in sizes]
+    elif share == "TMA left":
+        sizes = [-1 if n % 8 == 0 else n for n in sizes]
     assert order.tolist() == sorted(range(len(counts)), key=lambda e: (-sizes[e], e))
     assert sorted(positions.reshape(-1).tolist()) == list(range(rounds * programs))
     assert positions[1].tolist() == [2 * programs - 1 - p for p in range(programs)]

@@ -18,13 +18,17 @@ import triton
 import triton.language as tl
 
 from ... import device_checks
-from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, launch, mma, next_power_of_2,
-                             persistent_grid, pow2, TL_DTYPES)
+from ...kernel_utils import (allow_dependent_launch, cdiv, CompileCase, CONSTEXPR, launch, mma,
+                             next_power_of_2, persistent_grid, pow2, TL_DTYPES, use_pdl,
+                             wait_for_prior_kernel)
 from ...validate import sm_count
 
 OFFSETS_DECREASING = tl.constexpr(device_checks.OFFSETS_DECREASING)
 OFFSETS_OUT_OF_RANGE = tl.constexpr(device_checks.OFFSETS_OUT_OF_RANGE)
 OFFSETS_LAST_NOT_TOTAL = tl.constexpr(device_checks.OFFSETS_LAST_NOT_TOTAL)
+# which experts a persistent split over experts ranked by count walks (_ranks_by_count): every
+# one; the ragged TMA kernel's (``_tma_takes``) ranked first; the ones it leaves ranked first
+EVERY_EXPERT, TMA_FIRST, TMA_LEFT = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 
 
 @dataclass(frozen=True)
@@ -168,36 +172,38 @@ def _tma_takes(count):
 
 
 @triton.jit
-def _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST: tl.constexpr):
+def _rank_keys(OFFSETS, idx, experts, tokens_sum, SHARE: tl.constexpr):
     """What ``_ranks_by_count`` orders experts ``idx`` by: the token count (0 for invalid
-    bounds), or with UNALIGNED_LAST -1 for the experts the ragged TMA kernel leaves
-    (``_tma_takes``); -2 past the experts."""
+    bounds); -1 with SHARE == TMA_FIRST for the experts the ragged TMA kernel leaves
+    (``_tma_takes``), with SHARE == TMA_LEFT for those it takes; -2 past the experts."""
     _, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
     counts = tl.where(bad, 0, counts)
-    if UNALIGNED_LAST:
+    if SHARE == TMA_FIRST:
         counts = tl.where(_tma_takes(counts), counts, -1)
+    elif SHARE == TMA_LEFT:
+        counts = tl.where(_tma_takes(counts), -1, counts)
     return tl.where(idx < experts, counts, -2)
 
 
 @triton.jit
 def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum,
-                    UNALIGNED_LAST: tl.constexpr = False):
+                    SHARE: tl.constexpr = EVERY_EXPERT):
     """Each expert ``idx`` (a vector over a power of two >= experts) ranked by token count,
     largest first, ties by index: a permutation of 0 .. experts - 1 for the experts,
     ``experts`` for the lanes past them. Experts with invalid bounds count as empty; with
-    UNALIGNED_LAST, the experts the ragged TMA kernel leaves (``_tma_takes``) come after the
-    empty ones.
+    SHARE == TMA_FIRST the experts the ragged TMA kernel leaves (``_tma_takes``) come after the
+    empty ones, with SHARE == TMA_LEFT those it takes (the empty ones among them).
     ``others`` (a few lanes, ``others[None, :]`` broadcast against ``idx[:, None]``) walks
     the experts a chunk at a time. The ragged TMA kernel (kernels_ragged.py) runs it with the
     chunk in each thread's registers: each chunk's comparisons and sum stay in a thread, so
     the cost grows with experts / chunk, not with a reduction across threads per expert.
     Every program computes the same order."""
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST)[:, None]
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, SHARE)[:, None]
     rows = idx[:, None]
     ranks = idx * 0
     for start in range(0, experts, others.shape[0]):
         other = start + others
-        other_keys = _rank_keys(OFFSETS, other, experts, tokens_sum, UNALIGNED_LAST)[None, :]
+        other_keys = _rank_keys(OFFSETS, other, experts, tokens_sum, SHARE)[None, :]
         other = other[None, :]
         ahead = (other < experts) & ((other_keys > keys) |
                                      ((other_keys == keys) & (other < rows)))
@@ -268,7 +274,7 @@ def _tile_to_rows(SRC, DST, w0, t0, count, WIDTH: tl.constexpr, BLOCK_W: tl.cons
 @triton.jit(do_not_specialize=["tokens_sum", "experts"])
 def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, experts,
                         HIDDEN: tl.constexpr, INTER: tl.constexpr, SKIP_ALIGNED: tl.constexpr,
-                        EXPERTS_POW2: tl.constexpr, BLOCK_W: tl.constexpr,
+                        PDL: tl.constexpr, EXPERTS_POW2: tl.constexpr, BLOCK_W: tl.constexpr,
                         BLOCK_T: tl.constexpr):
     """The ragged blocks of the experts that the GEMM cannot load 8 tokens at a time (all of
     them unless ``SKIP_ALIGNED``) copied as rows: A_ROWS [tokens_sum, HIDDEN], B_ROWS
@@ -276,7 +282,11 @@ def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, experts,
     into items (expert, column tile, token tile), numbered expert by expert, and program p
     takes items p, p + num_programs, ...; a call with nothing to copy reads the offsets once
     and returns. Nothing is copied unless every expert's bounds are valid (the GEMM then reads
-    the blocks themselves)."""
+    the blocks themselves). PDL: launched as a programmatic dependent launch right after a
+    kernel of the same call that neither reads nor writes the copy (Hopper's ragged TMA kernel):
+    it copies while that kernel drains and lets the GEMM after it launch; its first program
+    waits for that kernel before it ends, so that the kernels of the call still end in order."""
+    allow_dependent_launch(PDL)
     TILES_A: tl.constexpr = (HIDDEN + BLOCK_W - 1) // BLOCK_W
     TILES: tl.constexpr = TILES_A + (INTER + BLOCK_W - 1) // BLOCK_W
     i = tl.arange(0, EXPERTS_POW2)
@@ -302,6 +312,8 @@ def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, experts,
         else:
             _tile_to_rows(B + INTER * begin, B_ROWS + INTER * begin, (col - TILES_A) * BLOCK_W,
                           t0, count, INTER, BLOCK_W, BLOCK_T)
+    if tl.program_id(0) == 0:
+        wait_for_prior_kernel(PDL)
 
 
 @triton.jit
@@ -351,52 +363,100 @@ def _store_at(acc, out, m, n, HIDDEN: tl.constexpr, INTER: tl.constexpr,
     tl.store(ptrs, acc.to(OUT_DTYPE), mask=mask)
 
 
-@triton.jit(do_not_specialize=["tokens_sum"])
-def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
+@triton.jit(do_not_specialize=["tokens_sum", "experts"])
+def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum, experts,
                   HIDDEN: tl.constexpr, INTER: tl.constexpr, A_K_MAJOR: tl.constexpr,
                   B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
                   K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
                   RAGGED_PREFETCH: tl.constexpr, RAGGED_ROWS: tl.constexpr,
-                  SKIP_TMA_TAKEN: tl.constexpr, EXPERTS_POW2: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  SKIP_TMA_TAKEN: tl.constexpr, PERSISTENT: tl.constexpr, PDL: tl.constexpr,
+                  EXPERTS_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
-    expert, m, n, m_mask, n_mask, begin, count = _program_tile(
-        OFFSETS, ERRORS, tokens_sum, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
+    """Program (tile, expert) computes that tile. SKIP_TMA_TAKEN: after Hopper's ragged TMA
+    kernel (kernels_ragged.py), the experts it takes are left alone; with PERSISTENT a grid of
+    one program an SM walks the items of the others, sorted by count, largest first, the
+    programs' order reversed every round. PDL: launched as a programmatic dependent launch
+    right after that kernel or the rows copy; the offsets (written before either ran) are read
+    first, and a program with nothing to do ends without waiting for the kernel before it
+    (the first one waits, so that the call's kernels still end in order)."""
+    if SKIP_TMA_TAKEN and PERSISTENT:
+        TILES: tl.constexpr = ((HIDDEN + BLOCK_M - 1) // BLOCK_M) * ((INTER + BLOCK_N - 1) //
+                                                                      BLOCK_N)
+        idx = tl.arange(0, EXPERTS_POW2)
+        keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, TMA_LEFT)
+        taken = tl.sum(((idx < experts) & (keys >= 0)).to(tl.int32), axis=0)
+        ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, 8), experts, tokens_sum, TMA_LEFT)
+        if (taken > 0) | (tl.program_id(0) == 0):
+            wait_for_prior_kernel(PDL)
+        for round_ in range(0, tl.cdiv(taken * TILES, tl.num_programs(0))):
+            position = _snake(round_, tl.program_id(0), tl.num_programs(0))
+            if position < taken * TILES:
+                _wgrad_tile(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
+                            position % TILES, _expert_at_rank(ranks, idx, position // TILES),
+                            experts, HIDDEN, INTER, A_K_MAJOR, B_K_MAJOR, RAGGED, DISCRETE,
+                            ACCUMULATE, DOT_FP32, OUT_DTYPE, K_ALIGNED, RAGGED_ALIGNED,
+                            RAGGED_PREFETCH, RAGGED_ROWS, EXPERTS_POW2, BLOCK_M, BLOCK_N,
+                            BLOCK_K, NUM_STAGES, GROUP_M)
+    else:
+        if SKIP_TMA_TAKEN:
+            _, count, bad = _bounds_at(OFFSETS, tl.program_id(1), experts, tokens_sum)
+            if _tma_takes(tl.where(bad, 0, count)):
+                if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+                    wait_for_prior_kernel(PDL)
+                return
+        wait_for_prior_kernel(PDL)
+        _wgrad_tile(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
+                    tl.program_id(0), tl.program_id(1), experts, HIDDEN, INTER, A_K_MAJOR,
+                    B_K_MAJOR, RAGGED, DISCRETE, ACCUMULATE, DOT_FP32, OUT_DTYPE, K_ALIGNED,
+                    RAGGED_ALIGNED, RAGGED_PREFETCH, RAGGED_ROWS, EXPERTS_POW2, BLOCK_M,
+                    BLOCK_N, BLOCK_K, NUM_STAGES, GROUP_M)
+
+
+@triton.jit
+def _wgrad_tile(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum, tile, expert,
+                experts, HIDDEN: tl.constexpr, INTER: tl.constexpr, A_K_MAJOR: tl.constexpr,
+                B_K_MAJOR: tl.constexpr, RAGGED: tl.constexpr, DISCRETE: tl.constexpr,
+                ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
+                K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
+                RAGGED_PREFETCH: tl.constexpr, RAGGED_ROWS: tl.constexpr,
+                EXPERTS_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tile ``tile`` of Wgrad[expert] (of ``experts``): the product over the expert's tokens,
+    stored (an empty expert's zeros; left alone when accumulating)."""
+    m, n = _tile_rows_cols(tile, HIDDEN, INTER, BLOCK_M, BLOCK_N, GROUP_M)
+    m_mask, n_mask = m < HIDDEN, n < INTER
+    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, experts, tile == 0, tokens_sum)
     if ACCUMULATE:
         if count == 0:
-            return
-    if SKIP_TMA_TAKEN:   # those experts are Hopper's TMA kernel's (kernels_ragged.py)
-        if _tma_takes(count):
             return
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if RAGGED:   # the expert's blocks: A_e (hidden, count), B_e (intermediate, count)
         a_off, b_off = HIDDEN * begin, INTER * begin
         if RAGGED_ALIGNED and _ragged_rows_aligned(begin, count, HIDDEN, INTER):
-            # every row of both blocks starts 16-byte aligned: 8 tokens per load. The values are
-            # rebuilt as multiples of 8 for the compiler to see it (tl.multiple_of would mark
-            # the original values, which the other branch uses too)
+            # every row of both blocks starts 16-byte aligned: 8 tokens per load. The values
+            # are rebuilt as multiples of 8 for the compiler to see it (tl.multiple_of would
+            # mark the original values, which the other branch uses too)
             rows = count // 8 * 8
-            acc = _k_loop(acc, A + a_off // 8 * 8, B + b_off // 8 * 8, 0, rows, m, n, m_mask,
-                          n_mask, rows, 1, 1, rows, DOT_FP32, BLOCK_K, NUM_STAGES)
-        elif RAGGED_ROWS and _offsets_in_order(OFFSETS, tl.num_programs(1), tokens_sum,
-                                               EXPERTS_POW2):
+            acc = _k_loop(acc, A + a_off // 8 * 8, B + b_off // 8 * 8, 0, rows, m, n,
+                          m_mask, n_mask, rows, 1, 1, rows, DOT_FP32, BLOCK_K, NUM_STAGES)
+        elif RAGGED_ROWS and _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2):
             # the blocks copied as rows by _ragged_rows_kernel: hidden and intermediate the
             # unit-stride axes, whatever the count
-            acc = _k_loop(acc, A_ROWS + a_off, B_ROWS + b_off, 0, count, m, n, m_mask, n_mask,
-                          1, HIDDEN, INTER, 1, DOT_FP32, BLOCK_K, NUM_STAGES)
+            acc = _k_loop(acc, A_ROWS + a_off, B_ROWS + b_off, 0, count, m, n, m_mask,
+                          n_mask, 1, HIDDEN, INTER, 1, DOT_FP32, BLOCK_K, NUM_STAGES)
         elif RAGGED_PREFETCH:
-            acc = _k_loop_prefetched(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask,
-                                     count, 1, 1, count, DOT_FP32, BLOCK_K)
+            acc = _k_loop_prefetched(acc, A + a_off, B + b_off, 0, count, m, n, m_mask,
+                                     n_mask, count, 1, 1, count, DOT_FP32, BLOCK_K)
         elif RAGGED_ROWS:   # out-of-order offsets: short unpipelined steps, few registers
-            acc = _k_loop(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask, count, 1,
-                          1, count, DOT_FP32, 16, 1)
+            acc = _k_loop(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask, count,
+                          1, 1, count, DOT_FP32, 16, 1)
         else:
-            acc = _k_loop(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask, count, 1,
-                          1, count, DOT_FP32, BLOCK_K, NUM_STAGES)
+            acc = _k_loop(acc, A + a_off, B + b_off, 0, count, m, n, m_mask, n_mask, count,
+                          1, 1, count, DOT_FP32, BLOCK_K, NUM_STAGES)
     else:   # element strides of A (hidden x tokens) and B (tokens x intermediate)
         stride = tokens_sum.to(tl.int64)
-        if K_ALIGNED:   # tokens_sum % 8 == 0: the rows of K-major operands start 16-byte aligned
+        if K_ALIGNED:   # tokens_sum % 8 == 0: K-major operands' rows start 16-byte aligned
             stride = tl.multiple_of(stride, 8)
         if A_K_MAJOR:
             a_sm, a_sk = stride, 1
@@ -408,15 +468,15 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
             b_sk, b_sn = INTER, 1
         if K_ALIGNED:
             # tokens are absolute indices here: those between the expert's first and last
-            # multiples of 8 load 8 at a time (masks constant over 8 tokens); the fewer than 8 at
-            # each end come in one gathered block with exact masks. On the H200 (Triton 3.6),
-            # skipping that block when both ends are empty, narrowing it to 16 tokens or moving
-            # it before the loop each made the large cases with K-major B 9-25% slower
+            # multiples of 8 load 8 at a time (masks constant over 8 tokens); the fewer than 8
+            # at each end come in one gathered block with exact masks. On the H200 (Triton
+            # 3.6), skipping that block when both ends are empty, narrowing it to 16 tokens or
+            # moving it before the loop each made the large cases with K-major B 9-25% slower
             stop = begin + count
             first_full = tl.multiple_of((begin + 7) // 8 * 8, 8)
             last_full = stop // 8 * 8
-            acc = _k_loop(acc, A, B, first_full, last_full, m, n, m_mask, n_mask, a_sm, a_sk,
-                          b_sk, b_sn, DOT_FP32, BLOCK_K, NUM_STAGES)
+            acc = _k_loop(acc, A, B, first_full, last_full, m, n, m_mask, n_mask, a_sm,
+                          a_sk, b_sk, b_sn, DOT_FP32, BLOCK_K, NUM_STAGES)
             if count > 0:
                 head_end = tl.minimum(first_full, stop)
                 tail_begin = tl.maximum(last_full, first_full)
@@ -424,8 +484,8 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
                 kk = tl.where(k < 8, begin // 8 * 8 + k, last_full + k - 8)
                 k_mask = (((k < 8) & (kk >= begin) & (kk < head_end)) |
                           ((k >= 8) & (k < 16) & (kk >= tail_begin) & (kk < stop)))
-                acc += _tile(A, B, m, n, kk, m_mask, n_mask, k_mask, a_sm, a_sk, b_sk, b_sn,
-                             DOT_FP32)
+                acc += _tile(A, B, m, n, kk, m_mask, n_mask, k_mask, a_sm, a_sk, b_sk,
+                             b_sn, DOT_FP32)
         else:
             acc = _k_loop(acc, A + begin * a_sk, B + begin * b_sk, 0, count, m, n, m_mask,
                           n_mask, a_sm, a_sk, b_sk, b_sn, DOT_FP32, BLOCK_K, NUM_STAGES)
@@ -648,19 +708,27 @@ def experts_vector(experts: int) -> int:
 
 
 def launch_ragged_rows(cfg: RowsConfig, a, b, a_rows, b_rows, offsets, *, hidden: int,
-                       inter: int, skip_aligned: bool) -> None:
+                       inter: int, skip_aligned: bool, pdl: bool = False) -> None:
     """The ragged blocks of a (hidden, T) and b (intermediate, T) copied as rows into a_rows
     (T, hidden) and b_rows (T, intermediate): every expert's, or those off 16-byte rows when
     ``skip_aligned``; a grid of at most ``programs_per_sm`` programs per SM, fewer when the
-    copy of every expert would need fewer tiles."""
+    copy of every expert would need fewer tiles. ``pdl``: as a programmatic dependent launch
+    behind a kernel of the same call that does not touch the copy (_ragged_rows_kernel)."""
     tokens_sum, experts = a.shape[1], offsets.shape[0]
     tiles = cdiv(hidden, cfg.block_w) + cdiv(inter, cfg.block_w)
     items = (cdiv(tokens_sum, cfg.block_t) + experts) * tiles
     programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
     launch(_ragged_rows_kernel, (programs,), a, b, a_rows, b_rows, offsets, tokens_sum, experts,
-           HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=skip_aligned,
+           HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=skip_aligned, PDL=pdl,
            EXPERTS_POW2=experts_vector(experts), BLOCK_W=cfg.block_w, BLOCK_T=cfg.block_t,
-           num_warps=cfg.num_warps)
+           launch_pdl=pdl, num_warps=cfg.num_warps)
+
+
+# the Triton kernel's share after Hopper's ragged TMA kernel: a persistent grid (True) or one
+# program per tile and expert, those of the TMA kernel's experts ending at once; which of the
+# launches after that kernel are programmatic dependent launches (where use_pdl allows)
+LEFTOVERS_PERSISTENT = True
+PDL_COPY, PDL_GEMM = False, False
 
 
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
@@ -673,37 +741,46 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     not 16-byte aligned row by row are first copied as rows, which the GEMM then reads at full
     speed; without it those experts load two bytes at a time. ``skip_tma_taken`` (ragged): the
     experts that Hopper's ragged TMA kernel takes (``_tma_takes``: counts in multiples of 8,
-    and invalid bounds) are left alone."""
+    and invalid bounds) are left alone, the others taken by a persistent grid of one program
+    an SM; launched right after that kernel, the copy and the GEMM are programmatic dependent
+    launches where ``use_pdl`` allows (the TMA kernel lets them start while it drains)."""
     if skip_tma_taken and not ragged:
         raise ValueError("skip_tma_taken: only ragged calls share their experts with a TMA kernel")
     launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
     if launch_args is None:
         return
     grid, out_arg, ptrs_arg = launch_args
-    tokens_sum = a.shape[1]
+    tokens_sum, experts = a.shape[1], grid[1]
+    pdl = skip_tma_taken and use_pdl(a)
+    persistent = skip_tma_taken and LEFTOVERS_PERSISTENT
+    if persistent:
+        grid = (min(grid[0] * experts, sm_count(a.device)),)
     # the 8-token path needs 16-byte aligned rows of the K-major operands (and BLOCK_K >= 16)
     # (ragged: the experts whose blocks turn out aligned on the device take it)
     aligned_bases = cfg.block_k >= 16 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
     k_aligned = (a_k_major or b_k_major) and not ragged and tokens_sum % 8 == 0 and aligned_bases
     # the vector of offsets the rows' checks read; a fixed value where nothing reads it, so
     # that other launches do not compile per expert count
-    experts_pow2 = experts_vector(grid[1]) if ragged and rows is not None else 2
+    experts_pow2 = experts_vector(experts) if ragged and (rows is not None or skip_tma_taken) \
+        else 2
     a_rows, b_rows = a, b   # the kernel's unused arguments: valid tensors
     if ragged and rows is not None:
         a_rows, b_rows = ragged_rows_views(rows, tokens_sum, hidden, inter)
         launch_ragged_rows(ROWS_CONFIG, a, b, a_rows, b_rows, offsets, hidden=hidden,
-                           inter=inter, skip_aligned=aligned_bases)
+                           inter=inter, skip_aligned=aligned_bases, pdl=pdl and PDL_COPY)
     launch(_wgrad_kernel, grid, a, b, a_rows, b_rows, offsets, out_arg, ptrs_arg, errors,
-        tokens_sum, HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major,
+        tokens_sum, experts, HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major,
         RAGGED=ragged, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
         OUT_DTYPE=TL_DTYPES[out_dtype], K_ALIGNED=k_aligned,
         RAGGED_ALIGNED=ragged and aligned_bases,
         # with the rows, two-byte loads remain only for out-of-order offsets
         RAGGED_PREFETCH=ragged and cfg.ragged_prefetch and rows is None,
         RAGGED_ROWS=ragged and rows is not None, SKIP_TMA_TAKEN=skip_tma_taken,
+        PERSISTENT=persistent, PDL=pdl and PDL_GEMM,
         EXPERTS_POW2=experts_pow2,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, **cfg.launch_options())
+        NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, launch_pdl=pdl and PDL_GEMM,
+        **cfg.launch_options())
 
 
 def launch_wgrad_fp8(cfg: GemmConfig, a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype,
@@ -741,10 +818,10 @@ def compile_cases() -> list[CompileCase]:
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     bf16 = dict(A="*bf16", B="*bf16", A_ROWS="*bf16", B_ROWS="*bf16", OFFSETS="*i32",
-                OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", HIDDEN=c,
-                INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c, DISCRETE=c, ACCUMULATE=c,
+                OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", experts="i32",
+                HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c, DISCRETE=c, ACCUMULATE=c,
                 DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c, RAGGED_ALIGNED=c, RAGGED_PREFETCH=c,
-                RAGGED_ROWS=c, SKIP_TMA_TAKEN=c, EXPERTS_POW2=c,
+                RAGGED_ROWS=c, SKIP_TMA_TAKEN=c, PERSISTENT=c, PDL=c, EXPERTS_POW2=c,
                 BLOCK_M=c, BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c, GROUP_M=c)
     plan_cfg = gemm_config(False)
     cases = [CompileCase(
@@ -756,7 +833,7 @@ def compile_cases() -> list[CompileCase]:
                    DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
                    RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, SKIP_TMA_TAKEN=skip,
-                   EXPERTS_POW2=8, BLOCK_M=128,
+                   PERSISTENT=skip, PDL=skip, EXPERTS_POW2=8, BLOCK_M=128,
                    BLOCK_N=plan_cfg.block_n if prefetch or rows else 128, BLOCK_K=64,
                    NUM_STAGES=3, GROUP_M=8), num_warps=8)
         for a_k, b_k, ragged, discrete, acc, aligned, prefetch, rows, skip in (
@@ -774,9 +851,9 @@ def compile_cases() -> list[CompileCase]:
     cases.append(CompileCase(
         "wgrad ragged blocks to rows", _ragged_rows_kernel,
         dict(A="*bf16", B="*bf16", A_ROWS="*bf16", B_ROWS="*bf16", OFFSETS="*i32",
-             tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, SKIP_ALIGNED=c,
+             tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, SKIP_ALIGNED=c, PDL=c,
              EXPERTS_POW2=c, BLOCK_W=c, BLOCK_T=c),
-        dict(HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=True, EXPERTS_POW2=8,
+        dict(HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=True, PDL=True, EXPERTS_POW2=8,
              BLOCK_W=ROWS_CONFIG.block_w, BLOCK_T=ROWS_CONFIG.block_t),
         num_warps=ROWS_CONFIG.num_warps))
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",

@@ -67,6 +67,7 @@ _store_tile = gluon.jit(_triton_kernels._store_tile.fn)   # its tensors carry th
 # the order of the experts and the snake, written as Triton code in kernels.py so that the
 # interpreter tests them (vectors in the layouts the caller gives)
 _ranks_by_count = gluon.jit(_triton_kernels._ranks_by_count.fn)
+EVERY_EXPERT, TMA_FIRST = _triton_kernels.EVERY_EXPERT, _triton_kernels.TMA_FIRST
 _rank_keys = gluon.jit(_triton_kernels._rank_keys.fn)
 _tma_takes = gluon.jit(_triton_kernels._tma_takes.fn)
 _expert_at_rank = gluon.jit(_triton_kernels._expert_at_rank.fn)
@@ -75,18 +76,17 @@ _snake = gluon.jit(_triton_kernels._snake.fn)
 
 @gluon.jit
 def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
-                  WARPS: gl.constexpr, CHUNK: gl.constexpr, UNALIGNED_LAST: gl.constexpr):
+                  WARPS: gl.constexpr, CHUNK: gl.constexpr, SHARE: gl.constexpr):
     """(ranks, idx, taken): every expert's rank by count, largest first, over the calling
     partition's WARPS warps, the experts compared CHUNK at a time in each thread's registers;
-    with UNALIGNED_LAST the experts the ragged TMA kernel leaves to the Triton kernel
-    (``_tma_takes``) last. ``taken``: how many experts the kernel takes (the ranks before those;
-    every expert without UNALIGNED_LAST)."""
+    SHARE (kernels.EVERY_EXPERT, TMA_FIRST) as ``_ranks_by_count`` takes it. ``taken``: how
+    many experts the kernel takes (the ranks before those SHARE ranks last)."""
     pairs: gl.constexpr = gl.BlockedLayout([1, CHUNK], [32, 1], [WARPS, 1], [1, 0])
     idx = gl.arange(0, EXPERTS_POW2, layout=gl.SliceLayout(1, pairs))
     others = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, pairs))
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, UNALIGNED_LAST)
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, SHARE)
     taken = gl.sum(((idx < experts) & (keys >= 0)).to(gl.int32), axis=0)
-    ranks = _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, UNALIGNED_LAST)
+    ranks = _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, SHARE)
     return ranks, idx, taken
 
 
@@ -217,7 +217,7 @@ def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERROR
     i = 0
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
-                                          False)
+                                          EVERY_EXPERT)
         for round_ in range(0, _sorted_rounds(taken, tiles)):
             live, expert, m0, n0, begin, end = _sorted_tile_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,

@@ -35,7 +35,8 @@ from ...validate import sm_count
 from .kernels import experts_vector
 from .kernels_gluon import (_box_extents, _expert_ranks, _load_partition, _release,
                             _sorted_rounds, _sorted_tile_work, _stage_ready, _stage_ring,
-                            _store_item, _store_layout, _tile_count, _work, BLOCK_M)
+                            _store_item, _store_layout, _tile_count, _work, BLOCK_M,
+                            EVERY_EXPERT)
 
 BLOCK_K = gl.constexpr(64)   # tokens a stage: 128 bytes of BF16, the swizzle's width
 GROUP_M = 8
@@ -129,7 +130,7 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
     z = 0
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
-                                          False)
+                                          EVERY_EXPERT)
         for round_ in range(0, _sorted_rounds(taken, tiles)):
             live, expert, m0, n0, begin, end = _sorted_tile_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
