@@ -15,9 +15,8 @@ experts the TMA kernel leaves) with the Triton kernel's persistent grid against 
 program per tile and expert, with and without programmatic dependent launch of the copy and of
 the Triton kernel, against the TMA kernel alone; ``--rows`` times the copy of ragged experts
 as rows alone per RowsConfig; ``--discrete`` times dense against discrete output through the
-plan; ``--mx-values`` MXFP8 through the plan with
-and without the workspace for the codes' BF16 values; ``--first`` only the first benchmark
-case."""
+plan; ``--mx-values`` MXFP8 through the plan with and without the workspace for the codes'
+BF16 values; ``--first`` only the first benchmark case."""
 import itertools
 import sys
 
@@ -270,9 +269,7 @@ def main_leftovers(first: bool):
                 finally:
                     kernels.LEFTOVERS_PERSISTENT = True
                     kernels.PDL_COPY, kernels.PDL_GEMM = pdl_default
-            runs = [("persistent, PDL", plan_launches),
-                    ("persistent, PDL copy only",
-                     lambda a, b, run=plan_launches: run(a, b, pdl=(True, False))),
+            runs = [("persistent, PDL copy and GEMM", plan_launches),
                     ("persistent, PDL GEMM only",
                      lambda a, b, run=plan_launches: run(a, b, pdl=(False, True))),
                     ("persistent, no PDL",

@@ -669,11 +669,17 @@ def _grid_and_outputs(cfg: GemmConfig, hidden: int, inter: int, a, offsets, out,
 
 @dataclass(frozen=True)
 class RowsConfig:
-    """_ragged_rows_kernel's tile [block_w columns, block_t tokens] and its persistent grid."""
+    """_ragged_rows_kernel's tile [block_w columns, block_t tokens] and its persistent grid.
+    ``resident_per_sm``: the programs that fit on an SM (48 registers and 8 warps each on
+    sm_90a: 5), the grid of a programmatic dependent launch, whose programs are placed on the
+    SMs as the kernel before it leaves them: with fewer, the first SMs freed likely take them
+    all (with 4 an SM the copy ran about 30% slower on the H200; the grid of 5 is not yet
+    measured)."""
     block_w: int = 64
     block_t: int = 64
     num_warps: int = 8
     programs_per_sm: int = 4
+    resident_per_sm: int = 5
 
 
 # 64 x 64 on 8 warps, 4 programs an SM: 0.64-0.71 of the copy ceiling at the benchmark cases'
@@ -717,18 +723,26 @@ def launch_ragged_rows(cfg: RowsConfig, a, b, a_rows, b_rows, offsets, *, hidden
     tokens_sum, experts = a.shape[1], offsets.shape[0]
     tiles = cdiv(hidden, cfg.block_w) + cdiv(inter, cfg.block_w)
     items = (cdiv(tokens_sum, cfg.block_t) + experts) * tiles
-    programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
+    if pdl:
+        programs = sm_count(a.device) * cfg.resident_per_sm
+    else:
+        programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
     launch(_ragged_rows_kernel, (programs,), a, b, a_rows, b_rows, offsets, tokens_sum, experts,
            HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=skip_aligned, PDL=pdl,
            EXPERTS_POW2=experts_vector(experts), BLOCK_W=cfg.block_w, BLOCK_T=cfg.block_t,
            launch_pdl=pdl, num_warps=cfg.num_warps)
 
 
-# the Triton kernel's share after Hopper's ragged TMA kernel: a persistent grid (True) or one
-# program per tile and expert, those of the TMA kernel's experts ending at once; which of the
-# launches after that kernel are programmatic dependent launches (where use_pdl allows)
+# The Triton kernel's share after Hopper's ragged TMA kernel: a persistent grid (True) or one
+# program per tile and expert, those of the TMA kernel's experts ending at once; and which of
+# the launches after that kernel are programmatic dependent launches (where use_pdl allows).
+# On the H200 (scripts/sweep_wgrad.py --leftovers, 2026-12-04) the persistent grid launched
+# that way took 1-10% less time than one program per tile at odd counts and 0-1.5% less at
+# counts in multiples of 256. The copy launched that way (with 4 programs an SM) cut 4-5 us at
+# the small case's multiples of 256, but the copy ran ~30% slower at odd counts, which
+# RowsConfig.resident_per_sm is meant to mend (not yet measured), so it is off.
 LEFTOVERS_PERSISTENT = True
-PDL_COPY, PDL_GEMM = False, False
+PDL_COPY, PDL_GEMM = False, True
 
 
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
