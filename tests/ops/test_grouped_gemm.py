@@ -123,13 +123,17 @@ def test_ragged_aligned_and_odd_experts_interpreted(hidden):
 
 
 @needs_interpreter
+@pytest.mark.parametrize("persistent", [True, False])
 @pytest.mark.parametrize("with_rows", [True, False])
-def test_triton_kernel_leaves_the_tma_experts_interpreted(with_rows):
+def test_triton_kernel_leaves_the_tma_experts_interpreted(with_rows, persistent, monkeypatch):
     """The Triton kernel's share when Hopper's ragged TMA kernel runs first
     (``skip_tma_taken``): the experts the TMA kernel takes left untouched (poisoned: those with
-    counts in multiples of 8), the others exact; with and without the rows workspace."""
+    counts in multiples of 8), the others exact; with and without the rows workspace; through
+    the persistent grid (2 programs here, several rounds) and one program per tile."""
     from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm import kernels
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
+    monkeypatch.setattr(kernels, "LEFTOVERS_PERSISTENT", persistent)
     torch.manual_seed(7)
     counts, hidden, inter = [16, 0, 5, 24, 17, 1, 8, 6, 2, 0], 40, 24
     a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cpu")
