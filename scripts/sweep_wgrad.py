@@ -134,6 +134,20 @@ def main(fp8: bool, first: bool):
             del a_val, b_val
 
 
+def _ragged_case(counts, operands, hidden, inter):
+    """(offsets, FP32 reference) of ragged ``counts`` over ``operands`` (a K-major buffer and
+    the transpose of one), the experts' blocks one after another."""
+    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
+    a_flat, b_flat = operands[0].reshape(-1), operands[1].t().reshape(-1)
+    ref, begin = [], 0
+    for n in counts:
+        block_a = a_flat[hidden * begin:hidden * (begin + n)].view(hidden, n).float()
+        block_b = b_flat[inter * begin:inter * (begin + n)].view(inter, n).float()
+        ref.append(block_a @ block_b.t())
+        begin += n
+    return offsets, torch.stack(ref)
+
+
 def main_ragged(first: bool, many: bool):
     """tensor_ragged at x256, odd and equal counts: the Triton kernel at the plan's tile with
     the rows workspace (the path off Hopper) against the TMA kernel (kernels_ragged.py, counts
@@ -163,16 +177,7 @@ def main_ragged(first: bool, many: bool):
         equal = [tokens // experts] * experts
         for label, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen)),
                               ("equal", equal)):
-            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                                   device="cuda")
-            a_flat, b_flat = sets[0][0].reshape(-1), sets[0][1].t().reshape(-1)
-            ref, begin = [], 0
-            for n in counts:
-                block_a = a_flat[hidden * begin:hidden * (begin + n)].view(hidden, n).float()
-                block_b = b_flat[inter * begin:inter * (begin + n)].view(inter, n).float()
-                ref.append(block_a @ block_b.t())
-                begin += n
-            ref = torch.stack(ref)
+            offsets, ref = _ragged_case(counts, sets[0], hidden, inter)
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
 
@@ -242,16 +247,7 @@ def main_leftovers(first: bool):
         ws = torch.empty(ragged_rows_bytes(tokens, hidden, inter), dtype=torch.uint8,
                          device="cuda")
         for label, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen))):
-            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                                   device="cuda")
-            a_flat, b_flat = sets[0][0].reshape(-1), sets[0][1].t().reshape(-1)
-            ref, begin = [], 0
-            for n in counts:
-                block_a = a_flat[hidden * begin:hidden * (begin + n)].view(hidden, n).float()
-                block_b = b_flat[inter * begin:inter * (begin + n)].view(inter, n).float()
-                ref.append(block_a @ block_b.t())
-                begin += n
-            ref = torch.stack(ref)
+            offsets, ref = _ragged_case(counts, sets[0], hidden, inter)
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
 
