@@ -227,6 +227,49 @@ def _check_rows_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
                 assert torch.equal(b_rows[s0:s0 + n], b2d[s0:s0 + n])
 
 
+def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
+    """_ragged_padded_kernel alone into a poisoned workspace: each expert off multiples of 8
+    tokens has its blocks at its slot (begin + 8 e) with rows padded to 8 tokens, bit for bit,
+    zeros past its count; the others' slots stay poisoned, and with out-of-order offsets
+    everything does."""
+    from graphrt.ops.grouped_gemm.kernels import (launch_ragged_padded, ragged_padded_bytes,
+                                                  ragged_padded_views)
+    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, device)
+    if decreasing_at is not None:
+        offsets[decreasing_at] = offsets[decreasing_at - 1] - 1
+    t, experts = sum(counts), len(counts)
+    scratch = torch.full((ragged_padded_bytes(t, experts, hidden, inter),), 255,
+                         dtype=torch.uint8, device=device)
+    a_pad, b_pad = ragged_padded_views(scratch, t, experts, hidden, inter)
+    launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, hidden=hidden, inter=inter)
+    begins = [0] + list(itertools.accumulate(counts))[:-1]
+    written = torch.zeros_like(a_pad, dtype=torch.bool), torch.zeros_like(b_pad, dtype=torch.bool)
+    for e, (s0, n) in enumerate(zip(begins, counts)):
+        if decreasing_at is not None or n % 8 == 0:
+            continue
+        padded = -(-n // 8) * 8
+        for pad, full, width, mask in ((a_pad, a2d, hidden, written[0]),
+                                       (b_pad, b2d.t(), inter, written[1])):
+            block = pad[width * (s0 + 8 * e):width * (s0 + 8 * e + padded)].view(width, padded)
+            assert torch.equal(block[:, :n], full[:, s0:s0 + n]), e
+            assert (block[:, n:] == 0).all(), e
+            mask[width * (s0 + 8 * e):width * (s0 + 8 * e + padded)] = True
+    for pad, mask in zip((a_pad, b_pad), written):   # nothing else written: all bits still set
+        assert (pad[~mask].view(torch.int16) == -1).all()
+
+
+@needs_interpreter
+@pytest.mark.parametrize("decreasing_at", [None, 3])
+def test_ragged_padded_copy_interpreted(decreasing_at):
+    """The padded copy's persistent loop: 8 x 16 tiles over 2 programs, so that each walks many
+    (expert, row tile, token tile) items; odd, aligned, empty and single-token experts, partial
+    tiles at both widths; out-of-order offsets copy nothing."""
+    from graphrt.ops.grouped_gemm.kernels import PaddedConfig
+    torch.manual_seed(8)
+    _check_padded_copy([16, 0, 5, 33, 17, 1, 8, 3], 40, 24, "cpu", PaddedConfig(8, 16, 4, 1),
+                       decreasing_at)
+
+
 @needs_interpreter
 @pytest.mark.parametrize("decreasing_at", [None, 3])
 def test_ragged_rows_copy_interpreted(decreasing_at):

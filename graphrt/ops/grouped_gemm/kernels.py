@@ -260,6 +260,67 @@ def _ragged_rows_aligned(begin, count, HIDDEN: tl.constexpr, INTER: tl.constexpr
 
 
 @triton.jit
+def _copy_item(item, i, items, items_end, token_tiles, begins, counts):
+    """(expert, begin, count, column tile, token tile) of item ``item`` of a persistent copy of
+    ragged blocks whose items (each expert's ``token_tiles`` per column tile, ``items`` in all,
+    ending at ``items_end``) are numbered expert by expert, column tile outermost; ``i``: the
+    experts' lane indices of those vectors."""
+    mine = i == tl.sum((items_end <= item).to(tl.int32), axis=0)
+    local = item - tl.sum(tl.where(mine, items_end - items, 0), axis=0)
+    tiles_t = tl.sum(tl.where(mine, token_tiles, 0), axis=0)
+    expert = tl.sum(tl.where(mine, i, 0), axis=0)
+    begin = tl.sum(tl.where(mine, begins, 0), axis=0)
+    count = tl.sum(tl.where(mine, counts, 0), axis=0)
+    return expert, begin, count, local // tiles_t, local % tiles_t
+
+
+@triton.jit
+def _tile_padded(SRC, DST, r0, t0, count, WIDTH: tl.constexpr, BLOCK_R: tl.constexpr,
+                 BLOCK_T: tl.constexpr):
+    """Rows r0 .. r0 + BLOCK_R, tokens t0 .. t0 + BLOCK_T of one expert's ragged block SRC
+    [WIDTH, count] (tokens unit-stride) written to DST [WIDTH, count rounded up to 8], zeros
+    past the count: rows 16 bytes apart (DST 16-byte aligned), 8 tokens a store."""
+    r = r0 + tl.arange(0, BLOCK_R)
+    t = t0 + tl.arange(0, BLOCK_T)
+    padded = (count + 7) // 8 * 8
+    v = tl.load(SRC + r[:, None].to(tl.int64) * count + t[None, :],
+                mask=(r < WIDTH)[:, None] & (t < count)[None, :], other=0.0)
+    tl.store(DST + r[:, None].to(tl.int64) * padded + t[None, :], v,
+             mask=(r < WIDTH)[:, None] & (t < padded)[None, :])
+
+
+@triton.jit(do_not_specialize=["tokens_sum", "experts"])
+def _ragged_padded_kernel(A, B, A_PAD, B_PAD, OFFSETS, tokens_sum, experts,
+                          HIDDEN: tl.constexpr, INTER: tl.constexpr, EXPERTS_POW2: tl.constexpr,
+                          BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr):
+    """The ragged blocks of the experts whose counts are off multiples of 8 copied with rows
+    padded to 8 tokens: expert e's A_e [HIDDEN, n] to A_PAD + HIDDEN * (begin + 8 e) as
+    [HIDDEN, n rounded up to 8] (B likewise), so that TMA can read them (rows 16 bytes apart,
+    disjoint since begin + n + 7 < next begin + 8). Persistent over items (expert, row tile,
+    token tile) as _ragged_rows_kernel; nothing is copied unless every expert's bounds are
+    valid (``_offsets_in_order``), which is when Hopper's ragged TMA kernel reads the copy."""
+    TILES_A: tl.constexpr = (HIDDEN + BLOCK_R - 1) // BLOCK_R
+    TILES: tl.constexpr = TILES_A + (INTER + BLOCK_R - 1) // BLOCK_R
+    i = tl.arange(0, EXPERTS_POW2)
+    begins, counts, in_order = _expert_bounds(OFFSETS, experts, tokens_sum, EXPERTS_POW2)
+    copy = (counts % 8 != 0) & in_order
+    token_tiles = tl.where(copy, ((counts + 7) // 8 * 8 + BLOCK_T - 1) // BLOCK_T,
+                           0).to(tl.int32)
+    items = token_tiles * TILES
+    items_end = tl.cumsum(items, axis=0)
+    for item in range(tl.program_id(0), tl.sum(items, axis=0), tl.num_programs(0)):
+        expert, begin, count, col, tile_t = _copy_item(item, i, items, items_end, token_tiles,
+                                                        begins, counts)
+        slot = begin + 8 * expert
+        if col < TILES_A:
+            _tile_padded(A + HIDDEN * begin, A_PAD + HIDDEN * slot, col * BLOCK_R,
+                         tile_t * BLOCK_T, count, HIDDEN, BLOCK_R, BLOCK_T)
+        else:
+            _tile_padded(B + INTER * begin, B_PAD + INTER * slot, (col - TILES_A) * BLOCK_R,
+                         tile_t * BLOCK_T, count, INTER, BLOCK_R, BLOCK_T)
+
+
+@triton.jit
 def _tile_to_rows(SRC, DST, w0, t0, count, WIDTH: tl.constexpr, BLOCK_W: tl.constexpr,
                   BLOCK_T: tl.constexpr):
     """Columns w0 .. w0 + BLOCK_W, tokens t0 .. t0 + BLOCK_T of one expert's ragged block
@@ -300,12 +361,9 @@ def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, experts,
     items = token_tiles * TILES
     items_end = tl.cumsum(items, axis=0)
     for item in range(tl.program_id(0), tl.sum(items, axis=0), tl.num_programs(0)):
-        mine = i == tl.sum((items_end <= item).to(tl.int32), axis=0)
-        local = item - tl.sum(tl.where(mine, items_end - items, 0), axis=0)
-        tiles_t = tl.sum(tl.where(mine, token_tiles, 0), axis=0)
-        begin = tl.sum(tl.where(mine, begins, 0), axis=0)
-        count = tl.sum(tl.where(mine, counts, 0), axis=0)
-        col, t0 = local // tiles_t, local % tiles_t * BLOCK_T
+        _, begin, count, col, tile_t = _copy_item(item, i, items, items_end, token_tiles,
+                                                   begins, counts)
+        t0 = tile_t * BLOCK_T
         if col < TILES_A:
             _tile_to_rows(A + HIDDEN * begin, A_ROWS + HIDDEN * begin, col * BLOCK_W, t0,
                           count, HIDDEN, BLOCK_W, BLOCK_T)
@@ -708,6 +766,52 @@ def ragged_rows_views(rows: torch.Tensor, tokens_sum: int, hidden: int,
             .view(tokens_sum, inter))
 
 
+@dataclass(frozen=True)
+class PaddedConfig:
+    """_ragged_padded_kernel's tile [block_r rows, block_t tokens] and its persistent grid (not
+    yet tuned on a GPU)."""
+    block_r: int = 32
+    block_t: int = 256
+    num_warps: int = 8
+    programs_per_sm: int = 4
+
+
+PADDED_CONFIG = PaddedConfig()
+
+
+def ragged_padded_bytes(tokens_sum: int, experts: int, hidden: int, inter: int) -> int:
+    """Bytes of the scratch that holds the ragged BF16 blocks of experts off multiples of 8
+    tokens with rows padded to 8 (_ragged_padded_kernel): A's [hidden, tokens_sum + 8 experts]
+    elements, then B's [intermediate, tokens_sum + 8 experts] from the next 256-byte
+    boundary."""
+    slots = tokens_sum + 8 * experts
+    return -(-hidden * slots * 2 // 256) * 256 + inter * slots * 2
+
+
+def ragged_padded_views(scratch: torch.Tensor, tokens_sum: int, experts: int, hidden: int,
+                        inter: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The A and B regions of a ``ragged_padded_bytes`` scratch as flat BF16 tensors."""
+    slots = tokens_sum + 8 * experts
+    split = -(-hidden * slots * 2 // 256) * 256
+    return (scratch[:hidden * slots * 2].view(torch.bfloat16),
+            scratch[split:split + inter * slots * 2].view(torch.bfloat16))
+
+
+def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, offsets, *, hidden: int,
+                         inter: int) -> None:
+    """The ragged blocks of a (hidden, T) and b (intermediate, T) whose counts are off
+    multiples of 8 copied into a_pad and b_pad (``ragged_padded_views``) with rows padded to 8
+    tokens, when every expert's bounds are valid; a persistent grid of at most
+    ``programs_per_sm`` programs an SM."""
+    tokens_sum, experts = a.shape[1], offsets.shape[0]
+    tiles = cdiv(hidden, cfg.block_r) + cdiv(inter, cfg.block_r)
+    items = (cdiv(tokens_sum, cfg.block_t) + 2 * experts) * tiles
+    programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
+    launch(_ragged_padded_kernel, (programs,), a, b, a_pad, b_pad, offsets, tokens_sum,
+           experts, HIDDEN=hidden, INTER=inter, EXPERTS_POW2=experts_vector(experts),
+           BLOCK_R=cfg.block_r, BLOCK_T=cfg.block_t, num_warps=cfg.num_warps)
+
+
 def experts_vector(experts: int) -> int:
     """EXPERTS_POW2 of the kernels that read every expert's offsets as one vector."""
     return max(2, next_power_of_2(experts))
@@ -870,6 +974,14 @@ def compile_cases() -> list[CompileCase]:
         dict(HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=True, PDL=True, EXPERTS_POW2=8,
              BLOCK_W=ROWS_CONFIG.block_w, BLOCK_T=ROWS_CONFIG.block_t),
         num_warps=ROWS_CONFIG.num_warps))
+    cases.append(CompileCase(
+        "wgrad ragged blocks padded to 8 tokens", _ragged_padded_kernel,
+        dict(A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32",
+             tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, EXPERTS_POW2=c, BLOCK_R=c,
+             BLOCK_T=c),
+        dict(HIDDEN=hidden, INTER=inter, EXPERTS_POW2=8, BLOCK_R=PADDED_CONFIG.block_r,
+             BLOCK_T=PADDED_CONFIG.block_t),
+        num_warps=PADDED_CONFIG.num_warps))
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                ERRORS="*i32", tokens_sum="i32", sa_m="i64", sa_k="i64", sb_k="i64", sb_n="i64",
                HIDDEN=c, INTER=c, SCALES_MN_MAJOR=c, ROWS_ALIGNED=c, DISCRETE=c, ACCUMULATE=c,
