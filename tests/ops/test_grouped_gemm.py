@@ -151,6 +151,56 @@ def test_triton_kernel_leaves_the_tma_experts_interpreted(with_rows, persistent,
             assert rel_l2(w[e], ref[e]) < 1e-5, e
 
 
+@needs_interpreter
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("decreasing_at", [None, 3])
+def test_triton_kernel_after_the_padded_tma_kernel_interpreted(persistent, decreasing_at,
+                                                              monkeypatch):
+    """Told that the TMA kernel read the padded copy (``tma_took_odd``): with the offsets in
+    order the Triton kernel leaves every expert (all still poisoned); with an expert's end
+    below its begin nothing was copied, so the valid experts off multiples of 8 are its again
+    (two bytes at a time) and exact, the others left."""
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm import kernels
+    from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad
+    monkeypatch.setattr(kernels, "LEFTOVERS_PERSISTENT", persistent)
+    torch.manual_seed(9)
+    counts, hidden, inter = [16, 0, 5, 24, 17, 1, 8, 6], 40, 24
+    a, b, _, _, offsets = _ragged_problem(counts, hidden, inter, "cpu")
+    if decreasing_at is not None:
+        offsets[decreasing_at] = offsets[decreasing_at - 1] - 1
+    w = torch.full((len(counts), hidden, inter), float("nan"))
+    launch_wgrad(gemm_config(True), a, b, offsets, w, None, torch.float32, error_flags(a.device),
+                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
+                 accumulate=False, dot_fp32=True, rows=None, skip_tma_taken=True,
+                 tma_took_odd=True)
+    ref = grouped_gemm_wgrad_reference(a, b, offsets, input_order="tensor_ragged",
+                                       out_dtype=torch.float32)
+    ends = offsets.tolist()
+    for e, end in enumerate(ends):
+        begin = ends[e - 1] if e else 0
+        count = end - begin if 0 <= begin <= end else 0
+        if decreasing_at is None or count % 8 == 0:
+            assert w[e].isnan().all(), e
+        else:
+            assert rel_l2(w[e], ref[e]) < 1e-5, e
+
+
+def test_tma_took_odd_only_with_skip_tma_taken():
+    """``tma_took_odd`` describes the TMA kernel's share, so it is refused without
+    ``skip_tma_taken``, before anything runs."""
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad
+    a, b, _, _, offsets = _ragged_problem([8, 3], 16, 16, "cpu")
+    w = torch.full((2, 16, 16), float("nan"))
+    with pytest.raises(ValueError, match="tma_took_odd"):
+        launch_wgrad(gemm_config(True), a, b, offsets, w, None, torch.float32,
+                     error_flags(a.device), hidden=16, inter=16, a_k_major=True,
+                     b_k_major=True, ragged=True, accumulate=False, dot_fp32=True,
+                     tma_took_odd=True)
+    assert w.isnan().all()
+
+
 def test_skip_tma_taken_is_for_ragged_calls_only():
     """Only ragged calls share their experts with Hopper's ragged TMA kernel: a tensor2d launch
     told to skip its experts raises before anything runs."""
@@ -614,14 +664,20 @@ TENSOR2D_TMA_COUNTS = [0, 304, 16, 0, 1024, 259, 5, 256, 64, 136, 3, 5, 0, 45, 7
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("padded_odd", [False, True])
 @pytest.mark.parametrize("hidden,inter", [(1024, 768), (1160, 520)])   # 1160, 520: short tiles
 @pytest.mark.parametrize("dtype", [BF16, torch.float32])
 @pytest.mark.parametrize("mode,accumulate", [("dense", False), ("dense", True),
                                              ("discrete", False), ("discrete", True)])
-def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accumulate):
+def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accumulate,
+                                          padded_odd, monkeypatch):
     """Hopper's ragged TMA kernel through the plan, with the Triton kernel for the counts it
-    leaves: short row and column tiles, both output modes, overwritten (output poisoned) or
+    leaves, or (``padded_odd``) taking those too from their padded copy in the workspace:
+    short row and column tiles, both output modes, overwritten (output poisoned) or
     accumulated into."""
+    from graphrt.ops.grouped_gemm import kernels_ragged
+    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
+                        kernels_ragged.RaggedTmaConfig(padded_odd=padded_odd))
     counts = TMA_COUNTS
     a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
     plan, ws = _ragged_tma_plan(a, b, offsets, wgrad_dtype=dtype, output_mode=mode,
@@ -676,6 +732,51 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
                  hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
                  accumulate=False, dot_fp32=False, rows=rows, skip_tma_taken=True)
     _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sorted_experts", [False, True])
+def test_gpu_ragged_tma_kernel_reads_the_padded_copy(seed, sorted_experts):
+    """Given the padded copy of the experts off multiples of 8 tokens (made into a poisoned
+    workspace), the TMA kernel launched directly computes every expert, in each work split,
+    and the Triton kernel after it (told so) writes nothing; FP32 output poisoned."""
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm.kernels import (gemm_config, launch_ragged_padded,
+                                                  launch_wgrad, PADDED_CONFIG,
+                                                  ragged_padded_bytes, ragged_padded_views)
+    from graphrt.ops.grouped_gemm.kernels_ragged import (launch_wgrad_ragged_tma,
+                                                         RaggedTmaConfig)
+    hidden, inter, t, experts = 1024, 768, sum(TMA_COUNTS), len(TMA_COUNTS)
+    a, b, a2d, b2d, offsets = _ragged_problem(TMA_COUNTS, hidden, inter, "cuda")
+    scratch = torch.full((ragged_padded_bytes(t, experts, hidden, inter),), 255,
+                         dtype=torch.uint8, device="cuda")
+    padded = ragged_padded_views(scratch, t, experts, hidden, inter)
+    launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets, hidden=hidden, inter=inter)
+    w = torch.full((experts, hidden, inter), float("nan"), device="cuda")
+    errors = error_flags(a.device)
+    launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, errors, hidden=hidden,
+                            inter=inter, accumulate=False,
+                            config=RaggedTmaConfig(sorted_experts=sorted_experts), padded=padded)
+    ref = _expected(a2d, b2d, offsets, "tensor2d", torch.float32)
+    _close(w, ref, torch.float32)
+    w[:, 0, 0] = float("inf")   # marks the Triton kernel would overwrite
+    launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
+                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
+                 accumulate=False, dot_fp32=False, rows=None, skip_tma_taken=True,
+                 tma_took_odd=True)
+    assert w[:, 0, 0].isinf().all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("decreasing_at", [None, 3])
+def test_gpu_ragged_padded_copy_workspace(seed, decreasing_at, monkeypatch):
+    """The plan with the padded copy: aligned, odd, empty and single-token experts; with an
+    expert's end below its begin (flagged, computed as empty) nothing is copied and the Triton
+    kernel takes the experts off multiples of 8 two bytes at a time."""
+    from graphrt.ops.grouped_gemm import kernels_ragged
+    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
+                        kernels_ragged.RaggedTmaConfig(padded_odd=True))
+    _check_ragged_rows([16, 0, 5, 33, 17, 1, 8, 300, 7], 264, 136, "cuda", True, decreasing_at)
 
 
 @pytest.mark.gpu

@@ -172,38 +172,40 @@ def _tma_takes(count):
 
 
 @triton.jit
-def _rank_keys(OFFSETS, idx, experts, tokens_sum, SHARE: tl.constexpr):
+def _rank_keys(OFFSETS, idx, experts, tokens_sum, SHARE: tl.constexpr, ODD_TAKEN=False):
     """What ``_ranks_by_count`` orders experts ``idx`` by: the token count (0 for invalid
     bounds); -1 with SHARE == TMA_FIRST for the experts the ragged TMA kernel leaves
-    (``_tma_takes``), with SHARE == TMA_LEFT for those it takes; -2 past the experts."""
+    (``_tma_takes``, or none where ``ODD_TAKEN``: it reads the others' padded copy), with
+    SHARE == TMA_LEFT for those it takes; -2 past the experts."""
     _, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
     counts = tl.where(bad, 0, counts)
     if SHARE == TMA_FIRST:
-        counts = tl.where(_tma_takes(counts), counts, -1)
+        counts = tl.where(_tma_takes(counts) | ODD_TAKEN, counts, -1)
     elif SHARE == TMA_LEFT:
-        counts = tl.where(_tma_takes(counts), -1, counts)
+        counts = tl.where(_tma_takes(counts) | ODD_TAKEN, -1, counts)
     return tl.where(idx < experts, counts, -2)
 
 
 @triton.jit
 def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum,
-                    SHARE: tl.constexpr = EVERY_EXPERT):
+                    SHARE: tl.constexpr = EVERY_EXPERT, ODD_TAKEN=False):
     """Each expert ``idx`` (a vector over a power of two >= experts) ranked by token count,
     largest first, ties by index: a permutation of 0 .. experts - 1 for the experts,
     ``experts`` for the lanes past them. Experts with invalid bounds count as empty; with
     SHARE == TMA_FIRST the experts the ragged TMA kernel leaves (``_tma_takes``) come after the
-    empty ones, with SHARE == TMA_LEFT those it takes (the empty ones among them).
+    empty ones, with SHARE == TMA_LEFT those it takes (the empty ones among them); see
+    ``_rank_keys`` for ODD_TAKEN.
     ``others`` (a few lanes, ``others[None, :]`` broadcast against ``idx[:, None]``) walks
     the experts a chunk at a time. The ragged TMA kernel (kernels_ragged.py) runs it with the
     chunk in each thread's registers: each chunk's comparisons and sum stay in a thread, so
     the cost grows with experts / chunk, not with a reduction across threads per expert.
     Every program computes the same order."""
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, SHARE)[:, None]
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, SHARE, ODD_TAKEN)[:, None]
     rows = idx[:, None]
     ranks = idx * 0
     for start in range(0, experts, others.shape[0]):
         other = start + others
-        other_keys = _rank_keys(OFFSETS, other, experts, tokens_sum, SHARE)[None, :]
+        other_keys = _rank_keys(OFFSETS, other, experts, tokens_sum, SHARE, ODD_TAKEN)[None, :]
         other = other[None, :]
         ahead = (other < experts) & ((other_keys > keys) |
                                      ((other_keys == keys) & (other < rows)))
@@ -250,6 +252,17 @@ def _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2: tl.constexpr):
     """Whether every expert's bounds are valid (see _expert_bounds)."""
     _, _, in_order = _expert_bounds(OFFSETS, experts, tokens_sum, EXPERTS_POW2)
     return in_order
+
+
+@triton.jit
+def _tma_took_odd(OFFSETS, experts, tokens_sum, TMA_TOOK_ODD: tl.constexpr,
+                  EXPERTS_POW2: tl.constexpr):
+    """Whether Hopper's ragged TMA kernel, given the padded copy (TMA_TOOK_ODD), took the
+    experts off multiples of 8 tokens too: when every expert's bounds are valid, the copy's
+    condition."""
+    if TMA_TOOK_ODD:
+        return _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2)
+    return False
 
 
 @triton.jit
@@ -428,11 +441,14 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
                   K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
                   RAGGED_PREFETCH: tl.constexpr, RAGGED_ROWS: tl.constexpr,
-                  SKIP_TMA_TAKEN: tl.constexpr, PERSISTENT: tl.constexpr, PDL: tl.constexpr,
+                  SKIP_TMA_TAKEN: tl.constexpr, TMA_TOOK_ODD: tl.constexpr,
+                  PERSISTENT: tl.constexpr, PDL: tl.constexpr,
                   EXPERTS_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
     """Program (tile, expert) computes that tile. SKIP_TMA_TAKEN: after Hopper's ragged TMA
-    kernel (kernels_ragged.py), the experts it takes are left alone; with PERSISTENT a grid of
+    kernel (kernels_ragged.py), the experts it takes are left alone (TMA_TOOK_ODD: it read the
+    padded copy of those off multiples of 8 tokens, so it took every expert when the offsets
+    are in order); with PERSISTENT a grid of
     one program an SM walks the items of the others, sorted by count, largest first, the
     programs' order reversed every round. PDL: launched as a programmatic dependent launch
     right after that kernel or the rows copy; the offsets (written before either ran) are read
@@ -442,9 +458,11 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
         TILES: tl.constexpr = ((HIDDEN + BLOCK_M - 1) // BLOCK_M) * ((INTER + BLOCK_N - 1) //
                                                                       BLOCK_N)
         idx = tl.arange(0, EXPERTS_POW2)
-        keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, TMA_LEFT)
+        odd_taken = _tma_took_odd(OFFSETS, experts, tokens_sum, TMA_TOOK_ODD, EXPERTS_POW2)
+        keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, TMA_LEFT, odd_taken)
         taken = tl.sum(((idx < experts) & (keys >= 0)).to(tl.int32), axis=0)
-        ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, 8), experts, tokens_sum, TMA_LEFT)
+        ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, 8), experts, tokens_sum, TMA_LEFT,
+                                odd_taken)
         if (taken > 0) | (tl.program_id(0) == 0):
             wait_for_prior_kernel(PDL)
         for round_ in range(0, tl.cdiv(taken * TILES, tl.num_programs(0))):
@@ -459,7 +477,8 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
     else:
         if SKIP_TMA_TAKEN:
             _, count, bad = _bounds_at(OFFSETS, tl.program_id(1), experts, tokens_sum)
-            if _tma_takes(tl.where(bad, 0, count)):
+            if _tma_takes(tl.where(bad, 0, count)) | _tma_took_odd(
+                    OFFSETS, experts, tokens_sum, TMA_TOOK_ODD, EXPERTS_POW2):
                 if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
                     wait_for_prior_kernel(PDL)
                 return
@@ -852,7 +871,7 @@ PDL_COPY, PDL_GEMM = False, True
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
                  hidden: int, inter: int, a_k_major: bool, b_k_major: bool, ragged: bool,
                  accumulate: bool, dot_fp32: bool, rows=None,
-                 skip_tma_taken: bool = False) -> None:
+                 skip_tma_taken: bool = False, tma_took_odd: bool = False) -> None:
     """out: the dense output; with ``out_ptrs`` (discrete) the addresses are read from it;
     ``errors``: the device's error flags (graphrt.device_checks.error_flags). ``rows``
     (ragged): a uint8 scratch of ``ragged_rows_bytes`` into which the experts whose blocks are
@@ -861,9 +880,13 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     experts that Hopper's ragged TMA kernel takes (``_tma_takes``: counts in multiples of 8,
     and invalid bounds) are left alone, the others taken by a persistent grid of one program
     an SM; launched right after that kernel, the copy and the GEMM are programmatic dependent
-    launches where ``use_pdl`` allows (the TMA kernel lets them start while it drains)."""
+    launches where ``use_pdl`` allows (the TMA kernel lets them start while it drains).
+    ``tma_took_odd``: that kernel read the padded copy (``launch_ragged_padded``) of the
+    experts off multiples of 8 tokens, so it took every expert when the offsets are in order."""
     if skip_tma_taken and not ragged:
         raise ValueError("skip_tma_taken: only ragged calls share their experts with a TMA kernel")
+    if tma_took_odd and not skip_tma_taken:
+        raise ValueError("tma_took_odd: only with skip_tma_taken")
     launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
     if launch_args is None:
         return
@@ -894,7 +917,7 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         # with the rows, two-byte loads remain only for out-of-order offsets
         RAGGED_PREFETCH=ragged and cfg.ragged_prefetch and rows is None,
         RAGGED_ROWS=ragged and rows is not None, SKIP_TMA_TAKEN=skip_tma_taken,
-        PERSISTENT=persistent, PDL=pdl and PDL_GEMM,
+        TMA_TOOK_ODD=tma_took_odd, PERSISTENT=persistent, PDL=pdl and PDL_GEMM,
         EXPERTS_POW2=experts_pow2,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, launch_pdl=pdl and PDL_GEMM,
@@ -939,7 +962,8 @@ def compile_cases() -> list[CompileCase]:
                 OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", experts="i32",
                 HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c, DISCRETE=c, ACCUMULATE=c,
                 DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c, RAGGED_ALIGNED=c, RAGGED_PREFETCH=c,
-                RAGGED_ROWS=c, SKIP_TMA_TAKEN=c, PERSISTENT=c, PDL=c, EXPERTS_POW2=c,
+                RAGGED_ROWS=c, SKIP_TMA_TAKEN=c, TMA_TOOK_ODD=c, PERSISTENT=c, PDL=c,
+                EXPERTS_POW2=c,
                 BLOCK_M=c, BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c, GROUP_M=c)
     plan_cfg = gemm_config(False)
     cases = [CompileCase(
@@ -951,7 +975,7 @@ def compile_cases() -> list[CompileCase]:
                    DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
                    RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, SKIP_TMA_TAKEN=skip,
-                   PERSISTENT=skip, PDL=skip, EXPERTS_POW2=8, BLOCK_M=128,
+                   TMA_TOOK_ODD=False, PERSISTENT=skip, PDL=skip, EXPERTS_POW2=8, BLOCK_M=128,
                    BLOCK_N=plan_cfg.block_n if prefetch or rows else 128, BLOCK_K=64,
                    NUM_STAGES=3, GROUP_M=8), num_warps=8)
         for a_k, b_k, ragged, discrete, acc, aligned, prefetch, rows, skip in (
@@ -966,6 +990,15 @@ def compile_cases() -> list[CompileCase]:
                 (True, True, True, False, False, True, True, False, False),
                 (True, True, True, False, False, True, False, True, False),
                 (True, True, True, False, False, True, False, True, True))]
+    cases.append(CompileCase(
+        "wgrad ragged: the share of Hopper's TMA kernel reading the padded copy skipped",
+        _wgrad_kernel, bf16,
+        dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=True, B_K_MAJOR=True, RAGGED=True,
+             DISCRETE=False, ACCUMULATE=False, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
+             K_ALIGNED=False, RAGGED_ALIGNED=True, RAGGED_PREFETCH=True, RAGGED_ROWS=False,
+             SKIP_TMA_TAKEN=True, TMA_TOOK_ODD=True, PERSISTENT=True, PDL=True,
+             EXPERTS_POW2=8, BLOCK_M=128, BLOCK_N=plan_cfg.block_n, BLOCK_K=64, NUM_STAGES=3,
+             GROUP_M=8), num_warps=8))
     cases.append(CompileCase(
         "wgrad ragged blocks to rows", _ragged_rows_kernel,
         dict(A="*bf16", B="*bf16", A_ROWS="*bf16", B_ROWS="*bf16", OFFSETS="*i32",

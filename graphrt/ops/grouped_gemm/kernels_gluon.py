@@ -70,24 +70,37 @@ _ranks_by_count = gluon.jit(_triton_kernels._ranks_by_count.fn)
 EVERY_EXPERT, TMA_FIRST = _triton_kernels.EVERY_EXPERT, _triton_kernels.TMA_FIRST
 _rank_keys = gluon.jit(_triton_kernels._rank_keys.fn)
 _tma_takes = gluon.jit(_triton_kernels._tma_takes.fn)
+_bounds_at = gluon.jit(_triton_kernels._bounds_at.fn)
 _expert_at_rank = gluon.jit(_triton_kernels._expert_at_rank.fn)
 _snake = gluon.jit(_triton_kernels._snake.fn)
 
 
 @gluon.jit
 def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
-                  WARPS: gl.constexpr, CHUNK: gl.constexpr, SHARE: gl.constexpr):
+                  WARPS: gl.constexpr, CHUNK: gl.constexpr, SHARE: gl.constexpr,
+                  ODD_TAKEN=False):
     """(ranks, idx, taken): every expert's rank by count, largest first, over the calling
     partition's WARPS warps, the experts compared CHUNK at a time in each thread's registers;
-    SHARE (kernels.EVERY_EXPERT, TMA_FIRST) as ``_ranks_by_count`` takes it. ``taken``: how
-    many experts the kernel takes (the ranks before those SHARE ranks last)."""
+    SHARE (kernels.EVERY_EXPERT, TMA_FIRST) and ODD_TAKEN as ``_ranks_by_count`` takes them.
+    ``taken``: how many experts the kernel takes (the ranks before those SHARE ranks last)."""
     pairs: gl.constexpr = gl.BlockedLayout([1, CHUNK], [32, 1], [WARPS, 1], [1, 0])
     idx = gl.arange(0, EXPERTS_POW2, layout=gl.SliceLayout(1, pairs))
     others = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, pairs))
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, SHARE)
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, SHARE, ODD_TAKEN)
     taken = gl.sum(((idx < experts) & (keys >= 0)).to(gl.int32), axis=0)
-    ranks = _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, SHARE)
+    ranks = _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, SHARE, ODD_TAKEN)
     return ranks, idx, taken
+
+
+@gluon.jit
+def _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
+                      WARPS: gl.constexpr):
+    """Whether every expert's bounds are valid (kernels._offsets_in_order), over the calling
+    partition's WARPS warps."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+    _, _, bad = _bounds_at(OFFSETS, gl.arange(0, EXPERTS_POW2, layout=layout), experts,
+                           tokens_sum)
+    return gl.sum(bad.to(gl.int32), axis=0) == 0
 
 
 @gluon.jit

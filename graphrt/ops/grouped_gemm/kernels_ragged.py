@@ -38,8 +38,8 @@ from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TES
 from ...validate import sm_count
 from .kernels import experts_vector
 from .kernels_gluon import (_expert_ranks, _release, _sorted_rounds, _sorted_tile_work,
-                            _stage_barriers, _store_item, _store_layout, _tile_count, _tma_takes,
-                            _work, BLOCK_M, TMA_FIRST)
+                            _offsets_in_order, _stage_barriers, _store_item, _store_layout,
+                            _tile_count, _tma_takes, _work, BLOCK_M, TMA_FIRST)
 
 BLOCK_N = gl.constexpr(256)   # tiles of BLOCK_M = 128 rows: two warpgroups of 64
 BLOCK_K = gl.constexpr(64)    # tokens a stage: 128 bytes, the swizzle's width
@@ -61,11 +61,16 @@ class RaggedTmaConfig:
     taking items p, p + programs, ... On the H200 (docs/perf/wgrad.md, 2026-12-03) the sorted
     split is 2-10% faster at 8 and 32 experts with random counts (the static split leaves some
     SMs the large experts' items), 2-5% slower at equal counts, and 5-9% slower at 128 and 256
-    experts, where looking up each item's expert costs more than the balance gains."""
+    experts, where looking up each item's expert costs more than the balance gains.
+    ``padded_odd``: plans with a call workspace first copy the experts whose counts are off
+    multiples of 8 with rows padded to 8 tokens (kernels.launch_ragged_padded), and this kernel
+    reads those copies, taking every expert when the offsets are in order (built, not yet run
+    on a GPU: off)."""
 
     stages: int = 4
     sorted_experts: bool = True
     sorted_max_experts: int = 64
+    padded_odd: bool = False
 
     def sorts(self, experts: int) -> bool:
         """Whether a call of ``experts`` experts takes the sorted split."""
@@ -73,6 +78,16 @@ class RaggedTmaConfig:
 
 
 RAGGED_TMA_CONFIG = RaggedTmaConfig()
+
+
+@gluon.jit
+def _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr,
+               WARPS: gl.constexpr):
+    """Whether this kernel takes the experts off multiples of 8 tokens: PADDED (their padded
+    copy is given) and every expert's bounds valid (the copy's condition)."""
+    if PADDED:
+        return _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2, WARPS)
+    return False
 
 
 @gluon.jit
@@ -85,17 +100,18 @@ def _wait_landed(ready, lo, hi):
 
 
 @gluon.jit
-def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, count,
+def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0, count,
                HIDDEN: gl.constexpr, INTER: gl.constexpr):
-    """The item's descriptors made (the expert's blocks [hidden, n_e] and [intermediate, n_e],
-    n_e a multiple of 8), one box of each streamed into the stages from the i-th filled on,
-    the tokens past n_e coming as zeros: the next stage to fill."""
+    """The item's descriptors made (the expert's blocks [hidden, n_e] and [intermediate, n_e]
+    at a_block and b_block, rows ``row_stride`` tokens apart, a multiple of 8), one box of each
+    streamed into the stages from the i-th filled on, the tokens past n_e coming as zeros: the
+    next stage to fill."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
     n = count.to(gl.int32)
-    a_desc = tma.make_tensor_descriptor(A + HIDDEN * begin, [HIDDEN, n], [n, 1],
+    a_desc = tma.make_tensor_descriptor(a_block, [HIDDEN, n], [row_stride, 1],
                                         [BLOCK_M, BLOCK_K], a_bufs.type.layout)
-    b_desc = tma.make_tensor_descriptor(B + INTER * begin, [INTER, n], [n, 1],
+    b_desc = tma.make_tensor_descriptor(b_block, [INTER, n], [row_stride, 1],
                                         [BLOCK_N, BLOCK_K], b_bufs.type.layout)
     for k0 in range(0, n, BLOCK_K):
         s = i % STAGES
@@ -109,54 +125,65 @@ def _load_item(A, B, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, count,
 
 
 @gluon.jit
-def _ragged_load_partition(A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
-                           tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+def _ragged_load_partition(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
+                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                            GROUP: gl.constexpr, SORTED: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr):
+                           EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr):
     """Items alternate between two descriptor slots (two call sites of _load_item, so two
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
     a stage refilled since was consumed, so it had landed)."""
     slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
+    odd_taken = _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2, PADDED, 1)
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
-                                          TMA_FIRST)
+                                          TMA_FIRST, odd_taken)
         for round_ in range(0, _sorted_rounds(taken, _tile_count(HIDDEN, INTER, BLOCK_N))):
             live, expert, m0, n0, begin, end = _sorted_tile_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
                 INTER, BLOCK_N, GROUP)
             count = end - begin
-            if live & (count > 0) & _tma_takes(count):
-                slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, m0, n0, begin,
-                                      count, HIDDEN, INTER)
+            if live & (count > 0) & (_tma_takes(count) | odd_taken):
+                slots = _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots,
+                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED)
     else:
         for work in range(gl.program_id(0), experts * _tile_count(HIDDEN, INTER, BLOCK_N),
                           gl.num_programs(0)):
             expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum, False,
                                                HIDDEN, INTER, BLOCK_N, GROUP)
             count = end - begin
-            if (count > 0) & _tma_takes(count):
-                slots = _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, m0, n0, begin,
-                                      count, HIDDEN, INTER)
+            if (count > 0) & (_tma_takes(count) | odd_taken):
+                slots = _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots,
+                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED)
 
 
 @gluon.jit
-def _load_in_slot(A, B, a_bufs, b_bufs, ready, empty, slots, m0, n0, begin, count,
-                  HIDDEN: gl.constexpr, INTER: gl.constexpr):
-    """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it."""
+def _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots, expert, m0, n0,
+                  begin, count, HIDDEN: gl.constexpr, INTER: gl.constexpr, PADDED: gl.constexpr):
+    """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it.
+    PADDED: an expert off multiples of 8 tokens is read from its padded copy (slot begin + 8 e,
+    rows rounded up to 8 tokens; kernels._ragged_padded_kernel)."""
     STAGES: gl.constexpr = a_bufs.shape[0]
+    a_block = A + HIDDEN * begin
+    b_block = B + INTER * begin
+    row_stride = count
+    if PADDED:
+        if count % 8 != 0:
+            a_block = A_PAD + HIDDEN * (begin + 8 * expert)
+            b_block = B_PAD + INTER * (begin + 8 * expert)
+            row_stride = (count + 7) // 8 * 8
     i, slot, start0, end0, start1, end1 = slots
     if slot == 0:
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
-        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, count, HIDDEN,
-                       INTER)
+        i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
+                       count, HIDDEN, INTER)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
-        i = _load_item(A, B, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, count, HIDDEN,
-                       INTER)
+        i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
+                       count, HIDDEN, INTER)
         end1 = i
     return i, 1 - slot, start0, end0, start1, end1
 
@@ -166,19 +193,21 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, 
                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                           DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                           OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                          EXPERTS_POW2: gl.constexpr, ROW0: gl.constexpr):
+                          EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr, ROW0: gl.constexpr):
     """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box. The experts that
-    ``_tma_takes`` leaves are the Triton kernel's."""
+    ``_tma_takes`` leaves (none with PADDED and the offsets in order) are the Triton
+    kernel's."""
     i = 0
+    odd_taken = _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2, PADDED, 4)
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
-                                          TMA_FIRST)
+                                          TMA_FIRST, odd_taken)
         for round_ in range(0, _sorted_rounds(taken, _tile_count(HIDDEN, INTER, BLOCK_N))):
             live, expert, m0, n0, begin, end = _sorted_tile_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
                 HIDDEN, INTER, BLOCK_N, GROUP)
             count = end - begin
-            if live & _tma_takes(count):
+            if live & (_tma_takes(count) | odd_taken):
                 i = _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0,
                                  count, i, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, ROW0)
     else:
@@ -187,7 +216,7 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, 
             expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
                                                ROW0 == 0, HIDDEN, INTER, BLOCK_N, GROUP)
             count = end - begin
-            if _tma_takes(count):
+            if _tma_takes(count) | odd_taken:
                 i = _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0,
                                  count, i, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, ROW0)
 
@@ -225,11 +254,12 @@ def _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0, co
 
 
 @gluon.jit(do_not_specialize=["experts", "tokens_sum"])
-def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, tokens_sum,
-                             HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
-                             ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr,
-                             STAGES: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                             EXPERTS_POW2: gl.constexpr):
+def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
+                             tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                             DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                             OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+                             SORTED: gl.constexpr, EXPERTS_POW2: gl.constexpr,
+                             PADDED: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -242,12 +272,13 @@ def _wgrad_ragged_tma_kernel(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, toke
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
                                  experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 0)),
-        (_ragged_load_partition, (A, B, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
-                                  tokens_sum, HIDDEN, INTER, GROUP, SORTED, EXPERTS_POW2)),
+                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, 0)),
+        (_ragged_load_partition, (A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFFSETS,
+                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, GROUP, SORTED,
+                                  EXPERTS_POW2, PADDED)),
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
                                  experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, 64)),
+                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -267,43 +298,52 @@ def fits_tokens(tokens_sum: int) -> bool:
 
 def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, hidden: int,
                             inter: int, accumulate: bool,
-                            config: RaggedTmaConfig = RAGGED_TMA_CONFIG) -> None:
+                            config: RaggedTmaConfig = RAGGED_TMA_CONFIG, padded=None) -> None:
     """The BF16 wgrad of the experts ``_tma_takes`` through this kernel: a (hidden, T) and b
     (T, intermediate) holding the experts' blocks, arguments as kernels.launch_wgrad's, on
-    operands ``fits_ragged_tma_kernel`` and ``fits_tokens`` accept, 16-byte aligned."""
+    operands ``fits_ragged_tma_kernel`` and ``fits_tokens`` accept, 16-byte aligned.
+    ``padded``: (a_pad, b_pad), the copy kernels.launch_ragged_padded made of the experts off
+    multiples of 8 tokens, which this kernel then takes too when the offsets are in order."""
     experts = offsets.numel()
     if experts == 0:
         return
     work = _tile_count(hidden, inter, BLOCK_N.value) * experts
     sort = config.sorts(experts)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
+    a_pad, b_pad = padded if padded is not None else (a, b)
     launch_with_scratch(_wgrad_ragged_tma_kernel, (min(work, sm_count(a.device)),), a, b,
-                        offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], HIDDEN=hidden,
-                        INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
-                        OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
-                        SORTED=sort, EXPERTS_POW2=experts_vector(experts) if sort else 2,
-                        num_warps=4, maxnreg=LAUNCH_REGS)
+                        a_pad, b_pad, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1],
+                        HIDDEN=hidden, INTER=inter, DISCRETE=out_ptrs is not None,
+                        ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
+                        STAGES=config.stages, GROUP=GROUP_M, SORTED=sort,
+                        EXPERTS_POW2=experts_vector(experts) if sort or padded else 2,
+                        PADDED=padded is not None, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: dense and discrete (accumulating)
-    output at the first benchmark case's sizes, both splits."""
+    output at the first benchmark case's sizes, both splits; with the padded copy of the
+    experts off multiples of 8 tokens, dense, both splits."""
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, sorted_experts in ((False, True), (True, True), (False, False),
-                                     (True, False)):
-        name = f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
+    for discrete, sorted_experts, padded in (
+            (False, True, False), (True, True, False), (False, False, False),
+            (True, False, False), (False, True, True), (False, False, True)):
+        name = (f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
+                f"{' padded copy' if padded else ''}")
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
         cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
-            A="*bf16", B="*bf16", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32",
-            experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c,
-            OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c, EXPERTS_POW2=c),
+            A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32", OUT="*bf16",
+            OUT_PTRS="*i64", ERRORS="*i32", experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c,
+            DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c,
+            EXPERTS_POW2=c, PADDED=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
-                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts else 2),
+                 SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts or padded else 2,
+                 PADDED=padded),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases

@@ -229,8 +229,13 @@ class GroupedGemmWgrad(Plan):
         """
         self._require_compiled()
         if self.ragged_rows:
-            from .kernels import ragged_rows_bytes
-            return ragged_rows_bytes(tokens_sum, self.hidden, self.inter)
+            from .kernels import ragged_padded_bytes, ragged_rows_bytes
+            rows = ragged_rows_bytes(tokens_sum, self.hidden, self.inter)
+            if self.ragged_tma is not None and self.ragged_tma.RAGGED_TMA_CONFIG.padded_odd:
+                # the padded copy, or the rows where the TMA kernel does not take the call
+                return max(rows, ragged_padded_bytes(tokens_sum, self.experts, self.hidden,
+                                                     self.inter))
+            return rows
         if self.mx_values:
             from .kernels_mx_values import mx_values_bytes
             return mx_values_bytes(tokens_sum, self.hidden, self.inter)
@@ -316,11 +321,19 @@ class GroupedGemmWgrad(Plan):
                     return
             tma = (self.ragged_tma if self.ragged_tma is not None
                    and self.ragged_tma.fits_tokens(tokens_sum) else None)
+            padded = None
             if tma is not None:   # the experts kernels._tma_takes gives it
+                if scratch is not None and tma.RAGGED_TMA_CONFIG.padded_odd:
+                    # and the others, from their copy with rows padded to 8 tokens
+                    from .kernels import launch_ragged_padded, PADDED_CONFIG, ragged_padded_views
+                    padded = ragged_padded_views(scratch, tokens_sum, self.experts, self.hidden,
+                                                 self.inter)
+                    launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets,
+                                         hidden=self.hidden, inter=self.inter)
                 tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
                     hidden=self.hidden, inter=self.inter, accumulate=accumulate,
-                    config=tma.RAGGED_TMA_CONFIG)
+                    config=tma.RAGGED_TMA_CONFIG, padded=padded)
             if self.fp8:
                 launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
                                  wgrad_ptrs if discrete else None, out_dtype, errors,
@@ -331,8 +344,8 @@ class GroupedGemmWgrad(Plan):
                          out_dtype, errors, hidden=self.hidden, inter=self.inter,
                          a_k_major=c.spec("a").layout == "k", b_k_major=c.spec("b").layout == "k",
                          ragged=c.flag("input_order") == "tensor_ragged", accumulate=accumulate,
-                         dot_fp32=self.interpreted, rows=scratch,
-                         skip_tma_taken=tma is not None)
+                         dot_fp32=self.interpreted, rows=scratch if padded is None else None,
+                         skip_tma_taken=tma is not None, tma_took_odd=padded is not None)
 
     def _run_mx_values(self, a, b, a_scale, b_scale, offsets, wgrad, wgrad_ptrs, out_dtype,
                        errors, accumulate, scratch) -> bool:
