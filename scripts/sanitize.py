@@ -6,7 +6,9 @@ import graphrt
 from graphrt.capture import uniform_
 from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon, kernels_ragged, kernels_tensor2d
-from graphrt.ops.grouped_gemm.kernels import fp8_config, launch_wgrad_fp8
+from graphrt.ops.grouped_gemm.kernels import (fp8_config, gemm_config, launch_ragged_padded,
+                                              launch_wgrad, launch_wgrad_fp8, PADDED_CONFIG,
+                                              ragged_padded_bytes, ragged_padded_views)
 
 torch.manual_seed(0)
 # each shape twice: the second call replays the first's binding, at the new tensors' addresses
@@ -65,6 +67,22 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
         a, b, offsets, torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda"),
         None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72, accumulate=False,
         config=kernels_ragged.RaggedTmaConfig(sorted_experts=False))
+    # the padded copy of the experts off multiples of 8 tokens, read by the TMA kernel (both
+    # splits), then the Triton kernel told so
+    scratch = torch.empty(ragged_padded_bytes(tokens, len(counts), 136, 72), dtype=torch.uint8,
+                          device="cuda")
+    padded = ragged_padded_views(scratch, tokens, len(counts), 136, 72)
+    launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets, hidden=136, inter=72)
+    out = torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda")
+    for sorted_experts in (True, False):
+        kernels_ragged.launch_wgrad_ragged_tma(
+            a, b, offsets, out, None, torch.bfloat16, error_flags(a.device), hidden=136,
+            inter=72, accumulate=False,
+            config=kernels_ragged.RaggedTmaConfig(sorted_experts=sorted_experts), padded=padded)
+    launch_wgrad(gemm_config(False), a, b, offsets, out, None, torch.bfloat16,
+                 error_flags(a.device), hidden=136, inter=72, a_k_major=True, b_k_major=True,
+                 ragged=True, accumulate=False, dot_fp32=False, skip_tma_taken=True,
+                 tma_took_odd=True)
 # FP8 inputs, both recipes: experts sharing scale blocks, one inside a single block, an empty
 # one; tokens_sum 368 (rows 16-byte aligned), 360 (8 codes a load) and 367
 for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 18], [37, 5, 0, 300, 25]):

@@ -13,10 +13,11 @@ plan's) per Tensor2dTmaConfig;
 ``--leftovers`` times the plan's ragged launches (TMA kernel, rows copy, Triton kernel for the
 experts the TMA kernel leaves) with the Triton kernel's persistent grid against its grid of one
 program per tile and expert, with and without programmatic dependent launch of the copy and of
-the Triton kernel, against the TMA kernel alone; ``--rows`` times the copy of ragged experts
-as rows alone per RowsConfig; ``--discrete`` times dense against discrete output through the
-plan; ``--mx-values`` MXFP8 through the plan with and without the workspace for the codes'
-BF16 values; ``--first`` only the first benchmark case."""
+the Triton kernel, and the padded copy read by the TMA kernel, against the TMA kernel alone;
+``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--discrete``
+times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
+with and without the workspace for the codes' BF16 values; ``--first`` only the first
+benchmark case."""
 import itertools
 import sys
 
@@ -232,8 +233,9 @@ def main_leftovers(first: bool):
     """The plan's ragged launches on Hopper, x256 and odd counts, in turn: the Triton kernel's
     share as a persistent grid or one program per tile and expert (kernels.LEFTOVERS_PERSISTENT),
     with and without programmatic dependent launch of the copy and of the Triton kernel
-    (kernels.PDL_COPY, PDL_GEMM), and (x256) the TMA kernel alone, each checked against FP32
-    per-expert products first."""
+    (kernels.PDL_COPY, PDL_GEMM), the padded copy with the TMA kernel taking every expert
+    (RaggedTmaConfig.padded_odd), and (x256) the TMA kernel alone, each checked against FP32
+    per-expert products first; at odd counts also the rows copy and the padded copy alone."""
     from graphrt.ops.grouped_gemm import kernels
     pdl_default = kernels.PDL_COPY, kernels.PDL_GEMM
     gen = torch.Generator().manual_seed(0)
@@ -246,22 +248,31 @@ def main_leftovers(first: bool):
                 for _ in range(2)]
         ws = torch.empty(ragged_rows_bytes(tokens, hidden, inter), dtype=torch.uint8,
                          device="cuda")
+        pad = kernels.ragged_padded_views(
+            torch.empty(kernels.ragged_padded_bytes(tokens, experts, hidden, inter),
+                        dtype=torch.uint8, device="cuda"), tokens, experts, hidden, inter)
         for label, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen))):
             offsets, ref = _ragged_case(counts, sets[0], hidden, inter)
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
 
-            def plan_launches(a, b, offsets=offsets, persistent=True, pdl=(True, True)):
+            def plan_launches(a, b, offsets=offsets, persistent=True, pdl=(True, True),
+                              padded=False):
+                if padded:
+                    kernels.launch_ragged_padded(kernels.PADDED_CONFIG, a, b, *pad, offsets,
+                                                 hidden=hidden, inter=inter)
                 ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                    errors, hidden=hidden, inter=inter,
-                                                   accumulate=False)
+                                                   accumulate=False,
+                                                   padded=pad if padded else None)
                 kernels.LEFTOVERS_PERSISTENT = persistent
                 kernels.PDL_COPY, kernels.PDL_GEMM = pdl
                 try:
                     launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16,
                                  errors, hidden=hidden, inter=inter, a_k_major=True,
                                  b_k_major=True, ragged=True, accumulate=False,
-                                 dot_fp32=False, rows=ws, skip_tma_taken=True)
+                                 dot_fp32=False, rows=None if padded else ws,
+                                 skip_tma_taken=True, tma_took_odd=padded)
                 finally:
                     kernels.LEFTOVERS_PERSISTENT = True
                     kernels.PDL_COPY, kernels.PDL_GEMM = pdl_default
@@ -272,7 +283,16 @@ def main_leftovers(first: bool):
                      lambda a, b, run=plan_launches: run(a, b, pdl=(False, False))),
                     ("one program a tile, no PDL",
                      lambda a, b, run=plan_launches: run(a, b, persistent=False,
-                                                         pdl=(False, False)))]
+                                                         pdl=(False, False))),
+                    ("padded copy, TMA takes every expert, PDL GEMM only",
+                     lambda a, b, run=plan_launches: run(a, b, pdl=(False, True),
+                                                         padded=True))]
+            copies = [] if label != "odd" else [   # the copies alone, not checked here
+                ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
+                    ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,
+                    hidden=hidden, inter=inter, skip_aligned=True)),
+                ("padded copy alone", lambda a, b, offsets=offsets: kernels.launch_ragged_padded(
+                    kernels.PADDED_CONFIG, a, b, *pad, offsets, hidden=hidden, inter=inter))]
             if label == "x256":
                 runs.append(("TMA alone", lambda a, b, offsets=offsets:
                              ragged_tma.launch_wgrad_ragged_tma(
@@ -283,7 +303,7 @@ def main_leftovers(first: bool):
                 run(*sets[0])
                 err = ((out.float() - ref).norm() / ref.norm()).item()
                 print(f"  {name}: err={err:.1e}", flush=True)
-            _in_turn(runs, sets)
+            _in_turn(runs + copies, sets)
 
 
 def main_layouts(first: bool):
