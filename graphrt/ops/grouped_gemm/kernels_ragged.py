@@ -3,7 +3,9 @@ experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e]
 [intermediate, n_e] (tokens unit-stride, so rows 16-byte aligned) read by TMA as they lie. The
 others are left to the Triton kernel (kernels.py: copied as rows, then multiplied), launched
 after this one: TMA takes no row stride off 16 bytes (boxes of odd counts stopped the kernel
-with an illegal instruction on the H200, 2026-12-03). Plans run it for up to
+with an illegal instruction on the H200, 2026-12-03). Given a copy of the others with rows
+padded to 8 tokens (``RaggedTmaConfig.padded_odd``, kernels.launch_ragged_padded), it reads
+those too and takes every expert when the offsets are in order. Plans run it for up to
 PLAN_MAX_EXPERTS experts; tensor2d operands have their own TMA kernel (kernels_tensor2d.py).
 
 A work item is one [128, 256] tile of one expert's output: one box of each operand a stage
