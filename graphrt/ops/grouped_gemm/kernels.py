@@ -442,18 +442,18 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
                   K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
                   RAGGED_PREFETCH: tl.constexpr, RAGGED_ROWS: tl.constexpr,
                   SKIP_TMA_TAKEN: tl.constexpr, TMA_TOOK_ODD: tl.constexpr,
-                  PERSISTENT: tl.constexpr, PDL: tl.constexpr,
-                  EXPERTS_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  PERSISTENT: tl.constexpr, PDL: tl.constexpr, EXPERTS_POW2: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
     """Program (tile, expert) computes that tile. SKIP_TMA_TAKEN: after Hopper's ragged TMA
     kernel (kernels_ragged.py), the experts it takes are left alone (TMA_TOOK_ODD: it read the
     padded copy of those off multiples of 8 tokens, so it took every expert when the offsets
-    are in order); with PERSISTENT a grid of
-    one program an SM walks the items of the others, sorted by count, largest first, the
-    programs' order reversed every round. PDL: launched as a programmatic dependent launch
-    right after that kernel or the rows copy; the offsets (written before either ran) are read
-    first, and a program with nothing to do ends without waiting for the kernel before it
-    (the first one waits, so that the call's kernels still end in order)."""
+    are in order); with PERSISTENT a grid of one program an SM walks the items of the others,
+    sorted by count, largest first, the programs' order reversed every round. PDL: launched as
+    a programmatic dependent launch right after that kernel or the rows copy; the offsets
+    (written before either ran) are read first, and a program with nothing to do ends without
+    waiting for the kernel before it (the first one waits, so that the call's kernels still end
+    in order)."""
     if SKIP_TMA_TAKEN and PERSISTENT:
         TILES: tl.constexpr = ((HIDDEN + BLOCK_M - 1) // BLOCK_M) * ((INTER + BLOCK_N - 1) //
                                                                       BLOCK_N)
