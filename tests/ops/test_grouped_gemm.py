@@ -780,6 +780,26 @@ def test_gpu_ragged_padded_copy_workspace(seed, decreasing_at, monkeypatch):
 
 
 @pytest.mark.gpu
+def test_gpu_ragged_padded_copy_functional_calls_follow_new_routing(seed, monkeypatch):
+    """The functional call with the padded copy, on a fresh runtime (the default one's bound
+    calls were recorded without it): the second and third calls of the same kind replay the
+    first's launches into their own workspaces, with new odd counts each; FP32 output
+    poisoned, against the reference."""
+    from graphrt.ops.grouped_gemm import kernels_ragged
+    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
+                        kernels_ragged.RaggedTmaConfig(padded_odd=True))
+    rt = graphrt.Runtime("cuda")
+    hidden, inter, tokens = 264, 136, 1203
+    for counts in ([300, 0, 17, 5, 881], [1, 600, 33, 0, 569], [8, 16, 1179, 0, 0]):
+        assert sum(counts) == tokens
+        a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
+        w = torch.full((len(counts), hidden, inter), float("nan"), device="cuda")
+        grouped_gemm_wgrad(a, b, offsets, wgrad=w, wgrad_dtype=torch.float32,
+                           input_order="tensor_ragged", runtime=rt)
+        _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
+
+
+@pytest.mark.gpu
 def test_gpu_ragged_tma_next_rows_stay_out(seed):
     """A box past an expert's count (40 and 88 tokens: steps of 64) reaches the next row's
     first tokens in memory (TMA gives zeros past the block): NaN and inf there reach only the
