@@ -186,33 +186,25 @@ def test_triton_kernel_after_the_padded_tma_kernel_interpreted(persistent, decre
             assert rel_l2(w[e], ref[e]) < 1e-5, e
 
 
-def test_tma_took_odd_only_with_skip_tma_taken():
-    """``tma_took_odd`` describes the TMA kernel's share, so it is refused without
-    ``skip_tma_taken``, before anything runs."""
+@pytest.mark.parametrize("ragged,flags,refused", [
+    (False, dict(skip_tma_taken=True), "skip_tma_taken"),
+    (True, dict(tma_took_odd=True), "tma_took_odd")])
+def test_launch_flags_of_the_tma_kernels_share_checked(ragged, flags, refused):
+    """Only ragged calls share their experts with Hopper's ragged TMA kernel, and
+    ``tma_took_odd`` describes that share: a tensor2d launch told to skip its experts, or a
+    ragged one told the TMA kernel read the padded copy without ``skip_tma_taken``, raises
+    before anything runs."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad
-    a, b, _, _, offsets = _ragged_problem([8, 3], 16, 16, "cpu")
+    if ragged:
+        a, b, _, _, offsets = _ragged_problem([8, 3], 16, 16, "cpu")
+    else:
+        a, b, offsets = _problem([8, 8], 16, 16, "k", "k")
     w = torch.full((2, 16, 16), float("nan"))
-    with pytest.raises(ValueError, match="tma_took_odd"):
+    with pytest.raises(ValueError, match=refused):
         launch_wgrad(gemm_config(True), a, b, offsets, w, None, torch.float32,
                      error_flags(a.device), hidden=16, inter=16, a_k_major=True,
-                     b_k_major=True, ragged=True, accumulate=False, dot_fp32=True,
-                     tma_took_odd=True)
-    assert w.isnan().all()
-
-
-def test_skip_tma_taken_is_for_ragged_calls_only():
-    """Only ragged calls share their experts with Hopper's ragged TMA kernel: a tensor2d launch
-    told to skip its experts raises before anything runs."""
-    from graphrt.device_checks import error_flags
-    from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad
-    a, b, offsets = _problem([8, 8], 16, 16, "k", "k")
-    w = torch.full((2, 16, 16), float("nan"))
-    with pytest.raises(ValueError, match="skip_tma_taken"):
-        launch_wgrad(gemm_config(True), a, b, offsets, w, None, torch.float32,
-                     error_flags(a.device), hidden=16, inter=16, a_k_major=True,
-                     b_k_major=True, ragged=False, accumulate=False, dot_fp32=True,
-                     skip_tma_taken=True)
+                     b_k_major=True, ragged=ragged, accumulate=False, dot_fp32=True, **flags)
     assert w.isnan().all()
 
 
