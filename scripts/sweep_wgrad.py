@@ -11,9 +11,8 @@ the E8 cases; ``--tensor2d-tma`` times every tensor2d layout, counts in multiple
 odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_tensor2d.py, the
 plan's) per Tensor2dTmaConfig;
 ``--leftovers`` times the plan's ragged launches (TMA kernel, rows copy, Triton kernel for the
-experts the TMA kernel leaves) with the Triton kernel's persistent grid against its grid of one
-program per tile and expert, with and without programmatic dependent launch of the copy and of
-the Triton kernel, and the padded copy read by the TMA kernel, against the TMA kernel alone;
+experts the TMA kernel leaves) against the same with the copy a programmatic dependent launch,
+the padded copy read by the TMA kernel, and the TMA kernel alone;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--discrete``
 times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
 with and without the workspace for the codes' BF16 values; ``--first`` only the first
@@ -230,14 +229,13 @@ def _in_turn(runs, sets, rounds=5):
 
 
 def main_leftovers(first: bool):
-    """The plan's ragged launches on Hopper, x256 and odd counts, in turn: the Triton kernel's
-    share as a persistent grid or one program per tile and expert (kernels.LEFTOVERS_PERSISTENT),
-    with and without programmatic dependent launch of the copy and of the Triton kernel
-    (kernels.PDL_COPY, PDL_GEMM), the padded copy with the TMA kernel taking every expert
-    (RaggedTmaConfig.padded_odd), and (x256) the TMA kernel alone, each checked against FP32
-    per-expert products first; at odd counts also the rows copy and the padded copy alone."""
+    """The plan's ragged launches on Hopper, x256 and odd counts, in turn: as the plan runs
+    them, with the rows copy a programmatic dependent launch too (kernels.PDL_COPY), and with
+    the padded copy read by the TMA kernel (RaggedTmaConfig.padded_odd), and (x256) the TMA
+    kernel alone, each checked against FP32 per-expert products first; at odd counts also the
+    rows copy and the padded copy alone."""
     from graphrt.ops.grouped_gemm import kernels
-    pdl_default = kernels.PDL_COPY, kernels.PDL_GEMM
+    pdl_copy = kernels.PDL_COPY
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
@@ -256,8 +254,7 @@ def main_leftovers(first: bool):
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
 
-            def plan_launches(a, b, offsets=offsets, persistent=True, pdl=(True, True),
-                              padded=False):
+            def plan_launches(a, b, offsets=offsets, copy_pdl=pdl_copy, padded=False):
                 if padded:
                     kernels.launch_ragged_padded(kernels.PADDED_CONFIG, a, b, *pad, offsets,
                                                  hidden=hidden, inter=inter)
@@ -265,8 +262,7 @@ def main_leftovers(first: bool):
                                                    errors, hidden=hidden, inter=inter,
                                                    accumulate=False,
                                                    padded=pad if padded else None)
-                kernels.LEFTOVERS_PERSISTENT = persistent
-                kernels.PDL_COPY, kernels.PDL_GEMM = pdl
+                kernels.PDL_COPY = copy_pdl
                 try:
                     launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16,
                                  errors, hidden=hidden, inter=inter, a_k_major=True,
@@ -274,19 +270,12 @@ def main_leftovers(first: bool):
                                  dot_fp32=False, rows=None if padded else ws,
                                  skip_tma_taken=True, tma_took_odd=padded)
                 finally:
-                    kernels.LEFTOVERS_PERSISTENT = True
-                    kernels.PDL_COPY, kernels.PDL_GEMM = pdl_default
-            runs = [("persistent, PDL copy and GEMM", plan_launches),
-                    ("persistent, PDL GEMM only",
-                     lambda a, b, run=plan_launches: run(a, b, pdl=(False, True))),
-                    ("persistent, no PDL",
-                     lambda a, b, run=plan_launches: run(a, b, pdl=(False, False))),
-                    ("one program a tile, no PDL",
-                     lambda a, b, run=plan_launches: run(a, b, persistent=False,
-                                                         pdl=(False, False))),
-                    ("padded copy, TMA takes every expert, PDL GEMM only",
-                     lambda a, b, run=plan_launches: run(a, b, pdl=(False, True),
-                                                         padded=True))]
+                    kernels.PDL_COPY = pdl_copy
+            runs = [("the plan's", plan_launches),
+                    ("rows copy a dependent launch too",
+                     lambda a, b, run=plan_launches: run(a, b, copy_pdl=True)),
+                    ("padded copy, TMA takes every expert",
+                     lambda a, b, run=plan_launches: run(a, b, padded=True))]
             copies = [] if label != "odd" else [   # the copies alone, not checked here
                 ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
                     ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,

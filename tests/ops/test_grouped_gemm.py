@@ -123,17 +123,14 @@ def test_ragged_aligned_and_odd_experts_interpreted(hidden):
 
 
 @needs_interpreter
-@pytest.mark.parametrize("persistent", [True, False])
 @pytest.mark.parametrize("with_rows", [True, False])
-def test_triton_kernel_leaves_the_tma_experts_interpreted(with_rows, persistent, monkeypatch):
+def test_triton_kernel_leaves_the_tma_experts_interpreted(with_rows):
     """The Triton kernel's share when Hopper's ragged TMA kernel runs first
     (``skip_tma_taken``): the experts the TMA kernel takes left untouched (poisoned: those with
-    counts in multiples of 8), the others exact; with and without the rows workspace; through
-    the persistent grid (2 programs here, several rounds) and one program per tile."""
+    counts in multiples of 8), the others exact; with and without the rows workspace; its
+    persistent grid has 2 programs here, so each walks several rounds."""
     from graphrt.device_checks import error_flags
-    from graphrt.ops.grouped_gemm import kernels
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad, ragged_rows_bytes
-    monkeypatch.setattr(kernels, "LEFTOVERS_PERSISTENT", persistent)
     torch.manual_seed(7)
     counts, hidden, inter = [16, 0, 5, 24, 17, 1, 8, 6, 2, 0], 40, 24
     a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cpu")
@@ -152,18 +149,14 @@ def test_triton_kernel_leaves_the_tma_experts_interpreted(with_rows, persistent,
 
 
 @needs_interpreter
-@pytest.mark.parametrize("persistent", [True, False])
 @pytest.mark.parametrize("decreasing_at", [None, 3])
-def test_triton_kernel_after_the_padded_tma_kernel_interpreted(persistent, decreasing_at,
-                                                              monkeypatch):
+def test_triton_kernel_after_the_padded_tma_kernel_interpreted(decreasing_at):
     """Told that the TMA kernel read the padded copy (``tma_took_odd``): with the offsets in
     order the Triton kernel leaves every expert (all still poisoned); with an expert's end
     below its begin nothing was copied, so the valid experts off multiples of 8 are its again
     (two bytes at a time) and exact, the others left."""
     from graphrt.device_checks import error_flags
-    from graphrt.ops.grouped_gemm import kernels
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad
-    monkeypatch.setattr(kernels, "LEFTOVERS_PERSISTENT", persistent)
     torch.manual_seed(9)
     counts, hidden, inter = [16, 0, 5, 24, 17, 1, 8, 6], 40, 24
     a, b, _, _, offsets = _ragged_problem(counts, hidden, inter, "cpu")

@@ -442,19 +442,20 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
                   K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
                   RAGGED_PREFETCH: tl.constexpr, RAGGED_ROWS: tl.constexpr,
                   SKIP_TMA_TAKEN: tl.constexpr, TMA_TOOK_ODD: tl.constexpr,
-                  PERSISTENT: tl.constexpr, PDL: tl.constexpr, EXPERTS_POW2: tl.constexpr,
+                  PDL: tl.constexpr, EXPERTS_POW2: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
     """Program (tile, expert) computes that tile. SKIP_TMA_TAKEN: after Hopper's ragged TMA
     kernel (kernels_ragged.py), the experts it takes are left alone (TMA_TOOK_ODD: it read the
     padded copy of those off multiples of 8 tokens, so it took every expert when the offsets
-    are in order); with PERSISTENT a grid of one program an SM walks the items of the others,
-    sorted by count, largest first, the programs' order reversed every round. PDL: launched as
-    a programmatic dependent launch right after that kernel or the rows copy; the offsets
+    are in order), and a grid of one program an SM walks the items of the others, sorted by
+    count, largest first, the programs' order reversed every round (1-10% faster than one
+    program per tile at odd counts on the H200, docs/perf/wgrad.md). PDL: launched as a
+    programmatic dependent launch right after that kernel or the rows copy; the offsets
     (written before either ran) are read first, and a program with nothing to do ends without
     waiting for the kernel before it (the first one waits, so that the call's kernels still end
     in order)."""
-    if SKIP_TMA_TAKEN and PERSISTENT:
+    if SKIP_TMA_TAKEN:
         TILES: tl.constexpr = ((HIDDEN + BLOCK_M - 1) // BLOCK_M) * ((INTER + BLOCK_N - 1) //
                                                                       BLOCK_N)
         idx = tl.arange(0, EXPERTS_POW2)
@@ -475,13 +476,6 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
                             RAGGED_PREFETCH, RAGGED_ROWS, EXPERTS_POW2, BLOCK_M, BLOCK_N,
                             BLOCK_K, NUM_STAGES, GROUP_M)
     else:
-        if SKIP_TMA_TAKEN:
-            _, count, bad = _bounds_at(OFFSETS, tl.program_id(1), experts, tokens_sum)
-            if _tma_takes(tl.where(bad, 0, count)) | _tma_took_odd(
-                    OFFSETS, experts, tokens_sum, TMA_TOOK_ODD, EXPERTS_POW2):
-                if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
-                    wait_for_prior_kernel(PDL)
-                return
         wait_for_prior_kernel(PDL)
         _wgrad_tile(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
                     tl.program_id(0), tl.program_id(1), experts, HIDDEN, INTER, A_K_MAJOR,
@@ -856,16 +850,12 @@ def launch_ragged_rows(cfg: RowsConfig, a, b, a_rows, b_rows, offsets, *, hidden
            launch_pdl=pdl, num_warps=cfg.num_warps)
 
 
-# The Triton kernel's share after Hopper's ragged TMA kernel: a persistent grid (True) or one
-# program per tile and expert, those of the TMA kernel's experts ending at once; and which of
-# the launches after that kernel are programmatic dependent launches (where use_pdl allows).
-# On the H200 (scripts/sweep_wgrad.py --leftovers, 2026-12-04) the persistent grid launched
-# that way took 1-10% less time than one program per tile at odd counts and 0-1.5% less at
-# counts in multiples of 256. The copy launched that way (with 4 programs an SM) cut 4-5 us at
-# the small case's multiples of 256, but the copy ran ~30% slower at odd counts, which
+# Whether the rows copy after Hopper's ragged TMA kernel is a programmatic dependent launch
+# (the Triton kernel after it always is, where use_pdl allows). On the H200
+# (scripts/sweep_wgrad.py --leftovers, 2026-12-04) that cut 4-5 us at the small case's
+# multiples of 256, but the copy, with 4 programs an SM, ran ~30% slower at odd counts, which
 # RowsConfig.resident_per_sm is meant to mend (not yet measured), so it is off.
-LEFTOVERS_PERSISTENT = True
-PDL_COPY, PDL_GEMM = False, True
+PDL_COPY = False
 
 
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
@@ -879,8 +869,9 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     speed; without it those experts load two bytes at a time. ``skip_tma_taken`` (ragged): the
     experts that Hopper's ragged TMA kernel takes (``_tma_takes``: counts in multiples of 8,
     and invalid bounds) are left alone, the others taken by a persistent grid of one program
-    an SM; launched right after that kernel, the copy and the GEMM are programmatic dependent
-    launches where ``use_pdl`` allows (the TMA kernel lets them start while it drains).
+    an SM; launched right after that kernel, the GEMM (and with PDL_COPY the copy) is a
+    programmatic dependent launch where ``use_pdl`` allows (it starts while the kernel before
+    it drains).
     ``tma_took_odd``: that kernel read the padded copy (``launch_ragged_padded``) of the
     experts off multiples of 8 tokens, so it took every expert when the offsets are in order."""
     if skip_tma_taken and not ragged:
@@ -893,8 +884,7 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     grid, out_arg, ptrs_arg = launch_args
     tokens_sum, experts = a.shape[1], grid[1]
     pdl = skip_tma_taken and use_pdl(a)
-    persistent = skip_tma_taken and LEFTOVERS_PERSISTENT
-    if persistent:
+    if skip_tma_taken:   # persistent: one program an SM
         grid = (min(grid[0] * experts, sm_count(a.device)),)
     # the 8-token path needs 16-byte aligned rows of the K-major operands (and BLOCK_K >= 16)
     # (ragged: the experts whose blocks turn out aligned on the device take it)
@@ -917,10 +907,10 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         # with the rows, two-byte loads remain only for out-of-order offsets
         RAGGED_PREFETCH=ragged and cfg.ragged_prefetch and rows is None,
         RAGGED_ROWS=ragged and rows is not None, SKIP_TMA_TAKEN=skip_tma_taken,
-        TMA_TOOK_ODD=tma_took_odd, PERSISTENT=persistent, PDL=pdl and PDL_GEMM,
+        TMA_TOOK_ODD=tma_took_odd, PDL=pdl,
         EXPERTS_POW2=experts_pow2,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, launch_pdl=pdl and PDL_GEMM,
+        NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, launch_pdl=pdl,
         **cfg.launch_options())
 
 
@@ -962,7 +952,7 @@ def compile_cases() -> list[CompileCase]:
                 OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", experts="i32",
                 HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c, DISCRETE=c, ACCUMULATE=c,
                 DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c, RAGGED_ALIGNED=c, RAGGED_PREFETCH=c,
-                RAGGED_ROWS=c, SKIP_TMA_TAKEN=c, TMA_TOOK_ODD=c, PERSISTENT=c, PDL=c,
+                RAGGED_ROWS=c, SKIP_TMA_TAKEN=c, TMA_TOOK_ODD=c, PDL=c,
                 EXPERTS_POW2=c,
                 BLOCK_M=c, BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c, GROUP_M=c)
     plan_cfg = gemm_config(False)
@@ -975,7 +965,7 @@ def compile_cases() -> list[CompileCase]:
                    DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
                    RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, SKIP_TMA_TAKEN=skip,
-                   TMA_TOOK_ODD=False, PERSISTENT=skip, PDL=skip, EXPERTS_POW2=8, BLOCK_M=128,
+                   TMA_TOOK_ODD=False, PDL=skip, EXPERTS_POW2=8, BLOCK_M=128,
                    BLOCK_N=plan_cfg.block_n if prefetch or rows else 128, BLOCK_K=64,
                    NUM_STAGES=3, GROUP_M=8), num_warps=8)
         for a_k, b_k, ragged, discrete, acc, aligned, prefetch, rows, skip in (
@@ -996,7 +986,7 @@ def compile_cases() -> list[CompileCase]:
         dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=True, B_K_MAJOR=True, RAGGED=True,
              DISCRETE=False, ACCUMULATE=False, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
              K_ALIGNED=False, RAGGED_ALIGNED=True, RAGGED_PREFETCH=True, RAGGED_ROWS=False,
-             SKIP_TMA_TAKEN=True, TMA_TOOK_ODD=True, PERSISTENT=True, PDL=True,
+             SKIP_TMA_TAKEN=True, TMA_TOOK_ODD=True, PDL=True,
              EXPERTS_POW2=8, BLOCK_M=128, BLOCK_N=plan_cfg.block_n, BLOCK_K=64, NUM_STAGES=3,
              GROUP_M=8), num_warps=8))
     cases.append(CompileCase(
