@@ -264,9 +264,9 @@ def _check_rows_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
 
 def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
     """_ragged_padded_kernel alone into a poisoned workspace: each expert off multiples of 8
-    tokens has its blocks at its slot (begin + 8 e) with rows padded to 8 tokens, bit for bit,
-    zeros past its count; the others' slots stay poisoned, and with out-of-order offsets
-    everything does."""
+    tokens has its blocks at its slot (begin rounded down to 64, plus 64 e tokens) with rows
+    padded to 64 tokens, bit for bit, zeros past its count, the blocks disjoint; the others'
+    slots stay poisoned, and with out-of-order offsets everything does."""
     from graphrt.ops.grouped_gemm.kernels import (launch_ragged_padded, ragged_padded_bytes,
                                                   ragged_padded_views)
     a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, device)
@@ -282,13 +282,14 @@ def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
     for e, (s0, n) in enumerate(zip(begins, counts)):
         if decreasing_at is not None or n % 8 == 0:
             continue
-        padded = -(-n // 8) * 8
+        padded, slot = -(-n // 64) * 64, (s0 // 64 + e) * 64
         for pad, full, width, mask in ((a_pad, a2d, hidden, written[0]),
                                        (b_pad, b2d.t(), inter, written[1])):
-            block = pad[width * (s0 + 8 * e):width * (s0 + 8 * e + padded)].view(width, padded)
+            block = pad[width * slot:width * (slot + padded)].view(width, padded)
             assert torch.equal(block[:, :n], full[:, s0:s0 + n]), e
             assert (block[:, n:] == 0).all(), e
-            mask[width * (s0 + 8 * e):width * (s0 + 8 * e + padded)] = True
+            assert not mask[width * slot:width * (slot + padded)].any(), e
+            mask[width * slot:width * (slot + padded)] = True
     for pad, mask in zip((a_pad, b_pad), written):   # nothing else written: all bits still set
         assert (pad[~mask].view(torch.int16) == -1).all()
 
@@ -301,7 +302,8 @@ def test_ragged_padded_copy_interpreted(decreasing_at):
     tiles at both widths; out-of-order offsets copy nothing."""
     from graphrt.ops.grouped_gemm.kernels import PaddedConfig
     torch.manual_seed(8)
-    _check_padded_copy([16, 0, 5, 33, 17, 1, 8, 3], 40, 24, "cpu", PaddedConfig(8, 16, 4, 1),
+    _check_padded_copy([16, 0, 5, 33, 17, 1, 8, 3, 63, 65, 127, 1], 40, 24, "cpu",
+                       PaddedConfig(8, 16, 4, 1),
                        decreasing_at)
 
 

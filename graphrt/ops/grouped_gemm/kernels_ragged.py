@@ -4,7 +4,7 @@ experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e]
 others are left to the Triton kernel (kernels.py: copied as rows, then multiplied), launched
 after this one: TMA takes no row stride off 16 bytes (boxes of odd counts stopped the kernel
 with an illegal instruction on the H200, 2026-12-03). Given a copy of the others with rows
-padded to 8 tokens (``RaggedTmaConfig.padded_odd``, kernels.launch_ragged_padded), it reads
+padded to 64 tokens (``RaggedTmaConfig.padded_odd``, kernels.launch_ragged_padded), it reads
 those too and takes every expert when the offsets are in order. Plans run it for up to
 PLAN_MAX_EXPERTS experts; tensor2d operands have their own TMA kernel (kernels_tensor2d.py).
 
@@ -38,10 +38,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, war
 from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TESTED_TRITON,
                              register_share, TL_DTYPES, untested_triton_case)
 from ...validate import sm_count
+from . import kernels as _triton_kernels
 from .kernels import experts_vector
 from .kernels_gluon import (_expert_ranks, _release, _sorted_rounds, _sorted_tile_work,
                             _offsets_in_order, _stage_barriers, _store_item, _store_layout,
                             _tile_count, _tma_takes, _work, BLOCK_M, TMA_FIRST)
+
+# where the padded copy puts an expert's block, and its rows' length: the copy's own code
+_padded_slot = gluon.jit(_triton_kernels._padded_slot.fn)
+_padded_count = gluon.jit(_triton_kernels._padded_count.fn)
 
 BLOCK_N = gl.constexpr(256)   # tiles of BLOCK_M = 128 rows: two warpgroups of 64
 BLOCK_K = gl.constexpr(64)    # tokens a stage: 128 bytes, the swizzle's width
@@ -65,7 +70,7 @@ class RaggedTmaConfig:
     SMs the large experts' items), 2-5% slower at equal counts, and 5-9% slower at 128 and 256
     experts, where looking up each item's expert costs more than the balance gains.
     ``padded_odd``: plans with a call workspace first copy the experts whose counts are off
-    multiples of 8 with rows padded to 8 tokens (kernels.launch_ragged_padded), and this kernel
+    multiples of 8 with rows padded to 64 tokens (kernels.launch_ragged_padded), and this kernel
     reads those copies, taking every expert when the offsets are in order (built, not yet run
     on a GPU: off)."""
 
@@ -163,17 +168,18 @@ def _ragged_load_partition(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFF
 def _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots, expert, m0, n0,
                   begin, count, HIDDEN: gl.constexpr, INTER: gl.constexpr, PADDED: gl.constexpr):
     """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it.
-    PADDED: an expert off multiples of 8 tokens is read from its padded copy (slot begin + 8 e,
-    rows rounded up to 8 tokens; kernels._ragged_padded_kernel)."""
+    PADDED: an expert off multiples of 8 tokens is read from its padded copy (rows 128 bytes
+    apart; kernels._ragged_padded_kernel)."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     a_block = A + HIDDEN * begin
     b_block = B + INTER * begin
     row_stride = count
     if PADDED:
         if count % 8 != 0:
-            a_block = A_PAD + HIDDEN * (begin + 8 * expert)
-            b_block = B_PAD + INTER * (begin + 8 * expert)
-            row_stride = (count + 7) // 8 * 8
+            slot = _padded_slot(begin, expert)
+            a_block = A_PAD + HIDDEN * slot
+            b_block = B_PAD + INTER * slot
+            row_stride = _padded_count(count)
     i, slot, start0, end0, start1, end1 = slots
     if slot == 0:
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)

@@ -324,7 +324,7 @@ class GroupedGemmWgrad(Plan):
             padded = None
             if tma is not None:   # the experts kernels._tma_takes gives it
                 if scratch is not None and tma.RAGGED_TMA_CONFIG.padded_odd:
-                    # and the others, from their copy with rows padded to 8 tokens
+                    # and the others, from their copy with rows padded to 64 tokens
                     from .kernels import launch_ragged_padded, PADDED_CONFIG, ragged_padded_views
                     padded = ragged_padded_views(scratch, tokens_sum, self.experts, self.hidden,
                                                  self.inter)
