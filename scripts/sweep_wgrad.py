@@ -233,7 +233,7 @@ def main_leftovers(first: bool):
     them, with the rows copy a programmatic dependent launch too (kernels.PDL_COPY), and with
     the padded copy read by the TMA kernel (RaggedTmaConfig.padded_odd), and (x256) the TMA
     kernel alone, each checked against FP32 per-expert products first; at odd counts also the
-    rows copy and the padded copy alone."""
+    rows copy and the padded copy alone, and the TMA kernel alone reading the padded copy."""
     from graphrt.ops.grouped_gemm import kernels
     pdl_copy = kernels.PDL_COPY
     gen = torch.Generator().manual_seed(0)
@@ -281,7 +281,11 @@ def main_leftovers(first: bool):
                     ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,
                     hidden=hidden, inter=inter, skip_aligned=True)),
                 ("padded copy alone", lambda a, b, offsets=offsets: kernels.launch_ragged_padded(
-                    kernels.PADDED_CONFIG, a, b, *pad, offsets, hidden=hidden, inter=inter))]
+                    kernels.PADDED_CONFIG, a, b, *pad, offsets, hidden=hidden, inter=inter)),
+                ("TMA alone on the padded copy", lambda a, b, offsets=offsets:
+                 ragged_tma.launch_wgrad_ragged_tma(
+                     a, b, offsets, out, None, torch.bfloat16, errors, hidden=hidden,
+                     inter=inter, accumulate=False, padded=pad))]
             if label == "x256":
                 runs.append(("TMA alone", lambda a, b, offsets=offsets:
                              ragged_tma.launch_wgrad_ragged_tma(
