@@ -13,7 +13,8 @@ plan's) per Tensor2dTmaConfig;
 ``--leftovers`` times the plan's ragged launches (TMA kernel, rows copy, Triton kernel for the
 experts the TMA kernel leaves) against the same with the copy a programmatic dependent launch,
 the padded copy read by the TMA kernel, and the TMA kernel alone;
-``--rows`` times the copy of ragged experts as rows alone per RowsConfig; ``--discrete``
+``--rows`` times the copy of ragged experts as rows alone per RowsConfig, ``--padded`` the
+padded copy alone per PaddedConfig; ``--discrete``
 times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
 with and without the workspace for the codes' BF16 values; ``--first`` only the first
 benchmark case."""
@@ -28,7 +29,7 @@ from graphrt.bench.wgrad import (CASES, FP8_RECIPES, _fp8_operands, _operands, o
 from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
 from graphrt.ops import GroupedGemmWgrad
-from graphrt.ops.grouped_gemm import kernels_gluon as gluon
+from graphrt.ops.grouped_gemm import kernels, kernels_gluon as gluon
 from graphrt.ops.grouped_gemm import kernels_ragged as ragged_tma
 from graphrt.ops.grouped_gemm import kernels_tensor2d as tensor2d_tma
 from graphrt.ops.grouped_gemm.kernels import (gemm_config, GemmConfig, launch_ragged_rows,
@@ -234,7 +235,6 @@ def main_leftovers(first: bool):
     the padded copy read by the TMA kernel (RaggedTmaConfig.padded_odd), and (x256) the TMA
     kernel alone, each checked against FP32 per-expert products first; at odd counts also the
     rows copy and the padded copy alone, and the TMA kernel alone reading the padded copy."""
-    from graphrt.ops.grouped_gemm import kernels
     pdl_copy = kernels.PDL_COPY
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
@@ -369,6 +369,49 @@ def main_rows(first: bool):
                     print(f"  {cfg}: failed {type(e).__name__}: {str(e)[:160]}", flush=True)
 
 
+PADDED_CONFIGS = [kernels.PaddedConfig(*c) for c in [
+    (32, 256, 8, 4), (16, 256, 4, 8), (32, 512, 8, 4), (64, 256, 8, 2), (16, 512, 8, 4),
+    (8, 512, 4, 8), (32, 128, 4, 8), (64, 128, 8, 4)]]
+
+
+def main_padded(first: bool):
+    """The padded copy of ragged experts off multiples of 8 tokens (_ragged_padded_kernel)
+    alone at odd counts, per PaddedConfig: TB/s of its reads and writes against the 4.25 TB/s
+    copy ceiling, each config's copy compared with the blocks first."""
+    gen = torch.Generator().manual_seed(0)
+    for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
+        counts = odd_counts(random_counts(experts, tokens, gen), gen)
+        a = torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda")
+        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
+                               device="cuda")
+        ws = torch.empty(kernels.ragged_padded_bytes(tokens, experts, hidden, inter),
+                         dtype=torch.uint8, device="cuda")
+        a_pad, b_pad = kernels.ragged_padded_views(ws, tokens, experts, hidden, inter)
+        begins = [0] + list(itertools.accumulate(counts))[:-1]
+        copied = sum(n for n in counts if n % 8)
+        moved = 2 * 2 * copied * (hidden + inter)
+        print(f"E={experts} {hidden}x{inter} tokens={tokens} counts odd: {copied} tokens to "
+              f"copy, {moved / 1e6:.0f} MB moved", flush=True)
+        for cfg in PADDED_CONFIGS:
+            def run(cfg=cfg):
+                kernels.launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, hidden=hidden,
+                                             inter=inter)
+            ws.fill_(255)
+            run()
+            exact = True
+            for e, (s0, n) in enumerate(zip(begins, counts)):
+                if n % 8:
+                    slot, padded = (s0 // 64 + e) * 64, -(-n // 64) * 64
+                    for pad, full, width in ((a_pad, a, hidden), (b_pad, b, inter)):
+                        block = pad[width * slot:width * (slot + padded)].view(width, padded)
+                        exact &= torch.equal(block[:, :n], full.reshape(-1)[
+                            width * s0:width * (s0 + n)].view(width, n))
+            us = stream_time_us(run)
+            print(f"  {cfg}: {us:.1f} us {moved / us / 1e6:.2f} TB/s "
+                  f"({moved / us / 4.25e6:.2f} of copy) exact={exact}", flush=True)
+
+
 def main_tensor2d_tma(first: bool):
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
@@ -488,6 +531,8 @@ if __name__ == "__main__":
         main_discrete()
     elif "--leftovers" in sys.argv[1:]:
         main_leftovers("--first" in sys.argv[1:])
+    elif "--padded" in sys.argv[1:]:
+        main_padded("--first" in sys.argv[1:])
     elif "--rows" in sys.argv[1:]:
         main_rows("--first" in sys.argv[1:])
     elif "--layouts" in sys.argv[1:]:
