@@ -10,9 +10,9 @@ as rows first) against Hopper's TMA kernel;
 the E8 cases; ``--tensor2d-tma`` times every tensor2d layout, counts in multiples of 256 and
 odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_tensor2d.py, the
 plan's) per Tensor2dTmaConfig;
-``--leftovers`` times the plan's ragged launches (TMA kernel, rows copy, Triton kernel for the
-experts the TMA kernel leaves) against the same with the copy a programmatic dependent launch,
-the padded copy read by the TMA kernel, and the TMA kernel alone;
+``--leftovers`` times the plan's ragged launches (padded copy, TMA kernel, Triton kernel for the
+experts the TMA kernel leaves) against the rows copy with the Triton kernel for the experts off
+multiples of 8 (that copy a programmatic dependent launch, or not), and the TMA kernel alone;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig, ``--padded`` the
 padded copy alone per PaddedConfig; ``--discrete``
 times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
@@ -231,8 +231,9 @@ def _in_turn(runs, sets, rounds=5):
 
 def main_leftovers(first: bool):
     """The plan's ragged launches on Hopper, x256 and odd counts, in turn: as the plan runs
-    them, with the rows copy a programmatic dependent launch too (kernels.PDL_COPY), and with
-    the padded copy read by the TMA kernel (RaggedTmaConfig.padded_odd), and (x256) the TMA
+    them (the padded copy read by the TMA kernel, RaggedTmaConfig.padded_odd), with the rows
+    copy and the Triton kernel for the experts off multiples of 8 instead, that copy a
+    programmatic dependent launch too (kernels.PDL_COPY), and (x256) the TMA
     kernel alone, each checked against FP32 per-expert products first; at odd counts also the
     rows copy and the padded copy alone, and the TMA kernel alone reading the padded copy."""
     pdl_copy = kernels.PDL_COPY
@@ -271,11 +272,11 @@ def main_leftovers(first: bool):
                                  skip_tma_taken=True, tma_took_odd=padded)
                 finally:
                     kernels.PDL_COPY = pdl_copy
-            runs = [("the plan's", plan_launches),
+            runs = [("padded copy, TMA takes every expert (the plan's)",
+                     lambda a, b, run=plan_launches: run(a, b, padded=True)),
+                    ("rows copy, Triton kernel after TMA", plan_launches),
                     ("rows copy a dependent launch too",
-                     lambda a, b, run=plan_launches: run(a, b, copy_pdl=True)),
-                    ("padded copy, TMA takes every expert",
-                     lambda a, b, run=plan_launches: run(a, b, padded=True))]
+                     lambda a, b, run=plan_launches: run(a, b, copy_pdl=True))]
             copies = [] if label != "odd" else [   # the copies alone, not checked here
                 ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
                     ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,
