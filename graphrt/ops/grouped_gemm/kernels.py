@@ -323,13 +323,16 @@ def _tile_padded(SRC, DST, r0, t0, count, WIDTH: tl.constexpr, BLOCK_R: tl.const
 @triton.jit(do_not_specialize=["tokens_sum", "experts"])
 def _ragged_padded_kernel(A, B, A_PAD, B_PAD, OFFSETS, tokens_sum, experts,
                           HIDDEN: tl.constexpr, INTER: tl.constexpr, EXPERTS_POW2: tl.constexpr,
-                          BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr):
+                          BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr):
     """The ragged blocks of the experts whose counts are off multiples of 8 copied with rows
     padded to PAD_TOKENS: expert e's A_e [HIDDEN, n] to A_PAD + HIDDEN * _padded_slot(begin, e)
     as [HIDDEN, n rounded up to PAD_TOKENS] (B likewise), so that TMA can read them (rows 128
     bytes apart, the slots disjoint). Persistent over items (expert, row tile,
     token tile) as _ragged_rows_kernel; nothing is copied unless every expert's bounds are
-    valid (``_offsets_in_order``), which is when Hopper's ragged TMA kernel reads the copy."""
+    valid (``_offsets_in_order``), which is when Hopper's ragged TMA kernel reads the copy.
+    PDL: that kernel, a programmatic dependent launch, may start as this one's programs end (it
+    waits for this grid before it reads the copy)."""
+    allow_dependent_launch(PDL)
     TILES_A: tl.constexpr = (HIDDEN + BLOCK_R - 1) // BLOCK_R
     TILES: tl.constexpr = TILES_A + (INTER + BLOCK_R - 1) // BLOCK_R
     i = tl.arange(0, EXPERTS_POW2)
@@ -799,12 +802,14 @@ def ragged_rows_views(rows: torch.Tensor, tokens_sum: int, hidden: int,
 
 @dataclass(frozen=True)
 class PaddedConfig:
-    """_ragged_padded_kernel's tile [block_r rows, block_t tokens] and its persistent grid (not
-    yet tuned on a GPU)."""
-    block_r: int = 32
+    """_ragged_padded_kernel's tile [block_r rows, block_t tokens] and its persistent grid: on
+    the H200 at odd counts (docs/perf/wgrad.md, 2026-12-04) [64, 256] with 8 warps, 2 an SM,
+    was the fastest of 8 configs or within 1% of it at the three benchmark cases (0.71-0.84 of
+    the copy ceiling)."""
+    block_r: int = 64
     block_t: int = 256
     num_warps: int = 8
-    programs_per_sm: int = 4
+    programs_per_sm: int = 2
 
 
 PADDED_CONFIG = PaddedConfig()
@@ -844,7 +849,7 @@ def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, offsets, *, hidd
     programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
     launch(_ragged_padded_kernel, (programs,), a, b, a_pad, b_pad, offsets, tokens_sum,
            experts, HIDDEN=hidden, INTER=inter, EXPERTS_POW2=experts_vector(experts),
-           BLOCK_R=cfg.block_r, BLOCK_T=cfg.block_t, num_warps=cfg.num_warps)
+           BLOCK_R=cfg.block_r, BLOCK_T=cfg.block_t, PDL=use_pdl(a), num_warps=cfg.num_warps)
 
 
 def experts_vector(experts: int) -> int:
@@ -1023,9 +1028,9 @@ def compile_cases() -> list[CompileCase]:
         "wgrad ragged blocks padded to 64 tokens", _ragged_padded_kernel,
         dict(A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32",
              tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, EXPERTS_POW2=c, BLOCK_R=c,
-             BLOCK_T=c),
+             BLOCK_T=c, PDL=c),
         dict(HIDDEN=hidden, INTER=inter, EXPERTS_POW2=8, BLOCK_R=PADDED_CONFIG.block_r,
-             BLOCK_T=PADDED_CONFIG.block_t),
+             BLOCK_T=PADDED_CONFIG.block_t, PDL=True),
         num_warps=PADDED_CONFIG.num_warps))
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                ERRORS="*i32", tokens_sum="i32", sa_m="i64", sa_k="i64", sb_k="i64", sb_n="i64",

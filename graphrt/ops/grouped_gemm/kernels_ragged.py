@@ -37,7 +37,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, war
                                                               warpgroup_mma_wait)
 
 from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TESTED_TRITON,
-                             register_share, TL_DTYPES, untested_triton_case)
+                             register_share, TL_DTYPES, untested_triton_case, use_pdl)
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 from .kernels import experts_vector
@@ -269,7 +269,7 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS,
                              DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                              OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
                              SORTED: gl.constexpr, EXPERTS_POW2: gl.constexpr,
-                             PADDED: gl.constexpr):
+                             PADDED: gl.constexpr, WAIT_PRIOR: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -279,6 +279,9 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS,
     # may start while it drains: they wait for it before they read what it writes or end
     gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [],
                               dtype=gl.int32, is_pure=False, pack=1)
+    if WAIT_PRIOR:   # a dependent launch itself, after the padded copy: wait for its writes
+        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
                                  experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
@@ -313,7 +316,9 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
     (T, intermediate) holding the experts' blocks, arguments as kernels.launch_wgrad's, on
     operands ``fits_ragged_tma_kernel`` and ``fits_tokens`` accept, 16-byte aligned.
     ``padded``: (a_pad, b_pad), the copy kernels.launch_ragged_padded made of the experts off
-    multiples of 8 tokens, which this kernel then takes too when the offsets are in order."""
+    multiples of 8 tokens, which this kernel then takes too when the offsets are in order; it
+    is then a programmatic dependent launch (where ``use_pdl`` allows) that waits for the copy,
+    so that its start overlaps the copy's end."""
     experts = offsets.numel()
     if experts == 0:
         return
@@ -321,19 +326,21 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
     sort = config.sorts(experts)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
     a_pad, b_pad = padded if padded is not None else (a, b)
+    after_copy = padded is not None and use_pdl(a)
     launch_with_scratch(_wgrad_ragged_tma_kernel, (min(work, sm_count(a.device)),), a, b,
                         a_pad, b_pad, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1],
                         HIDDEN=hidden, INTER=inter, DISCRETE=out_ptrs is not None,
                         ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
                         STAGES=config.stages, GROUP=GROUP_M, SORTED=sort,
                         EXPERTS_POW2=experts_vector(experts) if sort or padded else 2,
-                        PADDED=padded is not None, num_warps=4, maxnreg=LAUNCH_REGS)
+                        PADDED=padded is not None, WAIT_PRIOR=after_copy,
+                        launch_pdl=after_copy, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: dense and discrete (accumulating)
     output at the first benchmark case's sizes, both splits; with the padded copy of the
-    experts off multiples of 8 tokens, dense, both splits."""
+    experts off multiples of 8 tokens (a dependent launch after it), dense, both splits."""
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
@@ -350,10 +357,10 @@ def compile_cases() -> list[CompileCase]:
             A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32", OUT="*bf16",
             OUT_PTRS="*i64", ERRORS="*i32", experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c,
             DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c,
-            EXPERTS_POW2=c, PADDED=c),
+            EXPERTS_POW2=c, PADDED=c, WAIT_PRIOR=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
                  SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts or padded else 2,
-                 PADDED=padded),
+                 PADDED=padded, WAIT_PRIOR=padded),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
