@@ -12,7 +12,7 @@ odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_ten
 plan's) per Tensor2dTmaConfig;
 ``--leftovers`` times the plan's ragged launches (padded copy, TMA kernel, Triton kernel for the
 experts the TMA kernel leaves) against the rows copy with the Triton kernel for the experts off
-multiples of 8 (that copy a programmatic dependent launch, or not), and the TMA kernel alone;
+multiples of 8, and the TMA kernel alone;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig, ``--padded`` the
 padded copy alone per PaddedConfig; ``--discrete``
 times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
@@ -232,11 +232,9 @@ def _in_turn(runs, sets, rounds=5):
 def main_leftovers(first: bool):
     """The plan's ragged launches on Hopper, x256 and odd counts, in turn: as the plan runs
     them (the padded copy read by the TMA kernel, RaggedTmaConfig.padded_odd), with the rows
-    copy and the Triton kernel for the experts off multiples of 8 instead, that copy a
-    programmatic dependent launch too (kernels.PDL_COPY), and (x256) the TMA
+    copy and the Triton kernel for the experts off multiples of 8 instead, and (x256) the TMA
     kernel alone, each checked against FP32 per-expert products first; at odd counts also the
     rows copy and the padded copy alone, and the TMA kernel alone reading the padded copy."""
-    pdl_copy = kernels.PDL_COPY
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
@@ -255,7 +253,7 @@ def main_leftovers(first: bool):
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
 
-            def plan_launches(a, b, offsets=offsets, copy_pdl=pdl_copy, padded=False):
+            def plan_launches(a, b, offsets=offsets, padded=False):
                 if padded:
                     kernels.launch_ragged_padded(kernels.PADDED_CONFIG, a, b, *pad, offsets,
                                                  hidden=hidden, inter=inter)
@@ -263,20 +261,14 @@ def main_leftovers(first: bool):
                                                    errors, hidden=hidden, inter=inter,
                                                    accumulate=False,
                                                    padded=pad if padded else None)
-                kernels.PDL_COPY = copy_pdl
-                try:
-                    launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16,
-                                 errors, hidden=hidden, inter=inter, a_k_major=True,
-                                 b_k_major=True, ragged=True, accumulate=False,
-                                 dot_fp32=False, rows=None if padded else ws,
-                                 skip_tma_taken=True, tma_took_odd=padded)
-                finally:
-                    kernels.PDL_COPY = pdl_copy
+                launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
+                             hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
+                             ragged=True, accumulate=False, dot_fp32=False,
+                             rows=None if padded else ws, skip_tma_taken=True,
+                             tma_took_odd=padded)
             runs = [("padded copy, TMA takes every expert (the plan's)",
                      lambda a, b, run=plan_launches: run(a, b, padded=True)),
-                    ("rows copy, Triton kernel after TMA", plan_launches),
-                    ("rows copy a dependent launch too",
-                     lambda a, b, run=plan_launches: run(a, b, copy_pdl=True))]
+                    ("rows copy, Triton kernel after TMA", plan_launches)]
             copies = [] if label != "odd" else [   # the copies alone, not checked here
                 ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
                     ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,

@@ -369,7 +369,7 @@ def _tile_to_rows(SRC, DST, w0, t0, count, WIDTH: tl.constexpr, BLOCK_W: tl.cons
 @triton.jit(do_not_specialize=["tokens_sum", "experts"])
 def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, experts,
                         HIDDEN: tl.constexpr, INTER: tl.constexpr, SKIP_ALIGNED: tl.constexpr,
-                        PDL: tl.constexpr, EXPERTS_POW2: tl.constexpr, BLOCK_W: tl.constexpr,
+                        EXPERTS_POW2: tl.constexpr, BLOCK_W: tl.constexpr,
                         BLOCK_T: tl.constexpr):
     """The ragged blocks of the experts that the GEMM cannot load 8 tokens at a time (all of
     them unless ``SKIP_ALIGNED``) copied as rows: A_ROWS [tokens_sum, HIDDEN], B_ROWS
@@ -377,11 +377,7 @@ def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, experts,
     into items (expert, column tile, token tile), numbered expert by expert, and program p
     takes items p, p + num_programs, ...; a call with nothing to copy reads the offsets once
     and returns. Nothing is copied unless every expert's bounds are valid (the GEMM then reads
-    the blocks themselves). PDL: launched as a programmatic dependent launch right after a
-    kernel of the same call that neither reads nor writes the copy (Hopper's ragged TMA kernel):
-    it copies while that kernel drains and lets the GEMM after it launch; its first program
-    waits for that kernel before it ends, so that the kernels of the call still end in order."""
-    allow_dependent_launch(PDL)
+    the blocks themselves)."""
     TILES_A: tl.constexpr = (HIDDEN + BLOCK_W - 1) // BLOCK_W
     TILES: tl.constexpr = TILES_A + (INTER + BLOCK_W - 1) // BLOCK_W
     i = tl.arange(0, EXPERTS_POW2)
@@ -404,8 +400,6 @@ def _ragged_rows_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, tokens_sum, experts,
         else:
             _tile_to_rows(B + INTER * begin, B_ROWS + INTER * begin, (col - TILES_A) * BLOCK_W,
                           t0, count, INTER, BLOCK_W, BLOCK_T)
-    if tl.program_id(0) == 0:
-        wait_for_prior_kernel(PDL)
 
 
 @triton.jit
@@ -761,17 +755,11 @@ def _grid_and_outputs(cfg: GemmConfig, hidden: int, inter: int, a, offsets, out,
 
 @dataclass(frozen=True)
 class RowsConfig:
-    """_ragged_rows_kernel's tile [block_w columns, block_t tokens] and its persistent grid.
-    ``resident_per_sm``: the programs that fit on an SM (48 registers and 8 warps each on
-    sm_90a: 5), the grid of a programmatic dependent launch, whose programs are placed on the
-    SMs as the kernel before it leaves them: with fewer, the first SMs freed likely take them
-    all (with 4 an SM the copy ran about 30% slower on the H200; the grid of 5 is not yet
-    measured)."""
+    """_ragged_rows_kernel's tile [block_w columns, block_t tokens] and its persistent grid."""
     block_w: int = 64
     block_t: int = 64
     num_warps: int = 8
     programs_per_sm: int = 4
-    resident_per_sm: int = 5
 
 
 # 64 x 64 on 8 warps, 4 programs an SM: 0.64-0.71 of the copy ceiling at the benchmark cases'
@@ -858,31 +846,19 @@ def experts_vector(experts: int) -> int:
 
 
 def launch_ragged_rows(cfg: RowsConfig, a, b, a_rows, b_rows, offsets, *, hidden: int,
-                       inter: int, skip_aligned: bool, pdl: bool = False) -> None:
+                       inter: int, skip_aligned: bool) -> None:
     """The ragged blocks of a (hidden, T) and b (intermediate, T) copied as rows into a_rows
     (T, hidden) and b_rows (T, intermediate): every expert's, or those off 16-byte rows when
     ``skip_aligned``; a grid of at most ``programs_per_sm`` programs per SM, fewer when the
-    copy of every expert would need fewer tiles. ``pdl``: as a programmatic dependent launch
-    behind a kernel of the same call that does not touch the copy (_ragged_rows_kernel)."""
+    copy of every expert would need fewer tiles."""
     tokens_sum, experts = a.shape[1], offsets.shape[0]
     tiles = cdiv(hidden, cfg.block_w) + cdiv(inter, cfg.block_w)
     items = (cdiv(tokens_sum, cfg.block_t) + experts) * tiles
-    if pdl:
-        programs = sm_count(a.device) * cfg.resident_per_sm
-    else:
-        programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
+    programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
     launch(_ragged_rows_kernel, (programs,), a, b, a_rows, b_rows, offsets, tokens_sum, experts,
-           HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=skip_aligned, PDL=pdl,
+           HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=skip_aligned,
            EXPERTS_POW2=experts_vector(experts), BLOCK_W=cfg.block_w, BLOCK_T=cfg.block_t,
-           launch_pdl=pdl, num_warps=cfg.num_warps)
-
-
-# Whether the rows copy after Hopper's ragged TMA kernel is a programmatic dependent launch
-# (the Triton kernel after it always is, where use_pdl allows). On the H200
-# (scripts/sweep_wgrad.py --leftovers, 2026-12-04) that cut 4-5 us at the small case's
-# multiples of 256, but the copy, with 4 programs an SM, ran ~30% slower at odd counts, which
-# RowsConfig.resident_per_sm is meant to mend (not yet measured), so it is off.
-PDL_COPY = False
+           num_warps=cfg.num_warps)
 
 
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
@@ -896,9 +872,8 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     speed; without it those experts load two bytes at a time. ``skip_tma_taken`` (ragged): the
     experts that Hopper's ragged TMA kernel takes (``_tma_takes``: counts in multiples of 8,
     and invalid bounds) are left alone, the others taken by a persistent grid of one program
-    an SM; launched right after that kernel, the GEMM (and with PDL_COPY the copy) is a
-    programmatic dependent launch where ``use_pdl`` allows (it starts while the kernel before
-    it drains).
+    an SM, as a programmatic dependent launch where ``use_pdl`` allows (it starts while the
+    kernel before it drains).
     ``tma_took_odd``: that kernel read the padded copy (``launch_ragged_padded``) of the
     experts off multiples of 8 tokens, so it took every expert when the offsets are in order."""
     if skip_tma_taken and not ragged:
@@ -925,7 +900,7 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     if ragged and rows is not None:
         a_rows, b_rows = ragged_rows_views(rows, tokens_sum, hidden, inter)
         launch_ragged_rows(ROWS_CONFIG, a, b, a_rows, b_rows, offsets, hidden=hidden,
-                           inter=inter, skip_aligned=aligned_bases, pdl=pdl and PDL_COPY)
+                           inter=inter, skip_aligned=aligned_bases)
     launch(_wgrad_kernel, grid, a, b, a_rows, b_rows, offsets, out_arg, ptrs_arg, errors,
         tokens_sum, experts, HIDDEN=hidden, INTER=inter, A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major,
         RAGGED=ragged, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, DOT_FP32=dot_fp32,
@@ -1019,9 +994,9 @@ def compile_cases() -> list[CompileCase]:
     cases.append(CompileCase(
         "wgrad ragged blocks to rows", _ragged_rows_kernel,
         dict(A="*bf16", B="*bf16", A_ROWS="*bf16", B_ROWS="*bf16", OFFSETS="*i32",
-             tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, SKIP_ALIGNED=c, PDL=c,
+             tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, SKIP_ALIGNED=c,
              EXPERTS_POW2=c, BLOCK_W=c, BLOCK_T=c),
-        dict(HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=True, PDL=True, EXPERTS_POW2=8,
+        dict(HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=True, EXPERTS_POW2=8,
              BLOCK_W=ROWS_CONFIG.block_w, BLOCK_T=ROWS_CONFIG.block_t),
         num_warps=ROWS_CONFIG.num_warps))
     cases.append(CompileCase(
