@@ -81,15 +81,16 @@ class GroupedGemmWgrad(Plan):
     unit-stride axis (A_e [hidden, n_e], B_e [intermediate, n_e]); the tensors' own strides then
     only have to be dense, either way. An expert whose block rows are not 16-byte aligned (a
     count off a multiple of 8) runs at full speed when ``execute`` gets a ``workspace`` of
-    ``call_workspace_bytes(tokens_sum)`` bytes (as large as ``a`` and ``b``), as the
-    functional call gives it: such experts' blocks are copied there as rows first; without it
-    they run 4-5x slower. On Hopper (Triton 3.6) with hidden and intermediate multiples of 8,
-    the other experts are read by TMA. Tensor2d BF16 calls of up to 64 experts run Hopper's
-    tensor2d TMA kernel in every layout (K-major operands: tokens_sum a multiple of 8). MXFP8
-    calls on Hopper given a ``workspace`` of ``call_workspace_bytes(tokens_sum)`` (twice as
-    large as ``a`` and ``b``), as the functional call gives it, write the codes' BF16 values
-    there first and multiply those with that kernel, whatever tokens_sum; without it the values
-    are made inside the product, about 2x slower.
+    ``call_workspace_bytes(tokens_sum)`` bytes (about as large as ``a`` and ``b``), as the
+    functional call gives it: such experts' blocks are copied there first (on Hopper with
+    Triton 3.6 and up to 64 experts, with rows padded to 64 tokens, and every expert is then
+    read by TMA; elsewhere as rows); without it they run 3-5x slower. Tensor2d BF16 calls of
+    up to 64 experts run Hopper's tensor2d TMA kernel in every layout (K-major operands:
+    tokens_sum a multiple of 8). MXFP8 calls on Hopper given a ``workspace`` of
+    ``call_workspace_bytes(tokens_sum)`` (twice as large as ``a`` and ``b``), as the
+    functional call gives it, write the codes' BF16 values there first and multiply those
+    with that kernel, whatever tokens_sum; without it the values are made inside the product,
+    about 2x slower.
     offsets: int32 [E] cumulative ends, read on the device.
     Output dense (E, hidden, intermediate) or discrete (``wgrad_ptrs``: int64 [E] addresses;
     with 16-byte aligned ones and intermediate a multiple of 8 stored 16 bytes at a time, others
@@ -216,9 +217,10 @@ class GroupedGemmWgrad(Plan):
         functional call allocates it per call, like an output.
 
         - Ragged BF16: ``execute`` first copies the experts whose blocks are not 16-byte
-          aligned row by row (token counts off multiples of 8) as rows, which the GEMM reads at
-          full speed; without it, or with a smaller one, they load two bytes at a time (about
-          5x slower). As large as ``a`` and ``b``.
+          aligned row by row (token counts off multiples of 8), which the GEMM then reads at
+          full speed: on Hopper's TMA kernel with rows padded to 64 tokens, else as rows.
+          Without it, or with a smaller one, they load two bytes at a time (3-5x slower). As
+          large as ``a`` and ``b``, plus 64 tokens an expert for the padding.
         - MXFP8 on Hopper: ``execute`` first writes the codes' BF16 values there and multiplies
           those (about 2x faster than turning codes into values inside the product, which runs
           without it). Twice as large as ``a`` and ``b``.
