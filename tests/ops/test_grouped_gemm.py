@@ -8,6 +8,7 @@ import triton.language as tl
 
 import graphrt
 from graphrt import ContractError
+from graphrt.device_checks import read_errors
 from graphrt.ops import GroupedGemmWgrad, grouped_gemm_wgrad
 from graphrt.ops.grouped_gemm import grouped_gemm_wgrad_reference
 from graphrt.ops.grouped_gemm.kernels import _expert_at_rank, _ranks_by_count, _snake
@@ -684,7 +685,12 @@ def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accu
     from graphrt.ops.grouped_gemm import kernels_ragged
     monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
                         kernels_ragged.RaggedTmaConfig(padded_odd=padded_odd))
-    counts = TMA_COUNTS
+    _check_ragged_tma_plan(TMA_COUNTS, hidden, inter, dtype, mode, accumulate)
+
+
+def _check_ragged_tma_plan(counts, hidden, inter, dtype, mode, accumulate):
+    """The ragged plan on this GPU (the TMA kernel) against the reference, the output poisoned
+    or accumulated into, dense or discrete."""
     a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
     plan, ws = _ragged_tma_plan(a, b, offsets, wgrad_dtype=dtype, output_mode=mode,
                                 accumulate_on_output=accumulate)
@@ -825,19 +831,10 @@ def test_gpu_ragged_copy_beside_the_product_matches_reference(seed, programs, so
     _copy_beside(monkeypatch, programs)
     monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
                         kernels_ragged.RaggedTmaConfig(sorted_experts=sorted_experts))
-    graphrt.check_errors()
+    read_errors()   # what earlier tests left flagged
     for counts, hidden, inter in (([1501, 2049, 0, 1, 1024, 1733, 7, 1875], 2048, 1024),
                                   (TMA_COUNTS, 1160, 520)):
-        a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
-        plan, ws = _ragged_tma_plan(a, b, offsets, output_mode=mode,
-                                    accumulate_on_output=accumulate)
-        init = torch.randn(len(counts), hidden, inter, device="cuda").to(BF16)
-        w = init.clone() if accumulate else torch.full_like(init, float("nan"))
-        ptrs = (torch.tensor([w[e].data_ptr() for e in range(len(counts))], device="cuda")
-                if mode == "discrete" else None)
-        plan.execute(a, b, offsets, wgrad=w, wgrad_ptrs=ptrs, workspace=ws)
-        _close(w, _expected(a2d, b2d, offsets, "tensor2d", BF16, init if accumulate else None,
-                            counts), BF16)
+        _check_ragged_tma_plan(counts, hidden, inter, BF16, mode, accumulate)
     graphrt.check_errors()
 
 
@@ -848,6 +845,7 @@ def test_gpu_ragged_copy_beside_capture_replays_new_routing(seed, monkeypatch):
     against eager calls, bitwise, and the reference."""
     from graphrt.capture import capture
     _copy_beside(monkeypatch)
+    read_errors()
     rt = graphrt.Runtime("cuda")
     counts = [1000, 2003, 0, 1093]
     a, b, _, _, offsets = _ragged_problem(counts, 1024, 512, "cuda")
