@@ -811,24 +811,28 @@ def test_gpu_ragged_padded_copy_functional_calls_follow_new_routing(seed, monkey
         _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
 
 
-def _copy_beside(monkeypatch, programs=16):
+def _copy_beside(monkeypatch, programs=16, block_r=64, block_t=256):
     """The plans' padded copy run beside the TMA kernel on ``programs`` programs."""
     from graphrt.ops.grouped_gemm import kernels
-    monkeypatch.setattr(kernels, "PADDED_CONFIG", kernels.PaddedConfig(beside_programs=programs))
+    monkeypatch.setattr(kernels, "PADDED_CONFIG", kernels.PaddedConfig(
+        block_r=block_r, block_t=block_t, beside_programs=programs))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("programs", [16, 500])   # 500: more than the kernel's grid
+# 500: more than the kernel's grid; [32, 512]: another tile than the default's
+@pytest.mark.parametrize("programs,block_r,block_t", [(16, 64, 256), (500, 64, 256),
+                                                      (16, 32, 512)])
 @pytest.mark.parametrize("sorted_experts", [True, False])
 @pytest.mark.parametrize("mode,accumulate", [("dense", False), ("discrete", True)])
-def test_gpu_ragged_copy_beside_the_product_matches_reference(seed, programs, sorted_experts,
-                                                              mode, accumulate, monkeypatch):
+def test_gpu_ragged_copy_beside_the_product_matches_reference(seed, programs, block_r, block_t,
+                                                              sorted_experts, mode, accumulate,
+                                                              monkeypatch):
     """The padded copy beside the TMA kernel, which waits for each token tile it reads: long
     experts (so that the product catches up with the copy), odd, aligned, empty and
     single-token ones, a call of small experts (a grid smaller than the copy's programs), both
     splits and output modes, output poisoned or accumulated into; no copy flagged late."""
     from graphrt.ops.grouped_gemm import kernels_ragged
-    _copy_beside(monkeypatch, programs)
+    _copy_beside(monkeypatch, programs, block_r, block_t)
     monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
                         kernels_ragged.RaggedTmaConfig(sorted_experts=sorted_experts))
     read_errors()   # what earlier tests left flagged

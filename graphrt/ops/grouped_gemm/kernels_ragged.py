@@ -378,8 +378,8 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
     copied the experts off multiples of 8 tokens into, which this kernel then takes too when
     the offsets are in order; it is then a programmatic dependent launch (where ``use_pdl``
     allows) that waits for the copy, so that its start overlaps the copy's end, or, with the
-    copy running ``beside`` it on that many programs (launch_ragged_padded's return), waits
-    for each token tile of the copy it reads."""
+    copy running ``beside`` it on that many programs (launch_ragged_padded's return, given
+    the same ``copy_config``), waits for each token tile of the copy it reads."""
     experts = offsets.numel()
     if experts == 0:
         return
