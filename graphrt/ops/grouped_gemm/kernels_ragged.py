@@ -113,11 +113,12 @@ def _split(OFFSETS, experts, tokens_sum, beside, EXPERTS_POW2: gl.constexpr,
 def _wait_copied(READY_AT, COPY_TILES: gl.constexpr, ERRORS):
     """Waits until every column tile of the padded copy's token tile counted at READY_AT is
     written (kernels._chunk_copied), then orders this thread's TMA reads after those writes.
-    After about 2^23 polls it flags PADDED_COPY_LATE and goes on rather than hang."""
+    After about 2^20 polls (far longer than any copy) it flags PADDED_COPY_LATE and goes on
+    rather than hang: whether it did (the caller then stops waiting)."""
     written = gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
                                         [READY_AT], dtype=gl.int32, is_pure=False, pack=1)
     polls = 0
-    while (written < COPY_TILES) & (polls < 2**23):
+    while (written < COPY_TILES) & (polls < 2**20):
         written = gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
                                             [READY_AT], dtype=gl.int32, is_pure=False, pack=1)
         polls += 1
@@ -127,6 +128,7 @@ def _wait_copied(READY_AT, COPY_TILES: gl.constexpr, ERRORS):
             "mov.u32 $0, 0; }", "=r,l", [ERRORS], dtype=gl.int32, is_pure=False, pack=1)
     gl.inline_asm_elementwise("fence.proxy.async.global; // $0", "=r", [], dtype=gl.int32,
                               is_pure=False, pack=1)
+    return written < COPY_TILES
 
 
 @gluon.jit
@@ -140,13 +142,14 @@ def _wait_landed(ready, lo, hi):
 
 @gluon.jit
 def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0, count,
-               HIDDEN: gl.constexpr, INTER: gl.constexpr, READY_AT, wait_copied,
+               HIDDEN: gl.constexpr, INTER: gl.constexpr, READY_AT, wait_copied, late,
                COPY_TILES: gl.constexpr, CHUNK: gl.constexpr, ERRORS):
     """The item's descriptors made (the expert's blocks [hidden, n_e] and [intermediate, n_e]
     at a_block and b_block, rows ``row_stride`` tokens apart, a multiple of 8), one box of each
     streamed into the stages from the i-th filled on, the tokens past n_e coming as zeros: the
-    next stage to fill. ``wait_copied``: the blocks are the padded copy running beside this
-    kernel, whose CHUNK tokens from k0 are counted at READY_AT[k0 / CHUNK]."""
+    next stage to fill, and ``late`` after it. ``wait_copied``: the blocks are the padded copy
+    running beside this kernel, whose CHUNK tokens from k0 are counted at READY_AT[k0 / CHUNK],
+    waited for unless a wait of this program already timed out (``late``)."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
     n = count.to(gl.int32)
@@ -155,8 +158,8 @@ def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0
     b_desc = tma.make_tensor_descriptor(b_block, [INTER, n], [row_stride, 1],
                                         [BLOCK_N, BLOCK_K], b_bufs.type.layout)
     for k0 in range(0, n, BLOCK_K):
-        if wait_copied & (k0 % CHUNK == 0):
-            _wait_copied(READY_AT + k0 // CHUNK, COPY_TILES, ERRORS)
+        if wait_copied & (k0 % CHUNK == 0) & (not late):
+            late = _wait_copied(READY_AT + k0 // CHUNK, COPY_TILES, ERRORS)
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
         bar = ready.index(s)
@@ -164,7 +167,7 @@ def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0
         tma.async_copy_global_to_shared(a_desc, [m0, k0], bar, a_bufs.index(s))
         tma.async_copy_global_to_shared(b_desc, [n0, k0], bar, b_bufs.index(s))
         i += 1
-    return i
+    return i, late
 
 
 @gluon.jit
@@ -178,7 +181,8 @@ def _ragged_load_partition(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, emp
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
     a stage refilled since was consumed, so it had landed)."""
-    slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
+    # the next stage, the slot, each slot's first and end stage, whether a wait timed out
+    slots = (0, 0, 0, 0, 0, 0, False)
     odd_taken, programs = _split(OFFSETS, experts, tokens_sum, beside, EXPERTS_POW2, PADDED,
                                  BESIDE, 1)
     mine = gl.program_id(0) < programs
@@ -229,20 +233,22 @@ def _load_in_slot(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty, slots
             row_stride = _padded_count(count)
             ready_at = READY + slot // PAD_TOKENS
             wait_copied = BESIDE
-    i, slot, start0, end0, start1, end1 = slots
+    i, slot, start0, end0, start1, end1, late = slots
     if slot == 0:
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
-        i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
-                       count, HIDDEN, INTER, ready_at, wait_copied, COPY_TILES, CHUNK, ERRORS)
+        i, late = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0,
+                             n0, count, HIDDEN, INTER, ready_at, wait_copied, late, COPY_TILES,
+                             CHUNK, ERRORS)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
-        i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
-                       count, HIDDEN, INTER, ready_at, wait_copied, COPY_TILES, CHUNK, ERRORS)
+        i, late = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0,
+                             n0, count, HIDDEN, INTER, ready_at, wait_copied, late, COPY_TILES,
+                             CHUNK, ERRORS)
         end1 = i
-    return i, 1 - slot, start0, end0, start1, end1
+    return i, 1 - slot, start0, end0, start1, end1, late
 
 
 @gluon.jit
