@@ -4,7 +4,9 @@ experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e]
 takes no row stride off 16 bytes (boxes of odd counts stopped the kernel with an illegal
 instruction on the H200, 2026-12-03), so the others are read from a copy with rows padded to
 64 tokens (``RaggedTmaConfig.padded_odd``, kernels.launch_ragged_padded, launched before this
-kernel), and every expert is taken when the offsets are in order. The experts left (all of
+kernel, or with ``PaddedConfig.beside_programs`` run beside it, the loader waiting for each
+token tile it reads), and every expert is taken when the offsets are in order. The experts
+left (all of
 them out of order, or those off multiples of 8 without the copy) go to the Triton kernel
 (kernels.py), launched after this one. Plans run it for up to
 PLAN_MAX_EXPERTS experts; tensor2d operands have their own TMA kernel (kernels_tensor2d.py).
