@@ -217,6 +217,16 @@ def _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum,
 
 
 @triton.jit
+def _ranks_and_taken(OFFSETS, idx, others, experts, tokens_sum, SHARE: tl.constexpr,
+                     ODD_TAKEN=False):
+    """``_ranks_by_count``'s ranks, and how many experts the split walks (those ranked before
+    the ones SHARE ranks last)."""
+    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, SHARE, ODD_TAKEN)
+    taken = tl.sum(((idx < experts) & (keys >= 0)).to(tl.int32), axis=0)
+    return _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, SHARE, ODD_TAKEN), taken
+
+
+@triton.jit
 def _expert_at_rank(ranks, idx, rank):
     """The expert of ``rank`` in ``_ranks_by_count``'s order."""
     return tl.sum(tl.where(ranks == rank, idx, 0), axis=0)
@@ -510,10 +520,8 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
                                                                       BLOCK_N)
         idx = tl.arange(0, EXPERTS_POW2)
         odd_taken = _tma_took_odd(OFFSETS, experts, tokens_sum, TMA_TOOK_ODD, EXPERTS_POW2)
-        keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, TMA_LEFT, odd_taken)
-        taken = tl.sum(((idx < experts) & (keys >= 0)).to(tl.int32), axis=0)
-        ranks = _ranks_by_count(OFFSETS, idx, tl.arange(0, 8), experts, tokens_sum, TMA_LEFT,
-                                odd_taken)
+        ranks, taken = _ranks_and_taken(OFFSETS, idx, tl.arange(0, 8), experts, tokens_sum,
+                                        TMA_LEFT, odd_taken)
         if (taken > 0) | (tl.program_id(0) == 0):
             wait_for_prior_kernel(PDL)
         for round_ in range(0, tl.cdiv(taken * TILES, tl.num_programs(0))):
@@ -894,7 +902,6 @@ def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, ready, offsets, 
     they wrote in ``ready`` (zeroed first). Returns the programs the copy runs on beside the
     ragged TMA kernel launched next (0: it runs first)."""
     tokens_sum, experts = a.shape[1], offsets.shape[0]
-    items = (cdiv(tokens_sum, cfg.block_t) + 2 * experts) * cfg.column_tiles(hidden, inter)
     pdl = use_pdl(a)
     signal = cfg.beside_programs > 0
     if signal:
@@ -902,6 +909,7 @@ def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, ready, offsets, 
                num_warps=4)
         programs = min(cfg.beside_programs, sm_count(a.device) - 1)
     else:
+        items = (cdiv(tokens_sum, cfg.block_t) + 2 * experts) * cfg.column_tiles(hidden, inter)
         programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
     launch(_ragged_padded_kernel, (programs,), a, b, a_pad, b_pad, ready, offsets, tokens_sum,
            experts, HIDDEN=hidden, INTER=inter, EXPERTS_POW2=experts_vector(experts),

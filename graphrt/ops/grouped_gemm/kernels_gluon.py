@@ -66,9 +66,8 @@ _store_tile = gluon.jit(_triton_kernels._store_tile.fn)   # its tensors carry th
 
 # the order of the experts and the snake, written as Triton code in kernels.py so that the
 # interpreter tests them (vectors in the layouts the caller gives)
-_ranks_by_count = gluon.jit(_triton_kernels._ranks_by_count.fn)
+_ranks_and_taken = gluon.jit(_triton_kernels._ranks_and_taken.fn)
 EVERY_EXPERT, TMA_FIRST = _triton_kernels.EVERY_EXPERT, _triton_kernels.TMA_FIRST
-_rank_keys = gluon.jit(_triton_kernels._rank_keys.fn)
 _tma_takes = gluon.jit(_triton_kernels._tma_takes.fn)
 _bounds_at = gluon.jit(_triton_kernels._bounds_at.fn)
 _expert_at_rank = gluon.jit(_triton_kernels._expert_at_rank.fn)
@@ -86,9 +85,7 @@ def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
     pairs: gl.constexpr = gl.BlockedLayout([1, CHUNK], [32, 1], [WARPS, 1], [1, 0])
     idx = gl.arange(0, EXPERTS_POW2, layout=gl.SliceLayout(1, pairs))
     others = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, pairs))
-    keys = _rank_keys(OFFSETS, idx, experts, tokens_sum, SHARE, ODD_TAKEN)
-    taken = gl.sum(((idx < experts) & (keys >= 0)).to(gl.int32), axis=0)
-    ranks = _ranks_by_count(OFFSETS, idx, others, experts, tokens_sum, SHARE, ODD_TAKEN)
+    ranks, taken = _ranks_and_taken(OFFSETS, idx, others, experts, tokens_sum, SHARE, ODD_TAKEN)
     return ranks, idx, taken
 
 

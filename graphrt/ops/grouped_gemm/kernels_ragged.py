@@ -378,7 +378,7 @@ def fits_tokens(tokens_sum: int) -> bool:
 def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, hidden: int,
                             inter: int, accumulate: bool,
                             config: RaggedTmaConfig = RAGGED_TMA_CONFIG, padded=None,
-                            beside: int = 0, copy_config: PaddedConfig = PADDED_CONFIG) -> None:
+                            beside: int = 0, copy_config: PaddedConfig | None = None) -> None:
     """The BF16 wgrad of the experts ``_tma_takes`` through this kernel: a (hidden, T) and b
     (T, intermediate) holding the experts' blocks, arguments as kernels.launch_wgrad's, on
     operands ``fits_ragged_tma_kernel`` and ``fits_tokens`` accept, 16-byte aligned.
@@ -387,7 +387,10 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
     the offsets are in order; it is then a programmatic dependent launch (where ``use_pdl``
     allows) that waits for the copy, so that its start overlaps the copy's end, or, with the
     copy running ``beside`` it on that many programs (launch_ragged_padded's return, given
-    the same ``copy_config``), waits for each token tile of the copy it reads."""
+    the same ``copy_config``, kernels.PADDED_CONFIG when None), waits for each token tile of
+    the copy it reads."""
+    if copy_config is None:
+        copy_config = _triton_kernels.PADDED_CONFIG
     experts = offsets.numel()
     if experts == 0:
         return
