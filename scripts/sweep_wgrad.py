@@ -229,15 +229,10 @@ def _in_turn(runs, sets, rounds=5):
                                     for name, us in medians.items()), flush=True)
 
 
-BESIDE_PROGRAMS = (12, 20, 32)
-
-
 def main_leftovers(first: bool):
     """The plan's ragged launches on Hopper, x256 and odd counts, in turn: as the plan runs
     them (the padded copy read by the TMA kernel, RaggedTmaConfig.padded_odd), with the rows
-    copy and the Triton kernel for the experts off multiples of 8 instead, with the padded copy
-    beside the product on BESIDE_PROGRAMS programs (PaddedConfig.beside_programs), and (x256)
-    the TMA
+    copy and the Triton kernel for the experts off multiples of 8 instead, and (x256) the TMA
     kernel alone, each checked against FP32 per-expert products first; at odd counts also the
     rows copy and the padded copy alone, and the TMA kernel alone reading the padded copy."""
     gen = torch.Generator().manual_seed(0)
@@ -258,17 +253,14 @@ def main_leftovers(first: bool):
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
 
-            def plan_launches(a, b, offsets=offsets, padded=False,
-                              copy_config=kernels.PADDED_CONFIG):
-                beside = 0
+            def plan_launches(a, b, offsets=offsets, padded=False):
                 if padded:
-                    beside = kernels.launch_ragged_padded(copy_config, a, b, *pad, offsets,
-                                                          hidden=hidden, inter=inter)
+                    kernels.launch_ragged_padded(kernels.PADDED_CONFIG, a, b, *pad, offsets,
+                                                 hidden=hidden, inter=inter)
                 ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                    errors, hidden=hidden, inter=inter,
                                                    accumulate=False,
-                                                   padded=pad if padded else None,
-                                                   beside=beside, copy_config=copy_config)
+                                                   padded=pad if padded else None)
                 launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
                              hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
                              ragged=True, accumulate=False, dot_fp32=False,
@@ -277,11 +269,6 @@ def main_leftovers(first: bool):
             runs = [("padded copy, TMA takes every expert (the plan's)",
                      lambda a, b, run=plan_launches: run(a, b, padded=True)),
                     ("rows copy, Triton kernel after TMA", plan_launches)]
-            runs += [(f"padded copy beside the product on {n}",
-                      lambda a, b, run=plan_launches, n=n: run(
-                          a, b, padded=True,
-                          copy_config=kernels.PaddedConfig(beside_programs=n)))
-                     for n in BESIDE_PROGRAMS]
             copies = [] if label != "odd" else [   # the copies alone, not checked here
                 ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
                     ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,
@@ -393,7 +380,7 @@ def main_padded(first: bool):
                                device="cuda")
         ws = torch.empty(kernels.ragged_padded_bytes(tokens, experts, hidden, inter),
                          dtype=torch.uint8, device="cuda")
-        a_pad, b_pad, ready = kernels.ragged_padded_views(ws, tokens, experts, hidden, inter)
+        a_pad, b_pad = kernels.ragged_padded_views(ws, tokens, experts, hidden, inter)
         begins = [0] + list(itertools.accumulate(counts))[:-1]
         copied = sum(n for n in counts if n % 8)
         moved = 2 * 2 * copied * (hidden + inter)
@@ -401,8 +388,8 @@ def main_padded(first: bool):
               f"copy, {moved / 1e6:.0f} MB moved", flush=True)
         for cfg in PADDED_CONFIGS:
             def run(cfg=cfg):
-                kernels.launch_ragged_padded(cfg, a, b, a_pad, b_pad, ready, offsets,
-                                             hidden=hidden, inter=inter)
+                kernels.launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, hidden=hidden,
+                                             inter=inter)
             ws.fill_(255)
             run()
             exact = True
