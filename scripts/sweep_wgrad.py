@@ -364,13 +364,20 @@ def main_rows(first: bool):
 
 PADDED_CONFIGS = [kernels.PaddedConfig(*c) for c in [
     (32, 256, 8, 4), (16, 256, 4, 8), (32, 512, 8, 4), (64, 256, 8, 2), (16, 512, 8, 4),
-    (8, 512, 4, 8), (32, 128, 4, 8), (64, 128, 8, 4)]]
+    (8, 512, 4, 8), (32, 128, 4, 8), (64, 128, 8, 4),
+    # 8-byte words shifted into place, the loads pipelined ``stages`` items ahead
+    # (programs an SM: what registers and shared memory let stay resident)
+    (64, 256, 8, 2, True, 1), (64, 256, 8, 1, True, 3), (32, 256, 8, 2, True, 3),
+    (32, 256, 4, 3, True, 2), (64, 512, 8, 1, True, 1), (32, 512, 8, 1, True, 2)]]
+# grids of a few programs: what one program copies alone, while the other SMs would multiply
+FEW_PROGRAMS = (8, 16, 32)
 
 
 def main_padded(first: bool):
     """The padded copy of ragged experts off multiples of 8 tokens (_ragged_padded_kernel)
     alone at odd counts, per PaddedConfig: TB/s of its reads and writes against the 4.25 TB/s
-    copy ceiling, each config's copy compared with the blocks first."""
+    copy ceiling, each config's copy compared with the blocks first; then each config on
+    FEW_PROGRAMS programs, with the GB/s one program moves."""
     gen = torch.Generator().manual_seed(0)
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
         counts = odd_counts(random_counts(experts, tokens, gen), gen)
@@ -386,23 +393,32 @@ def main_padded(first: bool):
         moved = 2 * 2 * copied * (hidden + inter)
         print(f"E={experts} {hidden}x{inter} tokens={tokens} counts odd: {copied} tokens to "
               f"copy, {moved / 1e6:.0f} MB moved", flush=True)
-        for cfg in PADDED_CONFIGS:
-            def run(cfg=cfg):
+        for cfg, programs in [(c, None) for c in PADDED_CONFIGS] + [
+                (c, n) for c in PADDED_CONFIGS for n in FEW_PROGRAMS]:
+            def run(cfg=cfg, programs=programs):
                 kernels.launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, hidden=hidden,
-                                             inter=inter)
-            ws.fill_(255)
-            run()
-            exact = True
-            for e, (s0, n) in enumerate(zip(begins, counts)):
-                if n % 8:
-                    slot, padded = (s0 // 64 + e) * 64, -(-n // 64) * 64
-                    for pad, full, width in ((a_pad, a, hidden), (b_pad, b, inter)):
-                        block = pad[width * slot:width * (slot + padded)].view(width, padded)
-                        exact &= torch.equal(block[:, :n], full.reshape(-1)[
-                            width * s0:width * (s0 + n)].view(width, n))
-            us = stream_time_us(run)
-            print(f"  {cfg}: {us:.1f} us {moved / us / 1e6:.2f} TB/s "
-                  f"({moved / us / 4.25e6:.2f} of copy) exact={exact}", flush=True)
+                                             inter=inter, programs=programs)
+            try:
+                ws.fill_(255)
+                run()
+                exact = True
+                for e, (s0, n) in enumerate(zip(begins, counts)):
+                    if n % 8:
+                        slot, padded = (s0 // 64 + e) * 64, -(-n // 64) * 64
+                        for pad, full, width in ((a_pad, a, hidden), (b_pad, b, inter)):
+                            block = pad[width * slot:width * (slot + padded)].view(width, padded)
+                            exact &= torch.equal(block[:, :n], full.reshape(-1)[
+                                width * s0:width * (s0 + n)].view(width, n))
+                us = stream_time_us(run, calls=3 if programs else 20,
+                                    repeats=3 if programs else 7)
+            except Exception as e:
+                print(f"  {cfg} on {programs or 'the plan grid'}: failed {type(e).__name__}: "
+                      f"{str(e)[:160]}", flush=True)
+                continue
+            each = f", {moved / us / 1e3 / programs:.1f} GB/s a program" if programs else ""
+            print(f"  {cfg} on {programs or 'the plan grid'}: {us:.1f} us "
+                  f"{moved / us / 1e6:.2f} TB/s ({moved / us / 4.25e6:.2f} of copy){each} "
+                  f"exact={exact}", flush=True)
 
 
 def main_tensor2d_tma(first: bool):

@@ -295,15 +295,17 @@ def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
 
 
 @needs_interpreter
+@pytest.mark.parametrize("aligned_loads", [False, True])
 @pytest.mark.parametrize("decreasing_at", [None, 3])
-def test_ragged_padded_copy_interpreted(decreasing_at):
+def test_ragged_padded_copy_interpreted(decreasing_at, aligned_loads):
     """The padded copy's persistent loop: 8 x 16 tiles over 2 programs, so that each walks many
     (expert, row tile, token tile) items; odd, aligned, empty and single-token experts, partial
-    tiles at both widths; out-of-order offsets copy nothing."""
+    tiles at both widths, the last expert odd (the aligned loads' last word ends the buffer);
+    out-of-order offsets copy nothing."""
     from graphrt.ops.grouped_gemm.kernels import PaddedConfig
     torch.manual_seed(8)
     _check_padded_copy([16, 0, 5, 33, 17, 1, 8, 3, 63, 65, 127, 1], 40, 24, "cpu",
-                       PaddedConfig(8, 16, 4, 1),
+                       PaddedConfig(8, 16, 4, 1, aligned_loads=aligned_loads, stages=2),
                        decreasing_at)
 
 

@@ -330,10 +330,43 @@ def _tile_padded(SRC, DST, r0, t0, count, WIDTH: tl.constexpr, BLOCK_R: tl.const
              mask=(r < WIDTH)[:, None] & (t < padded)[None, :])
 
 
+@triton.jit
+def _tile_padded_aligned(SRC, DST, r0, t0, count, width, BLOCK_R: tl.constexpr,
+                         BLOCK_T: tl.constexpr):
+    """_tile_padded's tile moved 8 bytes (4 tokens) at a time: each row's tokens from t0 on
+    are read as the 8-byte words that hold them (the block's rows lie end to end, so a row
+    starts anywhere in a word), two neighbouring words shifted into each word of the padded
+    row, which is stored 16 bytes at a time. SRC is 16-byte aligned and its buffer ends on a
+    word (widths multiples of 8), so reading up to the block's end rounded up to a word stays
+    in it."""
+    WORDS: tl.constexpr = BLOCK_T // 4
+    r = r0 + tl.arange(0, BLOCK_R)
+    rows = (r < width)[:, None]
+    first = r.to(tl.int64) * count + t0                 # each row's token t0, in the block
+    shift = ((first % 4) * 16).to(tl.uint64)[:, None]   # its bits into its word
+    w = tl.arange(0, WORDS)[None, :]
+    at = (first // 4)[:, None] + w
+    words_end = (width.to(tl.int64) * count + 3) // 4
+    src = SRC.to(tl.pointer_type(tl.uint64), bitcast=True)
+    low = tl.load(src + at, mask=rows & (at < words_end), other=0)
+    high = tl.load(src + at + 1, mask=rows & (at + 1 < words_end), other=0)
+    # (a shift by 64 is undefined: where ``shift`` is 0 the word is ``low`` as it is)
+    moved = tl.where(shift == 0, low, (low >> shift) | (high << (64 - shift)))
+    # tokens from the count on are zeros: keep 16 bits for each token of the word before it
+    before_count = tl.minimum(tl.maximum(count - t0 - 4 * w, 0), 4).to(tl.uint64)
+    kept = tl.where(before_count == 4, moved,
+                    moved & ((tl.full([1, 1], 1, tl.uint64) << (16 * before_count)) - 1))
+    padded = _padded_count(count)
+    dst = DST.to(tl.pointer_type(tl.uint64), bitcast=True)
+    tl.store(dst + ((r.to(tl.int64) * padded + t0) // 4)[:, None] + w, kept,
+             mask=rows & (w < (padded - t0) // 4))
+
+
 @triton.jit(do_not_specialize=["tokens_sum", "experts"])
 def _ragged_padded_kernel(A, B, A_PAD, B_PAD, OFFSETS, tokens_sum, experts,
                           HIDDEN: tl.constexpr, INTER: tl.constexpr, EXPERTS_POW2: tl.constexpr,
-                          BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr):
+                          BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr,
+                          ALIGNED: tl.constexpr = False, STAGES: tl.constexpr = 1):
     """The ragged blocks of the experts whose counts are off multiples of 8 copied with rows
     padded to PAD_TOKENS: expert e's A_e [HIDDEN, n] to A_PAD + HIDDEN * _padded_slot(begin, e)
     as [HIDDEN, n rounded up to PAD_TOKENS] (B likewise), so that TMA can read them (rows 128
@@ -341,7 +374,8 @@ def _ragged_padded_kernel(A, B, A_PAD, B_PAD, OFFSETS, tokens_sum, experts,
     token tile) as _ragged_rows_kernel; nothing is copied unless every expert's bounds are
     valid (``_offsets_in_order``), which is when Hopper's ragged TMA kernel reads the copy.
     PDL: that kernel, a programmatic dependent launch, may start as this one's programs end (it
-    waits for this grid before it reads the copy)."""
+    waits for this grid before it reads the copy). ALIGNED: the tiles are read 16 bytes at a
+    time (_tile_padded_aligned), the loads pipelined STAGES items ahead."""
     allow_dependent_launch(PDL)
     TILES_A: tl.constexpr = (HIDDEN + BLOCK_R - 1) // BLOCK_R
     TILES: tl.constexpr = TILES_A + (INTER + BLOCK_R - 1) // BLOCK_R
@@ -352,16 +386,28 @@ def _ragged_padded_kernel(A, B, A_PAD, B_PAD, OFFSETS, tokens_sum, experts,
                            0).to(tl.int32)
     items = token_tiles * TILES
     items_end = tl.cumsum(items, axis=0)
-    for item in range(tl.program_id(0), tl.sum(items, axis=0), tl.num_programs(0)):
-        expert, begin, count, col, tile_t = _copy_item(item, i, items, items_end, token_tiles,
-                                                        begins, counts)
-        slot = _padded_slot(begin, expert)
-        if col < TILES_A:
-            _tile_padded(A + HIDDEN * begin, A_PAD + HIDDEN * slot, col * BLOCK_R,
-                         tile_t * BLOCK_T, count, HIDDEN, BLOCK_R, BLOCK_T)
-        else:
-            _tile_padded(B + INTER * begin, B_PAD + INTER * slot, (col - TILES_A) * BLOCK_R,
-                         tile_t * BLOCK_T, count, INTER, BLOCK_R, BLOCK_T)
+    if ALIGNED:   # one load path (no branch), so that the pipeliner can run STAGES items ahead
+        for item in tl.range(tl.program_id(0), tl.sum(items, axis=0), tl.num_programs(0),
+                             num_stages=STAGES):
+            expert, begin, count, col, tile_t = _copy_item(item, i, items, items_end,
+                                                            token_tiles, begins, counts)
+            slot = _padded_slot(begin, expert)
+            on_a = col < TILES_A
+            _tile_padded_aligned(tl.where(on_a, A + HIDDEN * begin, B + INTER * begin),
+                                 tl.where(on_a, A_PAD + HIDDEN * slot, B_PAD + INTER * slot),
+                                 tl.where(on_a, col, col - TILES_A) * BLOCK_R, tile_t * BLOCK_T,
+                                 count, tl.where(on_a, HIDDEN, INTER), BLOCK_R, BLOCK_T)
+    else:
+        for item in range(tl.program_id(0), tl.sum(items, axis=0), tl.num_programs(0)):
+            expert, begin, count, col, tile_t = _copy_item(item, i, items, items_end, token_tiles,
+                                                            begins, counts)
+            slot = _padded_slot(begin, expert)
+            if col < TILES_A:
+                _tile_padded(A + HIDDEN * begin, A_PAD + HIDDEN * slot, col * BLOCK_R,
+                             tile_t * BLOCK_T, count, HIDDEN, BLOCK_R, BLOCK_T)
+            else:
+                _tile_padded(B + INTER * begin, B_PAD + INTER * slot, (col - TILES_A) * BLOCK_R,
+                             tile_t * BLOCK_T, count, INTER, BLOCK_R, BLOCK_T)
 
 
 @triton.jit
@@ -806,6 +852,10 @@ class PaddedConfig:
     block_t: int = 256
     num_warps: int = 8
     programs_per_sm: int = 2
+    # 16-byte loads of aligned words, each token stored where it belongs, the loads pipelined
+    # ``stages`` items ahead (_tile_padded_aligned; built, not yet run on a GPU: off)
+    aligned_loads: bool = False
+    stages: int = 1
 
 
 PADDED_CONFIG = PaddedConfig()
@@ -834,18 +884,20 @@ def ragged_padded_views(scratch: torch.Tensor, tokens_sum: int, experts: int, hi
 
 
 def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, offsets, *, hidden: int,
-                         inter: int) -> None:
+                         inter: int, programs: int | None = None) -> None:
     """The ragged blocks of a (hidden, T) and b (intermediate, T) whose counts are off
     multiples of 8 copied into a_pad and b_pad (``ragged_padded_views``) with rows padded to
     PAD_TOKENS, when every expert's bounds are valid; a persistent grid of at most
-    ``programs_per_sm`` programs an SM."""
+    ``programs_per_sm`` programs an SM, or of ``programs`` (a measurement's choice)."""
     tokens_sum, experts = a.shape[1], offsets.shape[0]
-    tiles = cdiv(hidden, cfg.block_r) + cdiv(inter, cfg.block_r)
-    items = (cdiv(tokens_sum, cfg.block_t) + 2 * experts) * tiles
-    programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
+    if programs is None:
+        tiles = cdiv(hidden, cfg.block_r) + cdiv(inter, cfg.block_r)
+        items = (cdiv(tokens_sum, cfg.block_t) + 2 * experts) * tiles
+        programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
     launch(_ragged_padded_kernel, (programs,), a, b, a_pad, b_pad, offsets, tokens_sum,
            experts, HIDDEN=hidden, INTER=inter, EXPERTS_POW2=experts_vector(experts),
-           BLOCK_R=cfg.block_r, BLOCK_T=cfg.block_t, PDL=use_pdl(a), num_warps=cfg.num_warps)
+           BLOCK_R=cfg.block_r, BLOCK_T=cfg.block_t, PDL=use_pdl(a), ALIGNED=cfg.aligned_loads,
+           STAGES=cfg.stages, num_warps=cfg.num_warps)
 
 
 def experts_vector(experts: int) -> int:
@@ -1007,14 +1059,16 @@ def compile_cases() -> list[CompileCase]:
         dict(HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=True, EXPERTS_POW2=8,
              BLOCK_W=ROWS_CONFIG.block_w, BLOCK_T=ROWS_CONFIG.block_t),
         num_warps=ROWS_CONFIG.num_warps))
-    cases.append(CompileCase(
-        "wgrad ragged blocks padded to 64 tokens", _ragged_padded_kernel,
-        dict(A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32",
-             tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, EXPERTS_POW2=c, BLOCK_R=c,
-             BLOCK_T=c, PDL=c),
-        dict(HIDDEN=hidden, INTER=inter, EXPERTS_POW2=8, BLOCK_R=PADDED_CONFIG.block_r,
-             BLOCK_T=PADDED_CONFIG.block_t, PDL=True),
-        num_warps=PADDED_CONFIG.num_warps))
+    for aligned, stages in ((False, 1), (True, 1), (True, 3)):
+        cases.append(CompileCase(
+            "wgrad ragged blocks padded to 64 tokens"
+            + (f", aligned loads, {stages} stages" if aligned else ""), _ragged_padded_kernel,
+            dict(A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32",
+                 tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, EXPERTS_POW2=c, BLOCK_R=c,
+                 BLOCK_T=c, PDL=c, ALIGNED=c, STAGES=c),
+            dict(HIDDEN=hidden, INTER=inter, EXPERTS_POW2=8, BLOCK_R=PADDED_CONFIG.block_r,
+                 BLOCK_T=PADDED_CONFIG.block_t, PDL=True, ALIGNED=aligned, STAGES=stages),
+            num_warps=PADDED_CONFIG.num_warps))
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                ERRORS="*i32", tokens_sum="i32", sa_m="i64", sa_k="i64", sb_k="i64", sb_n="i64",
                HIDDEN=c, INTER=c, SCALES_MN_MAJOR=c, ROWS_ALIGNED=c, DISCRETE=c, ACCUMULATE=c,
