@@ -8,7 +8,8 @@ from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon, kernels_ragged, kernels_tensor2d
 from graphrt.ops.grouped_gemm.kernels import (fp8_config, gemm_config, launch_ragged_padded,
                                               launch_wgrad, launch_wgrad_fp8, PADDED_CONFIG,
-                                              ragged_padded_bytes, ragged_padded_views)
+                                              PaddedConfig, ragged_padded_bytes,
+                                              ragged_padded_views)
 
 torch.manual_seed(0)
 # each shape twice: the second call replays the first's binding, at the new tensors' addresses
@@ -72,6 +73,9 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
     scratch = torch.empty(ragged_padded_bytes(tokens, len(counts), 136, 72), dtype=torch.uint8,
                           device="cuda")
     padded = ragged_padded_views(scratch, tokens, len(counts), 136, 72)
+    # (the 8-byte word form first, pipelined, then the plan's, which the TMA kernel reads)
+    launch_ragged_padded(PaddedConfig(aligned_loads=True, stages=3), a, b, *padded, offsets,
+                         hidden=136, inter=72)
     launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets, hidden=136, inter=72)
     out = torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda")
     for sorted_experts in (True, False):

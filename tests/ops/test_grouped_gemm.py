@@ -757,6 +757,28 @@ def test_gpu_ragged_tma_kernel_reads_the_padded_copy(seed, sorted_experts):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [(64, 256, 8, 2), (64, 256, 8, 2, True, 1),
+                                 (64, 256, 8, 1, True, 3), (32, 512, 8, 1, True, 2)])
+def test_gpu_ragged_padded_copy_alone(seed, cfg):
+    """The padded copy alone on the GPU, two-byte loads or 8-byte words (pipelined or not),
+    into a poisoned workspace: bit for bit, zeros past each count, nothing else written; long
+    and short experts, the last one odd (its last word ends the buffer)."""
+    from graphrt.ops.grouped_gemm.kernels import PaddedConfig
+    _check_padded_copy([1501, 2049, 0, 1, 1024, 1733, 7, 1875], 264, 136, "cuda",
+                       PaddedConfig(*cfg))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [1, 3])
+def test_gpu_ragged_aligned_padded_copy_plan(seed, stages, monkeypatch):
+    """The plan with the padded copy moving 8-byte words, against the reference."""
+    from graphrt.ops.grouped_gemm import kernels
+    monkeypatch.setattr(kernels, "PADDED_CONFIG",
+                        kernels.PaddedConfig(aligned_loads=True, stages=stages))
+    _check_ragged_rows([16, 0, 5, 33, 17, 1, 8, 300, 7], 264, 136, "cuda", True)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("decreasing_at", [None, 3])
 def test_gpu_ragged_padded_copy_workspace(seed, decreasing_at, monkeypatch):
     """The plan with the padded copy: aligned, odd, empty and single-token experts; with an
