@@ -18,6 +18,7 @@ padded copy alone per PaddedConfig; ``--discrete``
 times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
 with and without the workspace for the codes' BF16 values; ``--first`` only the first
 benchmark case."""
+import dataclasses
 import itertools
 import sys
 
@@ -229,12 +230,21 @@ def _in_turn(runs, sets, rounds=5):
                                     for name, us in medians.items()), flush=True)
 
 
+# the copies the plan could run: first on every SM, 8-byte words pipelined 3 items ahead; and
+# beside the product on (12 / 20 / 32 measured 2026-12-04 with two-byte loads: 1.17-3.5x the
+# plan's time at odd counts) this many programs, with the word copy
+ALIGNED_COPY = kernels.PaddedConfig(aligned_loads=True, stages=3, programs_per_sm=1)
+BESIDE_PROGRAMS = (16, 24, 32)
+
+
 def main_leftovers(first: bool):
     """The plan's ragged launches on Hopper, x256 and odd counts, in turn: as the plan runs
     them (the padded copy read by the TMA kernel, RaggedTmaConfig.padded_odd), with the rows
-    copy and the Triton kernel for the experts off multiples of 8 instead, and (x256) the TMA
-    kernel alone, each checked against FP32 per-expert products first; at odd counts also the
-    rows copy and the padded copy alone, and the TMA kernel alone reading the padded copy."""
+    copy and the Triton kernel for the experts off multiples of 8 instead, with the copy of
+    8-byte words (ALIGNED_COPY) first or beside the product on BESIDE_PROGRAMS programs
+    (PaddedConfig.beside_programs), and (x256) the TMA kernel alone, each checked against FP32
+    per-expert products first; at odd counts also the rows copy and both padded copies alone,
+    and the TMA kernel alone reading the padded copy."""
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
@@ -253,14 +263,17 @@ def main_leftovers(first: bool):
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
 
-            def plan_launches(a, b, offsets=offsets, padded=False):
+            def plan_launches(a, b, offsets=offsets, padded=False,
+                              copy_config=kernels.PADDED_CONFIG):
+                beside = 0
                 if padded:
-                    kernels.launch_ragged_padded(kernels.PADDED_CONFIG, a, b, *pad, offsets,
-                                                 hidden=hidden, inter=inter)
+                    beside = kernels.launch_ragged_padded(copy_config, a, b, *pad, offsets,
+                                                          hidden=hidden, inter=inter)
                 ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                    errors, hidden=hidden, inter=inter,
                                                    accumulate=False,
-                                                   padded=pad if padded else None)
+                                                   padded=pad if padded else None,
+                                                   beside=beside, copy_config=copy_config)
                 launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
                              hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
                              ragged=True, accumulate=False, dot_fp32=False,
@@ -268,13 +281,22 @@ def main_leftovers(first: bool):
                              tma_took_odd=padded)
             runs = [("padded copy, TMA takes every expert (the plan's)",
                      lambda a, b, run=plan_launches: run(a, b, padded=True)),
-                    ("rows copy, Triton kernel after TMA", plan_launches)]
+                    ("rows copy, Triton kernel after TMA", plan_launches),
+                    ("word copy, then TMA", lambda a, b, run=plan_launches: run(
+                        a, b, padded=True, copy_config=ALIGNED_COPY))]
+            runs += [(f"word copy beside the product on {n}",
+                      lambda a, b, run=plan_launches, n=n: run(
+                          a, b, padded=True,
+                          copy_config=dataclasses.replace(ALIGNED_COPY, beside_programs=n)))
+                     for n in BESIDE_PROGRAMS]
             copies = [] if label != "odd" else [   # the copies alone, not checked here
                 ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
                     ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,
                     hidden=hidden, inter=inter, skip_aligned=True)),
                 ("padded copy alone", lambda a, b, offsets=offsets: kernels.launch_ragged_padded(
                     kernels.PADDED_CONFIG, a, b, *pad, offsets, hidden=hidden, inter=inter)),
+                ("word copy alone", lambda a, b, offsets=offsets: kernels.launch_ragged_padded(
+                    ALIGNED_COPY, a, b, *pad, offsets, hidden=hidden, inter=inter)),
                 ("TMA alone on the padded copy", lambda a, b, offsets=offsets:
                  ragged_tma.launch_wgrad_ragged_tma(
                      a, b, offsets, out, None, torch.bfloat16, errors, hidden=hidden,
@@ -387,7 +409,7 @@ def main_padded(first: bool):
                                device="cuda")
         ws = torch.empty(kernels.ragged_padded_bytes(tokens, experts, hidden, inter),
                          dtype=torch.uint8, device="cuda")
-        a_pad, b_pad = kernels.ragged_padded_views(ws, tokens, experts, hidden, inter)
+        a_pad, b_pad, ready = kernels.ragged_padded_views(ws, tokens, experts, hidden, inter)
         begins = [0] + list(itertools.accumulate(counts))[:-1]
         copied = sum(n for n in counts if n % 8)
         moved = 2 * 2 * copied * (hidden + inter)
@@ -396,8 +418,8 @@ def main_padded(first: bool):
         for cfg, programs in [(c, None) for c in PADDED_CONFIGS] + [
                 (c, n) for c in PADDED_CONFIGS for n in FEW_PROGRAMS]:
             def run(cfg=cfg, programs=programs):
-                kernels.launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, hidden=hidden,
-                                             inter=inter, programs=programs)
+                kernels.launch_ragged_padded(cfg, a, b, a_pad, b_pad, ready, offsets,
+                                             hidden=hidden, inter=inter, programs=programs)
             try:
                 ws.fill_(255)
                 run()

@@ -8,6 +8,7 @@ import triton.language as tl
 
 import graphrt
 from graphrt import ContractError
+from graphrt.device_checks import read_errors
 from graphrt.ops import GroupedGemmWgrad, grouped_gemm_wgrad
 from graphrt.ops.grouped_gemm import grouped_gemm_wgrad_reference
 from graphrt.ops.grouped_gemm.kernels import _expert_at_rank, _ranks_by_count, _snake
@@ -275,9 +276,16 @@ def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
     t, experts = sum(counts), len(counts)
     scratch = torch.full((ragged_padded_bytes(t, experts, hidden, inter),), 255,
                          dtype=torch.uint8, device=device)
-    a_pad, b_pad = ragged_padded_views(scratch, t, experts, hidden, inter)
-    launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, hidden=hidden, inter=inter)
+    a_pad, b_pad, ready = ragged_padded_views(scratch, t, experts, hidden, inter)
+    launch_ragged_padded(cfg, a, b, a_pad, b_pad, ready, offsets, hidden=hidden, inter=inter)
     begins = [0] + list(itertools.accumulate(counts))[:-1]
+    if cfg.beside_programs:   # each token tile's column tiles counted at its slot, 0 elsewhere
+        counted = torch.zeros_like(ready)
+        for e, (s0, n) in enumerate(zip(begins, counts)):
+            if decreasing_at is None and n % 8:
+                first = (s0 // 64 + e)
+                counted[first:first + -(-n // cfg.block_t)] = cfg.column_tiles(hidden, inter)
+        assert torch.equal(ready, counted)
     written = torch.zeros_like(a_pad, dtype=torch.bool), torch.zeros_like(b_pad, dtype=torch.bool)
     for e, (s0, n) in enumerate(zip(begins, counts)):
         if decreasing_at is not None or n % 8 == 0:
@@ -307,6 +315,20 @@ def test_ragged_padded_copy_interpreted(decreasing_at, aligned_loads):
     _check_padded_copy([16, 0, 5, 33, 17, 1, 8, 3, 63, 65, 127, 1], 40, 24, "cpu",
                        PaddedConfig(8, 16, 4, 1, aligned_loads=aligned_loads, stages=2),
                        decreasing_at)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("decreasing_at", [None, 3])
+@pytest.mark.parametrize("aligned_loads", [False, True])
+def test_ragged_padded_copy_beside_counts_its_tiles_interpreted(decreasing_at, aligned_loads):
+    """The padded copy made to run beside the TMA kernel: the same copy, experts largest
+    first and token tiles outermost, each token tile's column tiles counted in READY (zeroed
+    first: the scratch starts poisoned) at the expert's slot, nothing counted elsewhere."""
+    from graphrt.ops.grouped_gemm.kernels import PaddedConfig
+    torch.manual_seed(9)
+    _check_padded_copy([16, 0, 5, 33, 17, 1, 8, 3, 63, 65, 130, 1], 40, 24, "cpu",
+                       PaddedConfig(8, 64, 4, 1, beside_programs=1, aligned_loads=aligned_loads,
+                                    stages=2), decreasing_at)
 
 
 @needs_interpreter
@@ -634,9 +656,9 @@ def test_gpu_ragged_rows_workspace(seed, with_rows, decreasing_at):
 
 
 def _ragged_tma_plan(a, b, offsets, **flags):
-    """The plan of a ragged call on this GPU, checked to run the TMA kernel (for counts in
-    multiples of 8; the others copied as rows into a poisoned workspace, as the functional
-    call does, and multiplied by the Triton kernel), and that workspace."""
+    """The plan of a ragged call on this GPU, checked to run the TMA kernel, and its
+    workspace (poisoned), where the experts off multiples of 8 tokens are copied, as the
+    functional call does."""
     plan = GroupedGemmWgrad(a, b, offsets, input_order="tensor_ragged", **flags).compile()
     assert plan.ragged_tma is not None
     ws = torch.full((plan.call_workspace_bytes(a.shape[1]),), 255, dtype=torch.uint8,
@@ -667,7 +689,12 @@ def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accu
     from graphrt.ops.grouped_gemm import kernels_ragged
     monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
                         kernels_ragged.RaggedTmaConfig(padded_odd=padded_odd))
-    counts = TMA_COUNTS
+    _check_ragged_tma_plan(TMA_COUNTS, hidden, inter, dtype, mode, accumulate)
+
+
+def _check_ragged_tma_plan(counts, hidden, inter, dtype, mode, accumulate):
+    """The ragged plan on this GPU (the TMA kernel) against the reference, the output poisoned
+    or accumulated into, dense or discrete."""
     a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
     plan, ws = _ragged_tma_plan(a, b, offsets, wgrad_dtype=dtype, output_mode=mode,
                                 accumulate_on_output=accumulate)
@@ -808,6 +835,66 @@ def test_gpu_ragged_padded_copy_functional_calls_follow_new_routing(seed, monkey
         grouped_gemm_wgrad(a, b, offsets, wgrad=w, wgrad_dtype=torch.float32,
                            input_order="tensor_ragged", runtime=rt)
         _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
+
+
+def _copy_beside(monkeypatch, programs=16, block_r=64, block_t=256, aligned=False):
+    """The plans' padded copy run beside the TMA kernel on ``programs`` programs (``aligned``:
+    the 8-byte word copy, pipelined 3 items ahead)."""
+    from graphrt.ops.grouped_gemm import kernels
+    monkeypatch.setattr(kernels, "PADDED_CONFIG", kernels.PaddedConfig(
+        block_r=block_r, block_t=block_t, beside_programs=programs, aligned_loads=aligned,
+        stages=3 if aligned else 1))
+
+
+@pytest.mark.gpu
+# 500: more than the kernel's grid; [32, 512]: another tile than the default's
+@pytest.mark.parametrize("programs,block_r,block_t,aligned", [
+    (16, 64, 256, False), (500, 64, 256, False), (16, 32, 512, False), (16, 64, 256, True),
+    (500, 32, 512, True)])
+@pytest.mark.parametrize("sorted_experts", [True, False])
+@pytest.mark.parametrize("mode,accumulate", [("dense", False), ("discrete", True)])
+def test_gpu_ragged_copy_beside_the_product_matches_reference(seed, programs, block_r, block_t,
+                                                              aligned, sorted_experts, mode,
+                                                              accumulate, monkeypatch):
+    """The padded copy beside the TMA kernel, which waits for each token tile it reads: long
+    experts (so that the product catches up with the copy), odd, aligned, empty and
+    single-token ones, a call of small experts (a grid smaller than the copy's programs), both
+    splits and output modes, output poisoned or accumulated into; no copy flagged late."""
+    from graphrt.ops.grouped_gemm import kernels_ragged
+    _copy_beside(monkeypatch, programs, block_r, block_t, aligned)
+    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
+                        kernels_ragged.RaggedTmaConfig(sorted_experts=sorted_experts))
+    read_errors()   # what earlier tests left flagged
+    for counts, hidden, inter in (([1501, 2049, 0, 1, 1024, 1733, 7, 1875], 2048, 1024),
+                                  (TMA_COUNTS, 1160, 520)):
+        _check_ragged_tma_plan(counts, hidden, inter, BF16, mode, accumulate)
+    graphrt.check_errors()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("aligned", [False, True])
+def test_gpu_ragged_copy_beside_capture_replays_new_routing(seed, aligned, monkeypatch):
+    """The functional call with the copy beside the product, on a fresh runtime, captured:
+    routings with odd, aligned and empty experts replayed (its counters zeroed in the graph)
+    against eager calls, bitwise, and the reference."""
+    from graphrt.capture import capture
+    _copy_beside(monkeypatch, aligned=aligned)
+    read_errors()
+    rt = graphrt.Runtime("cuda")
+    counts = [1000, 2003, 0, 1093]
+    a, b, _, _, offsets = _ragged_problem(counts, 1024, 512, "cuda")
+    call = lambda a, b, o: grouped_gemm_wgrad(a, b, o, input_order="tensor_ragged",  # noqa: E731
+                                              runtime=rt)[0]
+    frag = capture(call, a, b, offsets)
+    for routing in ([4096, 0, 0, 0], [1, 2, 3, 4090], [1024, 1024, 1024, 1024],
+                    [333, 0, 3001, 762]):
+        new = torch.tensor(list(itertools.accumulate(routing)), dtype=torch.int32, device="cuda")
+        replayed = frag(a, b, new).clone()
+        eager = call(a, b, new)
+        assert torch.equal(replayed, eager)
+        _close(replayed, grouped_gemm_wgrad_reference(a, b, new, input_order="tensor_ragged"),
+               BF16)
+    graphrt.check_errors()
 
 
 @pytest.mark.gpu
