@@ -933,8 +933,10 @@ class PaddedConfig:
     block_t: int = 256
     num_warps: int = 8
     programs_per_sm: int = 2
-    # 16-byte loads of aligned words, each token stored where it belongs, the loads pipelined
-    # ``stages`` items ahead (_tile_padded_aligned; built, not yet run on a GPU: off)
+    # rows read as the aligned 8-byte words that hold them, shifted into place and stored 16
+    # bytes at a time, the loads pipelined ``stages`` items ahead (_tile_padded_aligned; beside
+    # the product the next item's loads are issued by hand instead; built, not yet run on a
+    # GPU: off)
     aligned_loads: bool = False
     stages: int = 1
     # > 0: the copy runs on this many programs beside Hopper's ragged TMA kernel, which waits
