@@ -112,24 +112,34 @@ def _split(OFFSETS, experts, tokens_sum, beside, EXPERTS_POW2: gl.constexpr,
 
 
 @gluon.jit
+def _ptx(INSTRUCTION: gl.constexpr):
+    """One PTX instruction without operands (its text ends in ``// $0``, the unused result)."""
+    gl.inline_asm_elementwise(INSTRUCTION, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _acquired(READY_AT):
+    """READY_AT's int32, read with acquire semantics at GPU scope."""
+    return gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [READY_AT],
+                                     dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _wait_copied(READY_AT, COPY_TILES: gl.constexpr, ERRORS):
     """Waits until every column tile of the padded copy's token tile counted at READY_AT is
     written (kernels._chunk_copied), then orders this thread's TMA reads after those writes.
     After about 2^20 polls (far longer than any copy) it flags PADDED_COPY_LATE and goes on
     rather than hang: whether it did (the caller then stops waiting)."""
-    written = gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
-                                        [READY_AT], dtype=gl.int32, is_pure=False, pack=1)
+    written = _acquired(READY_AT)
     polls = 0
     while (written < COPY_TILES) & (polls < 2**20):
-        written = gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
-                                            [READY_AT], dtype=gl.int32, is_pure=False, pack=1)
+        written = _acquired(READY_AT)
         polls += 1
     if written < COPY_TILES:   # device_checks.PADDED_COPY_LATE (8)
         gl.inline_asm_elementwise(
             "{ .reg .b32 late; mov.b32 late, 8; red.relaxed.gpu.global.or.b32 [$1], late; "
             "mov.u32 $0, 0; }", "=r,l", [ERRORS], dtype=gl.int32, is_pure=False, pack=1)
-    gl.inline_asm_elementwise("fence.proxy.async.global; // $0", "=r", [], dtype=gl.int32,
-                              is_pure=False, pack=1)
+    _ptx("fence.proxy.async.global; // $0")
     return written < COPY_TILES
 
 
@@ -337,11 +347,9 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, OUT, OUT_PTRS, 
     ready, empty, _ = _stage_barriers(STAGES)
     # the copy and the Triton kernel launched after this one (programmatic dependent launches)
     # may start while it drains: they wait for it before they read what it writes or end
-    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [],
-                              dtype=gl.int32, is_pure=False, pack=1)
+    _ptx("griddepcontrol.launch_dependents; // $0")
     if WAIT_PRIOR:   # a dependent launch itself, after the padded copy: wait for its writes
-        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32,
-                                  is_pure=False, pack=1)
+        _ptx("griddepcontrol.wait; // $0")
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
                                  experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
@@ -357,8 +365,7 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, OUT, OUT_PTRS, 
                                  64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
     if BESIDE:   # end after the copy beside it, so that the call's kernels end in order
-        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32,
-                                  is_pure=False, pack=1)
+        _ptx("griddepcontrol.wait; // $0")
 
 
 def fits_ragged_tma_kernel(hidden: int, inter: int, experts: int, capability) -> bool:
