@@ -73,9 +73,10 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
     scratch = torch.empty(ragged_padded_bytes(tokens, len(counts), 136, 72), dtype=torch.uint8,
                           device="cuda")
     padded = ragged_padded_views(scratch, tokens, len(counts), 136, 72)
-    # (the 8-byte word form first, pipelined, then the plan's, which the TMA kernel reads)
-    launch_ragged_padded(PaddedConfig(aligned_loads=True, stages=3), a, b, *padded, offsets,
-                         hidden=136, inter=72)
+    # (two-byte loads and the word form pipelined first, then the plan's, which the TMA
+    # kernel reads)
+    for other in (PaddedConfig(aligned_loads=False), PaddedConfig(stages=3)):
+        launch_ragged_padded(other, a, b, *padded, offsets, hidden=136, inter=72)
     launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets, hidden=136, inter=72)
     out = torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda")
     for sorted_experts in (True, False):

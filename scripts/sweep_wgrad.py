@@ -230,19 +230,19 @@ def _in_turn(runs, sets, rounds=5):
                                     for name, us in medians.items()), flush=True)
 
 
-# the copies the plan could run: first on every SM, 8-byte words pipelined 3 items ahead; and
-# beside the product on (12 / 20 / 32 measured 2026-12-04 with two-byte loads: 1.17-3.5x the
-# plan's time at odd counts) this many programs, with the word copy
-ALIGNED_COPY = kernels.PaddedConfig(aligned_loads=True, stages=3, programs_per_sm=1)
-BESIDE_PROGRAMS = (16, 24, 32)
+# the other copies the plan could run: first on every SM with two-byte loads (the default
+# before 2026-12-05); and beside the product on this many programs, with the plan's copy
+# (12-32 measured 2026-12-04 and -05: 1.12-3.5x the plan's time at odd counts; none now)
+TWO_BYTE_COPY = kernels.PaddedConfig(aligned_loads=False)
+BESIDE_PROGRAMS = ()
 
 
 def main_leftovers(first: bool):
     """The plan's ragged launches on Hopper, x256 and odd counts, in turn: as the plan runs
     them (the padded copy read by the TMA kernel, RaggedTmaConfig.padded_odd), with the rows
-    copy and the Triton kernel for the experts off multiples of 8 instead, with the copy of
-    8-byte words (ALIGNED_COPY) first or beside the product on BESIDE_PROGRAMS programs
-    (PaddedConfig.beside_programs), and (x256) the TMA kernel alone, each checked against FP32
+    copy and the Triton kernel for the experts off multiples of 8 instead, with the copy by
+    two-byte loads (TWO_BYTE_COPY) first, or the plan's copy beside the product on
+    BESIDE_PROGRAMS programs (PaddedConfig.beside_programs), and (x256) the TMA kernel alone, each checked against FP32
     per-expert products first; at odd counts also the rows copy and both padded copies alone,
     and the TMA kernel alone reading the padded copy."""
     gen = torch.Generator().manual_seed(0)
@@ -282,12 +282,13 @@ def main_leftovers(first: bool):
             runs = [("padded copy, TMA takes every expert (the plan's)",
                      lambda a, b, run=plan_launches: run(a, b, padded=True)),
                     ("rows copy, Triton kernel after TMA", plan_launches),
-                    ("word copy, then TMA", lambda a, b, run=plan_launches: run(
-                        a, b, padded=True, copy_config=ALIGNED_COPY))]
-            runs += [(f"word copy beside the product on {n}",
+                    ("two-byte copy, then TMA", lambda a, b, run=plan_launches: run(
+                        a, b, padded=True, copy_config=TWO_BYTE_COPY))]
+            runs += [(f"copy beside the product on {n}",
                       lambda a, b, run=plan_launches, n=n: run(
                           a, b, padded=True,
-                          copy_config=dataclasses.replace(ALIGNED_COPY, beside_programs=n)))
+                          copy_config=dataclasses.replace(kernels.PADDED_CONFIG,
+                                                          beside_programs=n)))
                      for n in BESIDE_PROGRAMS]
             copies = [] if label != "odd" else [   # the copies alone, not checked here
                 ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
@@ -295,8 +296,9 @@ def main_leftovers(first: bool):
                     hidden=hidden, inter=inter, skip_aligned=True)),
                 ("padded copy alone", lambda a, b, offsets=offsets: kernels.launch_ragged_padded(
                     kernels.PADDED_CONFIG, a, b, *pad, offsets, hidden=hidden, inter=inter)),
-                ("word copy alone", lambda a, b, offsets=offsets: kernels.launch_ragged_padded(
-                    ALIGNED_COPY, a, b, *pad, offsets, hidden=hidden, inter=inter)),
+                ("two-byte copy alone", lambda a, b, offsets=offsets:
+                    kernels.launch_ragged_padded(TWO_BYTE_COPY, a, b, *pad, offsets,
+                                                 hidden=hidden, inter=inter)),
                 ("TMA alone on the padded copy", lambda a, b, offsets=offsets:
                  ragged_tma.launch_wgrad_ragged_tma(
                      a, b, offsets, out, None, torch.bfloat16, errors, hidden=hidden,

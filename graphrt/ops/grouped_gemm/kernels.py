@@ -928,20 +928,22 @@ class PaddedConfig:
     """_ragged_padded_kernel's tile [block_r rows, block_t tokens] and its persistent grid: on
     the H200 at odd counts (docs/perf/wgrad.md, 2026-12-04) [64, 256] with 8 warps, 2 an SM,
     was the fastest of 8 configs or within 1% of it at the three benchmark cases (0.71-0.84 of
-    the copy ceiling)."""
+    the copy ceiling); read as 8-byte words (2026-12-05) the same tile ran 0.93 / 1.01 / 0.93x
+    that time (0.91 / 0.80 / 0.77 of the ceiling)."""
     block_r: int = 64
     block_t: int = 256
     num_warps: int = 8
     programs_per_sm: int = 2
     # rows read as the aligned 8-byte words that hold them, shifted into place and stored 16
-    # bytes at a time, the loads pipelined ``stages`` items ahead (_tile_padded_aligned; beside
-    # the product the next item's loads are issued by hand instead; built, not yet run on a
-    # GPU: off)
-    aligned_loads: bool = False
+    # bytes at a time (_tile_padded_aligned; False: two-byte loads), the loads pipelined
+    # ``stages`` items ahead (beside the product the next item's loads are issued by hand
+    # instead). 2 or 3 stages measured 1.1-1.6x one stage's time on the H200 (2026-12-05).
+    aligned_loads: bool = True
     stages: int = 1
     # > 0: the copy runs on this many programs beside Hopper's ragged TMA kernel, which waits
-    # for each token tile it reads (a programmatic dependent launch; built, not yet run on a
-    # GPU: off). 0: the copy runs first, on every SM.
+    # for each token tile it reads (a programmatic dependent launch). 0: the copy runs first,
+    # on every SM. Beside on 16-32 programs measured 1.12-2.57x the plan's time at odd counts
+    # on the H200 (2026-12-04 and -05): one copying program moves 22-41 GB/s.
     beside_programs: int = 0
 
     def __post_init__(self):
