@@ -88,15 +88,6 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
                  error_flags(a.device), hidden=136, inter=72, a_k_major=True, b_k_major=True,
                  ragged=True, accumulate=False, dot_fp32=False, skip_tma_taken=True,
                  tma_took_odd=True)
-    # the padded copy run beside the TMA kernel, which waits for each token tile it reads
-    beside_config = PaddedConfig(beside_programs=16)
-    for sorted_experts in (True, False):
-        beside = launch_ragged_padded(beside_config, a, b, *padded, offsets, hidden=136,
-                                      inter=72)
-        kernels_ragged.launch_wgrad_ragged_tma(
-            a, b, offsets, out, None, torch.bfloat16, error_flags(a.device), hidden=136,
-            inter=72, accumulate=False, padded=padded, beside=beside, copy_config=beside_config,
-            config=kernels_ragged.RaggedTmaConfig(sorted_experts=sorted_experts))
 # FP8 inputs, both recipes: experts sharing scale blocks, one inside a single block, an empty
 # one; tokens_sum 368 (rows 16-byte aligned), 360 (8 codes a load) and 367
 for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 18], [37, 5, 0, 300, 25]):

@@ -18,7 +18,6 @@ padded copy alone per PaddedConfig; ``--discrete``
 times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
 with and without the workspace for the codes' BF16 values; ``--first`` only the first
 benchmark case."""
-import dataclasses
 import itertools
 import sys
 
@@ -230,20 +229,16 @@ def _in_turn(runs, sets, rounds=5):
                                     for name, us in medians.items()), flush=True)
 
 
-# the other copies the plan could run: first on every SM with two-byte loads (the default
-# before 2026-12-05); and beside the product on this many programs, with the plan's copy
-# (12-32 measured 2026-12-04 and -05: 1.12-3.5x the plan's time at odd counts; none now)
+# the copy by two-byte loads (the default before 2026-12-05)
 TWO_BYTE_COPY = kernels.PaddedConfig(aligned_loads=False)
-BESIDE_PROGRAMS = ()
 
 
 def main_leftovers(first: bool):
     """The plan's ragged launches on Hopper, x256 and odd counts, in turn: as the plan runs
     them (the padded copy read by the TMA kernel, RaggedTmaConfig.padded_odd), with the rows
     copy and the Triton kernel for the experts off multiples of 8 instead, with the copy by
-    two-byte loads (TWO_BYTE_COPY) first, or the plan's copy beside the product on
-    BESIDE_PROGRAMS programs (PaddedConfig.beside_programs), and (x256) the TMA kernel alone, each checked against FP32
-    per-expert products first; at odd counts also the rows copy and both padded copies alone,
+    two-byte loads (TWO_BYTE_COPY), and (x256) the TMA kernel alone, each checked against
+    FP32 per-expert products first; at odd counts also the rows copy and both padded copies alone,
     and the TMA kernel alone reading the padded copy."""
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
@@ -265,15 +260,13 @@ def main_leftovers(first: bool):
 
             def plan_launches(a, b, offsets=offsets, padded=False,
                               copy_config=kernels.PADDED_CONFIG):
-                beside = 0
                 if padded:
-                    beside = kernels.launch_ragged_padded(copy_config, a, b, *pad, offsets,
-                                                          hidden=hidden, inter=inter)
+                    kernels.launch_ragged_padded(copy_config, a, b, *pad, offsets,
+                                                 hidden=hidden, inter=inter)
                 ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                    errors, hidden=hidden, inter=inter,
                                                    accumulate=False,
-                                                   padded=pad if padded else None,
-                                                   beside=beside, copy_config=copy_config)
+                                                   padded=pad if padded else None)
                 launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
                              hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
                              ragged=True, accumulate=False, dot_fp32=False,
@@ -284,12 +277,6 @@ def main_leftovers(first: bool):
                     ("rows copy, Triton kernel after TMA", plan_launches),
                     ("two-byte copy, then TMA", lambda a, b, run=plan_launches: run(
                         a, b, padded=True, copy_config=TWO_BYTE_COPY))]
-            runs += [(f"copy beside the product on {n}",
-                      lambda a, b, run=plan_launches, n=n: run(
-                          a, b, padded=True,
-                          copy_config=dataclasses.replace(kernels.PADDED_CONFIG,
-                                                          beside_programs=n)))
-                     for n in BESIDE_PROGRAMS]
             copies = [] if label != "odd" else [   # the copies alone, not checked here
                 ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
                     ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,
@@ -387,21 +374,20 @@ def main_rows(first: bool):
 
 
 PADDED_CONFIGS = [kernels.PaddedConfig(*c) for c in [
-    (32, 256, 8, 4), (16, 256, 4, 8), (32, 512, 8, 4), (64, 256, 8, 2), (16, 512, 8, 4),
-    (8, 512, 4, 8), (32, 128, 4, 8), (64, 128, 8, 4),
+    # two-byte loads
+    (32, 256, 8, 4, False), (16, 256, 4, 8, False), (32, 512, 8, 4, False),
+    (64, 256, 8, 2, False), (16, 512, 8, 4, False), (8, 512, 4, 8, False),
+    (32, 128, 4, 8, False), (64, 128, 8, 4, False),
     # 8-byte words shifted into place, the loads pipelined ``stages`` items ahead
     # (programs an SM: what registers and shared memory let stay resident)
     (64, 256, 8, 2, True, 1), (64, 256, 8, 1, True, 3), (32, 256, 8, 2, True, 3),
     (32, 256, 4, 3, True, 2), (64, 512, 8, 1, True, 1), (32, 512, 8, 1, True, 2)]]
-# grids of a few programs: what one program copies alone, while the other SMs would multiply
-FEW_PROGRAMS = (8, 16, 32)
 
 
 def main_padded(first: bool):
     """The padded copy of ragged experts off multiples of 8 tokens (_ragged_padded_kernel)
     alone at odd counts, per PaddedConfig: TB/s of its reads and writes against the 4.25 TB/s
-    copy ceiling, each config's copy compared with the blocks first; then each config on
-    FEW_PROGRAMS programs, with the GB/s one program moves."""
+    copy ceiling, each config's copy compared with the blocks first."""
     gen = torch.Generator().manual_seed(0)
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
         counts = odd_counts(random_counts(experts, tokens, gen), gen)
@@ -411,17 +397,16 @@ def main_padded(first: bool):
                                device="cuda")
         ws = torch.empty(kernels.ragged_padded_bytes(tokens, experts, hidden, inter),
                          dtype=torch.uint8, device="cuda")
-        a_pad, b_pad, ready = kernels.ragged_padded_views(ws, tokens, experts, hidden, inter)
+        a_pad, b_pad = kernels.ragged_padded_views(ws, tokens, experts, hidden, inter)
         begins = [0] + list(itertools.accumulate(counts))[:-1]
         copied = sum(n for n in counts if n % 8)
         moved = 2 * 2 * copied * (hidden + inter)
         print(f"E={experts} {hidden}x{inter} tokens={tokens} counts odd: {copied} tokens to "
               f"copy, {moved / 1e6:.0f} MB moved", flush=True)
-        for cfg, programs in [(c, None) for c in PADDED_CONFIGS] + [
-                (c, n) for c in PADDED_CONFIGS for n in FEW_PROGRAMS]:
-            def run(cfg=cfg, programs=programs):
-                kernels.launch_ragged_padded(cfg, a, b, a_pad, b_pad, ready, offsets,
-                                             hidden=hidden, inter=inter, programs=programs)
+        for cfg in PADDED_CONFIGS:
+            def run(cfg=cfg):
+                kernels.launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets,
+                                             hidden=hidden, inter=inter)
             try:
                 ws.fill_(255)
                 run()
@@ -433,16 +418,12 @@ def main_padded(first: bool):
                             block = pad[width * slot:width * (slot + padded)].view(width, padded)
                             exact &= torch.equal(block[:, :n], full.reshape(-1)[
                                 width * s0:width * (s0 + n)].view(width, n))
-                us = stream_time_us(run, calls=3 if programs else 20,
-                                    repeats=3 if programs else 7)
+                us = stream_time_us(run, calls=20, repeats=7)
             except Exception as e:
-                print(f"  {cfg} on {programs or 'the plan grid'}: failed {type(e).__name__}: "
-                      f"{str(e)[:160]}", flush=True)
+                print(f"  {cfg}: failed {type(e).__name__}: {str(e)[:160]}", flush=True)
                 continue
-            each = f", {moved / us / 1e3 / programs:.1f} GB/s a program" if programs else ""
-            print(f"  {cfg} on {programs or 'the plan grid'}: {us:.1f} us "
-                  f"{moved / us / 1e6:.2f} TB/s ({moved / us / 4.25e6:.2f} of copy){each} "
-                  f"exact={exact}", flush=True)
+            print(f"  {cfg}: {us:.1f} us {moved / us / 1e6:.2f} TB/s "
+                  f"({moved / us / 4.25e6:.2f} of copy) exact={exact}", flush=True)
 
 
 def main_tensor2d_tma(first: bool):

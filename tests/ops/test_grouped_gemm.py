@@ -276,16 +276,9 @@ def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
     t, experts = sum(counts), len(counts)
     scratch = torch.full((ragged_padded_bytes(t, experts, hidden, inter),), 255,
                          dtype=torch.uint8, device=device)
-    a_pad, b_pad, ready = ragged_padded_views(scratch, t, experts, hidden, inter)
-    launch_ragged_padded(cfg, a, b, a_pad, b_pad, ready, offsets, hidden=hidden, inter=inter)
+    a_pad, b_pad = ragged_padded_views(scratch, t, experts, hidden, inter)
+    launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, hidden=hidden, inter=inter)
     begins = [0] + list(itertools.accumulate(counts))[:-1]
-    if cfg.beside_programs:   # each token tile's column tiles counted at its slot, 0 elsewhere
-        counted = torch.zeros_like(ready)
-        for e, (s0, n) in enumerate(zip(begins, counts)):
-            if decreasing_at is None and n % 8:
-                first = (s0 // 64 + e)
-                counted[first:first + -(-n // cfg.block_t)] = cfg.column_tiles(hidden, inter)
-        assert torch.equal(ready, counted)
     written = torch.zeros_like(a_pad, dtype=torch.bool), torch.zeros_like(b_pad, dtype=torch.bool)
     for e, (s0, n) in enumerate(zip(begins, counts)):
         if decreasing_at is not None or n % 8 == 0:
@@ -315,20 +308,6 @@ def test_ragged_padded_copy_interpreted(decreasing_at, aligned_loads):
     _check_padded_copy([16, 0, 5, 33, 17, 1, 8, 3, 63, 65, 127, 1], 40, 24, "cpu",
                        PaddedConfig(8, 16, 4, 1, aligned_loads=aligned_loads, stages=2),
                        decreasing_at)
-
-
-@needs_interpreter
-@pytest.mark.parametrize("decreasing_at", [None, 3])
-@pytest.mark.parametrize("aligned_loads", [False, True])
-def test_ragged_padded_copy_beside_counts_its_tiles_interpreted(decreasing_at, aligned_loads):
-    """The padded copy made to run beside the TMA kernel: the same copy, experts largest
-    first and token tiles outermost, each token tile's column tiles counted in READY (zeroed
-    first: the scratch starts poisoned) at the expert's slot, nothing counted elsewhere."""
-    from graphrt.ops.grouped_gemm.kernels import PaddedConfig
-    torch.manual_seed(9)
-    _check_padded_copy([16, 0, 5, 33, 17, 1, 8, 3, 63, 65, 130, 1], 40, 24, "cpu",
-                       PaddedConfig(8, 64, 4, 1, beside_programs=1, aligned_loads=aligned_loads,
-                                    stages=2), decreasing_at)
 
 
 @needs_interpreter
@@ -796,12 +775,13 @@ def test_gpu_ragged_padded_copy_alone(seed, cfg):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("stages", [1, 3])
-def test_gpu_ragged_aligned_padded_copy_plan(seed, stages, monkeypatch):
-    """The plan with the padded copy moving 8-byte words, against the reference."""
+@pytest.mark.parametrize("aligned,stages", [(False, 1), (True, 3)])
+def test_gpu_ragged_padded_copy_plan_other_configs(seed, aligned, stages, monkeypatch):
+    """The plan with the padded copy by two-byte loads, or moving 8-byte words pipelined 3
+    items ahead (the default: one stage), against the reference."""
     from graphrt.ops.grouped_gemm import kernels
     monkeypatch.setattr(kernels, "PADDED_CONFIG",
-                        kernels.PaddedConfig(aligned_loads=True, stages=stages))
+                        kernels.PaddedConfig(aligned_loads=aligned, stages=stages))
     _check_ragged_rows([16, 0, 5, 33, 17, 1, 8, 300, 7], 264, 136, "cuda", True)
 
 
@@ -837,48 +817,15 @@ def test_gpu_ragged_padded_copy_functional_calls_follow_new_routing(seed, monkey
         _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
 
 
-def _copy_beside(monkeypatch, programs=16, block_r=64, block_t=256, aligned=False):
-    """The plans' padded copy run beside the TMA kernel on ``programs`` programs (``aligned``:
-    the 8-byte word copy, pipelined 3 items ahead)."""
-    from graphrt.ops.grouped_gemm import kernels
-    monkeypatch.setattr(kernels, "PADDED_CONFIG", kernels.PaddedConfig(
-        block_r=block_r, block_t=block_t, beside_programs=programs, aligned_loads=aligned,
-        stages=3 if aligned else 1))
-
-
-@pytest.mark.gpu
-# 500: more than the kernel's grid; [32, 512]: another tile than the default's
-@pytest.mark.parametrize("programs,block_r,block_t,aligned", [
-    (16, 64, 256, False), (500, 64, 256, False), (16, 32, 512, False), (16, 64, 256, True),
-    (500, 32, 512, True)])
-@pytest.mark.parametrize("sorted_experts", [True, False])
-@pytest.mark.parametrize("mode,accumulate", [("dense", False), ("discrete", True)])
-def test_gpu_ragged_copy_beside_the_product_matches_reference(seed, programs, block_r, block_t,
-                                                              aligned, sorted_experts, mode,
-                                                              accumulate, monkeypatch):
-    """The padded copy beside the TMA kernel, which waits for each token tile it reads: long
-    experts (so that the product catches up with the copy), odd, aligned, empty and
-    single-token ones, a call of small experts (a grid smaller than the copy's programs), both
-    splits and output modes, output poisoned or accumulated into; no copy flagged late."""
-    from graphrt.ops.grouped_gemm import kernels_ragged
-    _copy_beside(monkeypatch, programs, block_r, block_t, aligned)
-    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
-                        kernels_ragged.RaggedTmaConfig(sorted_experts=sorted_experts))
-    read_errors()   # what earlier tests left flagged
-    for counts, hidden, inter in (([1501, 2049, 0, 1, 1024, 1733, 7, 1875], 2048, 1024),
-                                  (TMA_COUNTS, 1160, 520)):
-        _check_ragged_tma_plan(counts, hidden, inter, BF16, mode, accumulate)
-    graphrt.check_errors()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("aligned", [False, True])
-def test_gpu_ragged_copy_beside_capture_replays_new_routing(seed, aligned, monkeypatch):
-    """The functional call with the copy beside the product, on a fresh runtime, captured:
-    routings with odd, aligned and empty experts replayed (its counters zeroed in the graph)
-    against eager calls, bitwise, and the reference."""
+def test_gpu_ragged_padded_copy_capture_replays_new_routing(seed, aligned, monkeypatch):
+    """The functional call with the padded copy by two-byte loads or 8-byte words, on a fresh
+    runtime, captured: routings with long odd, aligned and empty experts replayed against
+    eager calls, bitwise, and the reference."""
     from graphrt.capture import capture
-    _copy_beside(monkeypatch, aligned=aligned)
+    from graphrt.ops.grouped_gemm import kernels
+    monkeypatch.setattr(kernels, "PADDED_CONFIG", kernels.PaddedConfig(aligned_loads=aligned))
     read_errors()
     rt = graphrt.Runtime("cuda")
     counts = [1000, 2003, 0, 1093]

@@ -286,21 +286,17 @@ def _ragged_rows_aligned(begin, count, HIDDEN: tl.constexpr, INTER: tl.constexpr
 
 
 @triton.jit
-def _copy_item(item, i, items, items_end, token_tiles, begins, counts, TILES: tl.constexpr = 1,
-               TOKENS_OUTER: tl.constexpr = False):
+def _copy_item(item, i, items, items_end, token_tiles, begins, counts):
     """(expert, begin, count, column tile, token tile) of item ``item`` of a persistent copy of
     ragged blocks whose items (each expert's ``token_tiles`` per column tile, ``items`` in all,
-    ending at ``items_end``: the experts' items in any order, each expert's consecutive) are
-    numbered column tile outermost, or with TOKENS_OUTER token tile outermost (TILES column
-    tiles each); ``i``: the experts' lane indices of those vectors."""
+    ending at ``items_end``) are numbered expert by expert, column tile outermost; ``i``: the
+    experts' lane indices of those vectors."""
     mine = (items_end - items <= item) & (item < items_end)
     local = item - tl.sum(tl.where(mine, items_end - items, 0), axis=0)
     tiles_t = tl.sum(tl.where(mine, token_tiles, 0), axis=0)
     expert = tl.sum(tl.where(mine, i, 0), axis=0)
     begin = tl.sum(tl.where(mine, begins, 0), axis=0)
     count = tl.sum(tl.where(mine, counts, 0), axis=0)
-    if TOKENS_OUTER:
-        return expert, begin, count, local % TILES, local // TILES
     return expert, begin, count, local // tiles_t, local % tiles_t
 
 
@@ -382,47 +378,24 @@ def _words_stored(DST, low, high, r0, t0, count, width, BLOCK_R: tl.constexpr,
 @triton.jit
 def _aligned_item(A, B, A_PAD, B_PAD, item, total, i, items, items_end, token_tiles, begins,
                   counts, HIDDEN: tl.constexpr, INTER: tl.constexpr, TILES_A: tl.constexpr,
-                  TILES: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr,
-                  SIGNAL: tl.constexpr):
-    """(block, padded block, first row, first token, count (0 past the last item), width,
-    READY index) of item ``item`` of the copy, A's or B's by one select, not a branch."""
+                  BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr):
+    """(block, padded block, first row, first token, count (0 past the last item), width) of
+    item ``item`` of the copy, A's or B's by one select, not a branch."""
     expert, begin, count, col, tile_t = _copy_item(item, i, items, items_end, token_tiles,
-                                                    begins, counts, TILES, SIGNAL)
+                                                    begins, counts)
     slot = _padded_slot(begin, expert)
     on_a = col < TILES_A
     return (tl.where(on_a, A + HIDDEN * begin, B + INTER * begin),
             tl.where(on_a, A_PAD + HIDDEN * slot, B_PAD + INTER * slot),
             tl.where(on_a, col, col - TILES_A) * BLOCK_R, tile_t * BLOCK_T,
-            tl.where(item < total, count, 0), tl.where(on_a, HIDDEN, INTER),
-            slot // PAD_TOKENS + tile_t)
-
-
-@triton.jit
-def _zeroed_kernel(PTR, n, BLOCK: tl.constexpr):
-    """PTR[0 .. n) = 0 (int32): the padded copy's counters, through a launch a binding can
-    record and replay."""
-    at = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(PTR + at, tl.zeros([BLOCK], tl.int32), mask=at < n)
-
-
-@triton.jit
-def _chunk_copied(READY_AT, FENCE: tl.constexpr):
-    """Counts one more column tile of a token tile of the padded copy as written: after every
-    thread's stores (made visible to TMA's reads, the async proxy, where FENCE), one release
-    add at GPU scope."""
-    if FENCE:
-        tl.inline_asm_elementwise("fence.proxy.async.global; // $0", "=r", [], dtype=tl.int32,
-                                  is_pure=False, pack=1)
-    tl.debug_barrier()
-    tl.atomic_add(READY_AT, 1, sem="release", scope="gpu")
+            tl.where(item < total, count, 0), tl.where(on_a, HIDDEN, INTER))
 
 
 @triton.jit(do_not_specialize=["tokens_sum", "experts"])
-def _ragged_padded_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, tokens_sum, experts,
+def _ragged_padded_kernel(A, B, A_PAD, B_PAD, OFFSETS, tokens_sum, experts,
                           HIDDEN: tl.constexpr, INTER: tl.constexpr, EXPERTS_POW2: tl.constexpr,
                           BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr,
-                          SIGNAL: tl.constexpr, ALIGNED: tl.constexpr = False,
-                          STAGES: tl.constexpr = 1):
+                          ALIGNED: tl.constexpr, STAGES: tl.constexpr):
     """The ragged blocks of the experts whose counts are off multiples of 8 copied with rows
     padded to PAD_TOKENS: expert e's A_e [HIDDEN, n] to A_PAD + HIDDEN * _padded_slot(begin, e)
     as [HIDDEN, n rounded up to PAD_TOKENS] (B likewise), so that TMA can read them (rows 128
@@ -430,12 +403,8 @@ def _ragged_padded_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, tokens_sum, expert
     token tile) as _ragged_rows_kernel; nothing is copied unless every expert's bounds are
     valid (``_offsets_in_order``), which is when Hopper's ragged TMA kernel reads the copy.
     PDL: that kernel, a programmatic dependent launch, may start as this one's programs end (it
-    waits for this grid before it reads the copy), or with SIGNAL as they start.
-    SIGNAL: the copy runs beside that kernel, which waits for each token tile it reads:
-    READY[_padded_slot(begin, e) / PAD_TOKENS + token tile] (zeroed before) counts the column
-    tiles of it written, and the items go experts largest first (the kernel's order), token
-    tile outermost. ALIGNED: the tiles are moved 8 bytes at a time (_tile_padded_aligned), the
-    loads pipelined STAGES items ahead."""
+    waits for this grid before it reads the copy). ALIGNED: the tiles are moved 8 bytes at a
+    time (_tile_padded_aligned), the loads pipelined STAGES items ahead."""
     allow_dependent_launch(PDL)
     TILES_A: tl.constexpr = (HIDDEN + BLOCK_R - 1) // BLOCK_R
     TILES: tl.constexpr = TILES_A + (INTER + BLOCK_R - 1) // BLOCK_R
@@ -445,41 +414,18 @@ def _ragged_padded_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, tokens_sum, expert
     token_tiles = tl.where(copy, (_padded_count(counts) + BLOCK_T - 1) // BLOCK_T,
                            0).to(tl.int32)
     items = token_tiles * TILES
-    if SIGNAL:
-        rank = _ranks_by_count(OFFSETS, i, tl.arange(0, 8), experts, tokens_sum)
-        items_end = tl.sum(tl.where(rank[None, :] <= rank[:, None], items[None, :], 0), axis=1)
-    else:
-        items_end = tl.cumsum(items, axis=0)
+    items_end = tl.cumsum(items, axis=0)
     total = tl.sum(items, axis=0)
-    if ALIGNED and SIGNAL:
-        # the pipeliner leaves a loop with the counters' adds alone: the next item's words are
-        # loaded before this one's are stored, by hand
-        src, dst, r0, t0, count, width, ready_at = _aligned_item(
-            A, B, A_PAD, B_PAD, tl.program_id(0), total, i, items, items_end, token_tiles,
-            begins, counts, HIDDEN, INTER, TILES_A, TILES, BLOCK_R, BLOCK_T, SIGNAL)
-        low, high = _tile_words(src, r0, t0, count, width, BLOCK_R, BLOCK_T)
-        for item in range(tl.program_id(0), total, tl.num_programs(0)):
-            src_next, dst_next, r0_next, t0_next, count_next, width_next, ready_next = \
-                _aligned_item(A, B, A_PAD, B_PAD, item + tl.num_programs(0), total, i, items,
-                              items_end, token_tiles, begins, counts, HIDDEN, INTER, TILES_A,
-                              TILES, BLOCK_R, BLOCK_T, SIGNAL)
-            low_next, high_next = _tile_words(src_next, r0_next, t0_next, count_next,
-                                              width_next, BLOCK_R, BLOCK_T)
-            _words_stored(dst, low, high, r0, t0, count, width, BLOCK_R, BLOCK_T)
-            _chunk_copied(READY + ready_at, PDL)
-            dst, r0, t0, count, width, ready_at = (dst_next, r0_next, t0_next, count_next,
-                                                   width_next, ready_next)
-            low, high = low_next, high_next
-    elif ALIGNED:   # one load path (no branch), so that the pipeliner runs STAGES items ahead
+    if ALIGNED:   # one load path (no branch), so that the pipeliner runs STAGES items ahead
         for item in tl.range(tl.program_id(0), total, tl.num_programs(0), num_stages=STAGES):
-            src, dst, r0, t0, count, width, _ = _aligned_item(
+            src, dst, r0, t0, count, width = _aligned_item(
                 A, B, A_PAD, B_PAD, item, total, i, items, items_end, token_tiles, begins,
-                counts, HIDDEN, INTER, TILES_A, TILES, BLOCK_R, BLOCK_T, SIGNAL)
+                counts, HIDDEN, INTER, TILES_A, BLOCK_R, BLOCK_T)
             _tile_padded_aligned(src, dst, r0, t0, count, width, BLOCK_R, BLOCK_T)
     else:
         for item in range(tl.program_id(0), total, tl.num_programs(0)):
             expert, begin, count, col, tile_t = _copy_item(item, i, items, items_end, token_tiles,
-                                                            begins, counts, TILES, SIGNAL)
+                                                            begins, counts)
             slot = _padded_slot(begin, expert)
             if col < TILES_A:
                 _tile_padded(A + HIDDEN * begin, A_PAD + HIDDEN * slot, col * BLOCK_R,
@@ -487,8 +433,6 @@ def _ragged_padded_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, tokens_sum, expert
             else:
                 _tile_padded(B + INTER * begin, B_PAD + INTER * slot, (col - TILES_A) * BLOCK_R,
                              tile_t * BLOCK_T, count, INTER, BLOCK_R, BLOCK_T)
-            if SIGNAL:
-                _chunk_copied(READY + slot // PAD_TOKENS + tile_t, PDL)
 
 
 @triton.jit
@@ -936,24 +880,10 @@ class PaddedConfig:
     programs_per_sm: int = 2
     # rows read as the aligned 8-byte words that hold them, shifted into place and stored 16
     # bytes at a time (_tile_padded_aligned; False: two-byte loads), the loads pipelined
-    # ``stages`` items ahead (beside the product the next item's loads are issued by hand
-    # instead). 2 or 3 stages measured 1.1-1.6x one stage's time on the H200 (2026-12-05).
+    # ``stages`` items ahead. 2 or 3 stages measured 1.1-1.6x one stage's time on the H200
+    # (2026-12-05).
     aligned_loads: bool = True
     stages: int = 1
-    # > 0: the copy runs on this many programs beside Hopper's ragged TMA kernel, which waits
-    # for each token tile it reads (a programmatic dependent launch). 0: the copy runs first,
-    # on every SM. Beside on 16-32 programs measured 1.12-2.57x the plan's time at odd counts
-    # on the H200 (2026-12-04 and -05): one copying program moves 22-41 GB/s.
-    beside_programs: int = 0
-
-    def __post_init__(self):
-        if self.beside_programs and self.block_t % PAD_TOKENS.value:   # READY's indexing
-            raise ValueError(f"block_t: a multiple of {PAD_TOKENS.value} with beside_programs, "
-                             f"got {self.block_t}")
-
-    def column_tiles(self, hidden: int, inter: int) -> int:
-        """The column tiles of one token tile of the copy: what READY counts to."""
-        return cdiv(hidden, self.block_r) + cdiv(inter, self.block_r)
 
 
 PADDED_CONFIG = PaddedConfig()
@@ -964,59 +894,37 @@ def padded_slots(tokens_sum: int, experts: int) -> int:
     return (tokens_sum // PAD_TOKENS + experts) * PAD_TOKENS
 
 
-def _padded_regions(tokens_sum: int, experts: int, hidden: int, inter: int):
-    """(start, bytes) of A's, B's and READY's regions of the padded copy's scratch, each from
-    a 256-byte boundary."""
-    slots = padded_slots(tokens_sum, experts)
-    regions, start = [], 0
-    for nbytes in (hidden * slots * 2, inter * slots * 2, slots // PAD_TOKENS.value * 4):
-        regions.append((start, nbytes))
-        start += -(-nbytes // 256) * 256
-    return regions
-
-
 def ragged_padded_bytes(tokens_sum: int, experts: int, hidden: int, inter: int) -> int:
     """Bytes of the scratch that holds the ragged BF16 blocks of experts off multiples of 8
     tokens with rows padded to PAD_TOKENS (_ragged_padded_kernel): A's [hidden, padded_slots]
-    elements, B's [intermediate, padded_slots], and the int32 counters of the copy run beside
-    the product, one per PAD_TOKENS slot tokens."""
-    start, nbytes = _padded_regions(tokens_sum, experts, hidden, inter)[-1]
-    return start + nbytes
+    elements, then B's [intermediate, padded_slots] from the next 256-byte boundary."""
+    slots = padded_slots(tokens_sum, experts)
+    return -(-hidden * slots * 2 // 256) * 256 + inter * slots * 2
 
 
 def ragged_padded_views(scratch: torch.Tensor, tokens_sum: int, experts: int, hidden: int,
-                        inter: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The A, B and READY regions of a ``ragged_padded_bytes`` scratch as flat tensors (BF16,
-    BF16, int32)."""
-    return tuple(scratch[start:start + nbytes].view(dtype) for (start, nbytes), dtype in zip(
-        _padded_regions(tokens_sum, experts, hidden, inter),
-        (torch.bfloat16, torch.bfloat16, torch.int32)))
+                        inter: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The A and B regions of a ``ragged_padded_bytes`` scratch as flat BF16 tensors."""
+    slots = padded_slots(tokens_sum, experts)
+    split = -(-hidden * slots * 2 // 256) * 256
+    return (scratch[:hidden * slots * 2].view(torch.bfloat16),
+            scratch[split:split + inter * slots * 2].view(torch.bfloat16))
 
 
-def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, ready, offsets, *, hidden: int,
-                         inter: int, programs: int | None = None) -> int:
+def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, offsets, *, hidden: int,
+                         inter: int) -> None:
     """The ragged blocks of a (hidden, T) and b (intermediate, T) whose counts are off
     multiples of 8 copied into a_pad and b_pad (``ragged_padded_views``) with rows padded to
     PAD_TOKENS, when every expert's bounds are valid; a persistent grid of at most
-    ``programs_per_sm`` programs an SM (or of ``programs``, a measurement's choice), or with
-    ``beside_programs`` that many, counting what they wrote in ``ready`` (zeroed first).
-    Returns the programs the copy runs on beside the ragged TMA kernel launched next (0: it
-    runs first)."""
+    ``programs_per_sm`` programs an SM."""
     tokens_sum, experts = a.shape[1], offsets.shape[0]
-    pdl = use_pdl(a)
-    signal = cfg.beside_programs > 0
-    if signal:
-        launch(_zeroed_kernel, (cdiv(ready.numel(), 1024),), ready, ready.numel(), BLOCK=1024,
-               num_warps=4)
-        programs = min(cfg.beside_programs, sm_count(a.device) - 1)
-    elif programs is None:
-        items = (cdiv(tokens_sum, cfg.block_t) + 2 * experts) * cfg.column_tiles(hidden, inter)
-        programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
-    launch(_ragged_padded_kernel, (programs,), a, b, a_pad, b_pad, ready, offsets, tokens_sum,
+    tiles = cdiv(hidden, cfg.block_r) + cdiv(inter, cfg.block_r)
+    items = (cdiv(tokens_sum, cfg.block_t) + 2 * experts) * tiles
+    programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
+    launch(_ragged_padded_kernel, (programs,), a, b, a_pad, b_pad, offsets, tokens_sum,
            experts, HIDDEN=hidden, INTER=inter, EXPERTS_POW2=experts_vector(experts),
-           BLOCK_R=cfg.block_r, BLOCK_T=cfg.block_t, PDL=pdl, SIGNAL=signal,
-           ALIGNED=cfg.aligned_loads, STAGES=cfg.stages, num_warps=cfg.num_warps)
-    return programs if signal and pdl else 0
+           BLOCK_R=cfg.block_r, BLOCK_T=cfg.block_t, PDL=use_pdl(a), ALIGNED=cfg.aligned_loads,
+           STAGES=cfg.stages, num_warps=cfg.num_warps)
 
 
 def experts_vector(experts: int) -> int:
@@ -1178,18 +1086,15 @@ def compile_cases() -> list[CompileCase]:
         dict(HIDDEN=hidden, INTER=inter, SKIP_ALIGNED=True, EXPERTS_POW2=8,
              BLOCK_W=ROWS_CONFIG.block_w, BLOCK_T=ROWS_CONFIG.block_t),
         num_warps=ROWS_CONFIG.num_warps))
-    for signal, aligned, stages in ((False, False, 1), (True, False, 1), (False, True, 1),
-                                    (False, True, 3), (True, True, 3)):
+    for aligned, stages in ((False, 1), (True, 1), (True, 3)):
         cases.append(CompileCase(
             "wgrad ragged blocks padded to 64 tokens"
-            + (", beside the product" if signal else "")
             + (f", aligned loads, {stages} stages" if aligned else ""), _ragged_padded_kernel,
-            dict(A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", READY="*i32",
-                 OFFSETS="*i32", tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c,
-                 EXPERTS_POW2=c, BLOCK_R=c, BLOCK_T=c, PDL=c, SIGNAL=c, ALIGNED=c, STAGES=c),
+            dict(A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32",
+                 tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, EXPERTS_POW2=c, BLOCK_R=c,
+                 BLOCK_T=c, PDL=c, ALIGNED=c, STAGES=c),
             dict(HIDDEN=hidden, INTER=inter, EXPERTS_POW2=8, BLOCK_R=PADDED_CONFIG.block_r,
-                 BLOCK_T=PADDED_CONFIG.block_t, PDL=True, SIGNAL=signal, ALIGNED=aligned,
-                 STAGES=stages),
+                 BLOCK_T=PADDED_CONFIG.block_t, PDL=True, ALIGNED=aligned, STAGES=stages),
             num_warps=PADDED_CONFIG.num_warps))
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                ERRORS="*i32", tokens_sum="i32", sa_m="i64", sa_k="i64", sb_k="i64", sb_n="i64",

@@ -92,31 +92,29 @@ def _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
 @gluon.jit
 def _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr,
                       WARPS: gl.constexpr):
-    """Whether every expert's bounds are valid (kernels._offsets_in_order), and how many
-    experts have counts off multiples of 8, over the calling partition's WARPS warps."""
+    """Whether every expert's bounds are valid (kernels._offsets_in_order), over the calling
+    partition's WARPS warps."""
     layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
-    _, counts, bad = _bounds_at(OFFSETS, gl.arange(0, EXPERTS_POW2, layout=layout), experts,
-                                tokens_sum)
-    return (gl.sum(bad.to(gl.int32), axis=0) == 0,
-            gl.sum((counts % 8 != 0).to(gl.int32), axis=0))
+    _, _, bad = _bounds_at(OFFSETS, gl.arange(0, EXPERTS_POW2, layout=layout), experts,
+                           tokens_sum)
+    return gl.sum(bad.to(gl.int32), axis=0) == 0
 
 
 @gluon.jit
-def _sorted_position(round_, ranks, idx, taken, TILES: gl.constexpr, programs):
+def _sorted_position(round_, ranks, idx, taken, TILES: gl.constexpr):
     """This program's item in round ``round_`` of a split over the ``taken`` experts ranked
-    first, TILES items each, among the first ``programs`` programs (this one among them), the
-    programs' order reversed every round: whether there is one, its expert and its tile."""
-    position = _snake(round_, gl.program_id(0), programs)
+    first, TILES items each, the programs' order reversed every round: whether there is one,
+    its expert and its tile."""
+    position = _snake(round_, gl.program_id(0), gl.num_programs(0))
     live = position < taken * TILES
     expert = gl.where(live, _expert_at_rank(ranks, idx, position // TILES), 0)
     return live, expert, position % TILES
 
 
 @gluon.jit
-def _sorted_rounds(taken, TILES: gl.constexpr, programs):
-    """Rounds of ``_sorted_position``'s split over ``programs`` programs: every program takes
-    at most one item a round."""
-    return gl.cdiv(taken * TILES, programs)
+def _sorted_rounds(taken, TILES: gl.constexpr):
+    """Rounds of ``_sorted_position``'s split: every program takes at most one item a round."""
+    return gl.cdiv(taken * TILES, gl.num_programs(0))
 
 
 @gluon.jit
@@ -178,12 +176,11 @@ def _store_item(acc, OUT, OUT_PTRS, expert, m, n, has_tokens, HIDDEN: gl.constex
 @gluon.jit
 def _sorted_tile_work(round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum,
                       FLAG: gl.constexpr, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                      BN: gl.constexpr, GROUP: gl.constexpr, programs):
-    """``_work`` in the order of ``_sorted_position`` (experts by count, largest first, over
-    ``programs`` programs): whether this program has an item in round ``round_``, and
-    ``_work``'s values."""
+                      BN: gl.constexpr, GROUP: gl.constexpr):
+    """``_work`` in the order of ``_sorted_position`` (experts by count, largest first):
+    whether this program has an item in round ``round_``, and ``_work``'s values."""
     tiles: gl.constexpr = _tile_count(HIDDEN, INTER, BN)
-    live, expert, tile = _sorted_position(round_, ranks, idx, taken, tiles, programs)
+    live, expert, tile = _sorted_position(round_, ranks, idx, taken, tiles)
     m0, n0 = _tile_origin(tile, HIDDEN, INTER, BLOCK_M, BN, GROUP)
     begin, count = _expert_tokens(OFFSETS, ERRORS, expert, experts, FLAG & live & (tile == 0),
                                   tokens_sum)
@@ -231,10 +228,10 @@ def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERROR
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
                                           EVERY_EXPERT)
-        for round_ in range(0, _sorted_rounds(taken, tiles, gl.num_programs(0))):
+        for round_ in range(0, _sorted_rounds(taken, tiles)):
             live, expert, m0, n0, begin, end = _sorted_tile_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
-                INTER, BN, GROUP, gl.num_programs(0))
+                INTER, BN, GROUP)
             if live:
                 i = _load_blocks(a_desc, b_desc, a_bufs, b_bufs, ready, empty, i, m0, n0,
                                  begin, end, A_K_MAJOR, B_K_MAJOR)

@@ -4,9 +4,7 @@ experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e]
 takes no row stride off 16 bytes (boxes of odd counts stopped the kernel with an illegal
 instruction on the H200, 2026-12-03), so the others are read from a copy with rows padded to
 64 tokens (``RaggedTmaConfig.padded_odd``, kernels.launch_ragged_padded, launched before this
-kernel, or with ``PaddedConfig.beside_programs`` run beside it, the loader waiting for each
-token tile it reads), and every expert is taken when the offsets are in order. The experts
-left (all of
+kernel), and every expert is taken when the offsets are in order. The experts left (all of
 them out of order, or those off multiples of 8 without the copy) go to the Triton kernel
 (kernels.py), launched after this one. Plans run it for up to
 PLAN_MAX_EXPERTS experts; tensor2d operands have their own TMA kernel (kernels_tensor2d.py).
@@ -38,12 +36,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from ... import device_checks
 from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TESTED_TRITON,
                              register_share, TL_DTYPES, untested_triton_case, use_pdl)
 from ...validate import sm_count
 from . import kernels as _triton_kernels
-from .kernels import experts_vector, PADDED_CONFIG, PaddedConfig, PAD_TOKENS
+from .kernels import experts_vector
 from .kernels_gluon import (_expert_ranks, _release, _sorted_rounds, _sorted_tile_work,
                             _offsets_in_order, _stage_barriers, _store_item, _store_layout,
                             _tile_count, _tma_takes, _work, BLOCK_M, TMA_FIRST)
@@ -56,7 +53,6 @@ BLOCK_N = gl.constexpr(256)   # tiles of BLOCK_M = 128 rows: two warpgroups of 6
 BLOCK_K = gl.constexpr(64)    # tokens a stage: 128 bytes, the swizzle's width
 GROUP_M = 8
 GLUON_API_OK = ON_TESTED_TRITON
-assert device_checks.PADDED_COPY_LATE == 8, "the bit _wait_copied's inline assembly sets"
 # at 128 and 256 experts (items of 2-4 steps) the Triton kernel alone was 4-9% faster than
 # this kernel then the Triton kernel's share at random counts on the H200 (2-3% slower at
 # equal counts; docs/perf/wgrad.md, 2026-12-03)
@@ -94,53 +90,19 @@ RAGGED_TMA_CONFIG = RaggedTmaConfig()
 
 
 @gluon.jit
-def _split(OFFSETS, experts, tokens_sum, beside, EXPERTS_POW2: gl.constexpr,
-           PADDED: gl.constexpr, BESIDE: gl.constexpr, WARPS: gl.constexpr):
-    """(odd_taken, programs): whether this kernel takes the experts off multiples of 8 tokens
-    (PADDED: their padded copy is given, and every expert's bounds are valid, the copy's
-    condition), and how many of its programs take items: with the copy BESIDE it, on the SMs
-    of ``beside`` programs, all but those while there is something to copy (the programs
-    placed after the copy's ones take none)."""
-    odd_taken = False
-    programs = gl.num_programs(0)
+def _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr,
+               WARPS: gl.constexpr):
+    """Whether this kernel takes the experts off multiples of 8 tokens: PADDED (their padded
+    copy is given) and every expert's bounds valid (the copy's condition)."""
     if PADDED:
-        odd_taken, copied = _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2, WARPS)
-        if BESIDE:
-            if odd_taken & (copied > 0):
-                programs = gl.maximum(programs - beside, 1)
-    return odd_taken, programs
+        return _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2, WARPS)
+    return False
 
 
 @gluon.jit
 def _ptx(INSTRUCTION: gl.constexpr):
     """One PTX instruction without operands (its text ends in ``// $0``, the unused result)."""
     gl.inline_asm_elementwise(INSTRUCTION, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _acquired(READY_AT):
-    """READY_AT's int32, read with acquire semantics at GPU scope."""
-    return gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [READY_AT],
-                                     dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _wait_copied(READY_AT, COPY_TILES: gl.constexpr, ERRORS):
-    """Waits until every column tile of the padded copy's token tile counted at READY_AT is
-    written (kernels._chunk_copied), then orders this thread's TMA reads after those writes.
-    After about 2^20 polls (far longer than any copy) it flags PADDED_COPY_LATE and goes on
-    rather than hang: whether it did (the caller then stops waiting)."""
-    written = _acquired(READY_AT)
-    polls = 0
-    while (written < COPY_TILES) & (polls < 2**20):
-        written = _acquired(READY_AT)
-        polls += 1
-    if written < COPY_TILES:   # device_checks.PADDED_COPY_LATE (8)
-        gl.inline_asm_elementwise(
-            "{ .reg .b32 late; mov.b32 late, 8; red.relaxed.gpu.global.or.b32 [$1], late; "
-            "mov.u32 $0, 0; }", "=r,l", [ERRORS], dtype=gl.int32, is_pure=False, pack=1)
-    _ptx("fence.proxy.async.global; // $0")
-    return written < COPY_TILES
 
 
 @gluon.jit
@@ -154,14 +116,11 @@ def _wait_landed(ready, lo, hi):
 
 @gluon.jit
 def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0, count,
-               HIDDEN: gl.constexpr, INTER: gl.constexpr, READY_AT, wait_copied, late,
-               COPY_TILES: gl.constexpr, CHUNK: gl.constexpr, ERRORS):
+               HIDDEN: gl.constexpr, INTER: gl.constexpr):
     """The item's descriptors made (the expert's blocks [hidden, n_e] and [intermediate, n_e]
     at a_block and b_block, rows ``row_stride`` tokens apart, a multiple of 8), one box of each
     streamed into the stages from the i-th filled on, the tokens past n_e coming as zeros: the
-    next stage to fill, and ``late`` after it. ``wait_copied``: the blocks are the padded copy
-    running beside this kernel, whose CHUNK tokens from k0 are counted at READY_AT[k0 / CHUNK],
-    waited for unless a wait of this program already timed out (``late``)."""
+    next stage to fill."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
     n = count.to(gl.int32)
@@ -170,8 +129,6 @@ def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0
     b_desc = tma.make_tensor_descriptor(b_block, [INTER, n], [row_stride, 1],
                                         [BLOCK_N, BLOCK_K], b_bufs.type.layout)
     for k0 in range(0, n, BLOCK_K):
-        if wait_copied & (k0 % CHUNK == 0) & (not late):
-            late = _wait_copied(READY_AT + k0 // CHUNK, COPY_TILES, ERRORS)
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
         bar = ready.index(s)
@@ -179,88 +136,72 @@ def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0
         tma.async_copy_global_to_shared(a_desc, [m0, k0], bar, a_bufs.index(s))
         tma.async_copy_global_to_shared(b_desc, [n0, k0], bar, b_bufs.index(s))
         i += 1
-    return i, late
+    return i
 
 
 @gluon.jit
-def _ragged_load_partition(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty, OFFSETS,
-                           ERRORS, experts, tokens_sum, beside, HIDDEN: gl.constexpr,
-                           INTER: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr,
-                           BESIDE: gl.constexpr, COPY_TILES: gl.constexpr,
-                           CHUNK: gl.constexpr):
+def _ragged_load_partition(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
+                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                           GROUP: gl.constexpr, SORTED: gl.constexpr,
+                           EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr):
     """Items alternate between two descriptor slots (two call sites of _load_item, so two
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
     a stage refilled since was consumed, so it had landed)."""
-    # the next stage, the slot, each slot's first and end stage, whether a wait timed out
-    slots = (0, 0, 0, 0, 0, 0, False)
-    odd_taken, programs = _split(OFFSETS, experts, tokens_sum, beside, EXPERTS_POW2, PADDED,
-                                 BESIDE, 1)
-    mine = gl.program_id(0) < programs
-    tiles: gl.constexpr = _tile_count(HIDDEN, INTER, BLOCK_N)
+    slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
+    odd_taken = _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2, PADDED, 1)
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
                                           TMA_FIRST, odd_taken)
-        for round_ in range(0, gl.where(mine, _sorted_rounds(taken, tiles, programs), 0)):
+        for round_ in range(0, _sorted_rounds(taken, _tile_count(HIDDEN, INTER, BLOCK_N))):
             live, expert, m0, n0, begin, end = _sorted_tile_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, False, HIDDEN,
-                INTER, BLOCK_N, GROUP, programs)
+                INTER, BLOCK_N, GROUP)
             count = end - begin
             if live & (count > 0) & (_tma_takes(count) | odd_taken):
-                slots = _load_in_slot(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty,
-                                      slots, expert, m0, n0, begin, count, ERRORS, HIDDEN, INTER,
-                                      PADDED, BESIDE, COPY_TILES, CHUNK)
+                slots = _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots,
+                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED)
     else:
-        for work in range(gl.program_id(0), gl.where(mine, experts * tiles, 0), programs):
+        for work in range(gl.program_id(0), experts * _tile_count(HIDDEN, INTER, BLOCK_N),
+                          gl.num_programs(0)):
             expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum, False,
                                                HIDDEN, INTER, BLOCK_N, GROUP)
             count = end - begin
             if (count > 0) & (_tma_takes(count) | odd_taken):
-                slots = _load_in_slot(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty,
-                                      slots, expert, m0, n0, begin, count, ERRORS, HIDDEN, INTER,
-                                      PADDED, BESIDE, COPY_TILES, CHUNK)
+                slots = _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots,
+                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED)
 
 
 @gluon.jit
-def _load_in_slot(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty, slots, expert, m0,
-                  n0, begin, count, ERRORS, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                  PADDED: gl.constexpr, BESIDE: gl.constexpr, COPY_TILES: gl.constexpr,
-                  CHUNK: gl.constexpr):
+def _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots, expert, m0, n0,
+                  begin, count, HIDDEN: gl.constexpr, INTER: gl.constexpr, PADDED: gl.constexpr):
     """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it.
     PADDED: an expert off multiples of 8 tokens is read from its padded copy (rows 128 bytes
-    apart; kernels._ragged_padded_kernel), made BESIDE this kernel: waited for a token tile at
-    a time."""
+    apart; kernels._ragged_padded_kernel)."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     a_block = A + HIDDEN * begin
     b_block = B + INTER * begin
     row_stride = count
-    ready_at = READY
-    wait_copied = False
     if PADDED:
         if count % 8 != 0:
             slot = _padded_slot(begin, expert)
             a_block = A_PAD + HIDDEN * slot
             b_block = B_PAD + INTER * slot
             row_stride = _padded_count(count)
-            ready_at = READY + slot // PAD_TOKENS
-            wait_copied = BESIDE
-    i, slot, start0, end0, start1, end1, late = slots
+    i, slot, start0, end0, start1, end1 = slots
     if slot == 0:
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
-        i, late = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0,
-                             n0, count, HIDDEN, INTER, ready_at, wait_copied, late, COPY_TILES,
-                             CHUNK, ERRORS)
+        i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
+                       count, HIDDEN, INTER)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
-        i, late = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0,
-                             n0, count, HIDDEN, INTER, ready_at, wait_copied, late, COPY_TILES,
-                             CHUNK, ERRORS)
+        i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
+                       count, HIDDEN, INTER)
         end1 = i
-    return i, 1 - slot, start0, end0, start1, end1, late
+    return i, 1 - slot, start0, end0, start1, end1
 
 
 @gluon.jit
@@ -268,29 +209,26 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, 
                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                           DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                           OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                          EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr,
-                          BESIDE: gl.constexpr, beside, ROW0: gl.constexpr):
+                          EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr, ROW0: gl.constexpr):
     """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box. The experts that
     ``_tma_takes`` leaves (none with PADDED and the offsets in order) are the Triton
     kernel's."""
     i = 0
-    odd_taken, programs = _split(OFFSETS, experts, tokens_sum, beside, EXPERTS_POW2, PADDED,
-                                 BESIDE, 4)
-    mine = gl.program_id(0) < programs
-    tiles: gl.constexpr = _tile_count(HIDDEN, INTER, BLOCK_N)
+    odd_taken = _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2, PADDED, 4)
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
                                           TMA_FIRST, odd_taken)
-        for round_ in range(0, gl.where(mine, _sorted_rounds(taken, tiles, programs), 0)):
+        for round_ in range(0, _sorted_rounds(taken, _tile_count(HIDDEN, INTER, BLOCK_N))):
             live, expert, m0, n0, begin, end = _sorted_tile_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
-                HIDDEN, INTER, BLOCK_N, GROUP, programs)
+                HIDDEN, INTER, BLOCK_N, GROUP)
             count = end - begin
             if live & (_tma_takes(count) | odd_taken):
                 i = _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0,
                                  count, i, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, ROW0)
     else:
-        for work in range(gl.program_id(0), gl.where(mine, experts * tiles, 0), programs):
+        for work in range(gl.program_id(0), experts * _tile_count(HIDDEN, INTER, BLOCK_N),
+                          gl.num_programs(0)):
             expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
                                                ROW0 == 0, HIDDEN, INTER, BLOCK_N, GROUP)
             count = end - begin
@@ -332,14 +270,12 @@ def _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0, co
 
 
 @gluon.jit(do_not_specialize=["experts", "tokens_sum"])
-def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
-                             tokens_sum, beside, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
+                             tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                              DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                              OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
                              SORTED: gl.constexpr, EXPERTS_POW2: gl.constexpr,
-                             PADDED: gl.constexpr, WAIT_PRIOR: gl.constexpr,
-                             BESIDE: gl.constexpr, COPY_TILES: gl.constexpr,
-                             CHUNK: gl.constexpr):
+                             PADDED: gl.constexpr, WAIT_PRIOR: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -353,19 +289,14 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, OUT, OUT_PTRS, 
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
                                  experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, BESIDE, beside,
-                                 0)),
-        (_ragged_load_partition, (A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty,
-                                  OFFSETS, ERRORS, experts, tokens_sum, beside, HIDDEN, INTER,
-                                  GROUP, SORTED, EXPERTS_POW2, PADDED, BESIDE, COPY_TILES,
-                                  CHUNK)),
+                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, 0)),
+        (_ragged_load_partition, (A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFFSETS,
+                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, GROUP, SORTED,
+                                  EXPERTS_POW2, PADDED)),
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
                                  experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, BESIDE, beside,
-                                 64)),
+                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
-    if BESIDE:   # end after the copy beside it, so that the call's kernels end in order
-        _ptx("griddepcontrol.wait; // $0")
 
 
 def fits_ragged_tma_kernel(hidden: int, inter: int, experts: int, capability) -> bool:
@@ -384,72 +315,56 @@ def fits_tokens(tokens_sum: int) -> bool:
 
 def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, hidden: int,
                             inter: int, accumulate: bool,
-                            config: RaggedTmaConfig = RAGGED_TMA_CONFIG, padded=None,
-                            beside: int = 0, copy_config: PaddedConfig | None = None) -> None:
+                            config: RaggedTmaConfig = RAGGED_TMA_CONFIG, padded=None) -> None:
     """The BF16 wgrad of the experts ``_tma_takes`` through this kernel: a (hidden, T) and b
     (T, intermediate) holding the experts' blocks, arguments as kernels.launch_wgrad's, on
     operands ``fits_ragged_tma_kernel`` and ``fits_tokens`` accept, 16-byte aligned.
-    ``padded``: (a_pad, b_pad, ready), the views kernels.launch_ragged_padded (``copy_config``)
-    copied the experts off multiples of 8 tokens into, which this kernel then takes too when
-    the offsets are in order; it is then a programmatic dependent launch (where ``use_pdl``
-    allows) that waits for the copy, so that its start overlaps the copy's end, or, with the
-    copy running ``beside`` it on that many programs (launch_ragged_padded's return, given
-    the same ``copy_config``, kernels.PADDED_CONFIG when None), waits for each token tile of
-    the copy it reads."""
-    if copy_config is None:
-        copy_config = _triton_kernels.PADDED_CONFIG
+    ``padded``: (a_pad, b_pad), the copy kernels.launch_ragged_padded made of the experts off
+    multiples of 8 tokens, which this kernel then takes too when the offsets are in order; it
+    is then a programmatic dependent launch (where ``use_pdl`` allows) that waits for the copy,
+    so that its start overlaps the copy's end."""
     experts = offsets.numel()
     if experts == 0:
         return
     work = _tile_count(hidden, inter, BLOCK_N.value) * experts
     sort = config.sorts(experts)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
-    a_pad, b_pad, ready = padded if padded is not None else (a, b, offsets)
+    a_pad, b_pad = padded if padded is not None else (a, b)
     after_copy = padded is not None and use_pdl(a)
     launch_with_scratch(_wgrad_ragged_tma_kernel, (min(work, sm_count(a.device)),), a, b,
-                        a_pad, b_pad, ready, offsets, out_arg, ptrs_arg, errors, experts,
-                        a.shape[1], beside, HIDDEN=hidden, INTER=inter,
-                        DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
-                        OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
-                        SORTED=sort,
+                        a_pad, b_pad, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1],
+                        HIDDEN=hidden, INTER=inter, DISCRETE=out_ptrs is not None,
+                        ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
+                        STAGES=config.stages, GROUP=GROUP_M, SORTED=sort,
                         EXPERTS_POW2=experts_vector(experts) if sort or padded else 2,
-                        PADDED=padded is not None, WAIT_PRIOR=after_copy and not beside,
-                        BESIDE=after_copy and beside > 0,
-                        COPY_TILES=copy_config.column_tiles(hidden, inter),
-                        CHUNK=copy_config.block_t, launch_pdl=after_copy, num_warps=4,
-                        maxnreg=LAUNCH_REGS)
+                        PADDED=padded is not None, WAIT_PRIOR=after_copy,
+                        launch_pdl=after_copy, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
     """The variants scripts/compile_check.py compiles: dense and discrete (accumulating)
     output at the first benchmark case's sizes, both splits; with the padded copy of the
-    experts off multiples of 8 tokens (a dependent launch after it, or beside it), dense, both
-    splits."""
+    experts off multiples of 8 tokens (a dependent launch after it), dense, both splits."""
     from ..registry import op
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, sorted_experts, padded, beside in (
-            (False, True, False, False), (True, True, False, False),
-            (False, False, False, False), (True, False, False, False),
-            (False, True, True, False), (False, False, True, False), (False, True, True, True),
-            (False, False, True, True)):
+    for discrete, sorted_experts, padded in (
+            (False, True, False), (True, True, False), (False, False, False),
+            (True, False, False), (False, True, True), (False, False, True)):
         name = (f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
-                f"{' padded copy' if padded else ''}{' beside' if beside else ''}")
+                f"{' padded copy' if padded else ''}")
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
         cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
-            A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", READY="*i32", OFFSETS="*i32",
-            OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", experts="i32", tokens_sum="i32",
-            beside="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c,
-            GROUP=c, SORTED=c, EXPERTS_POW2=c, PADDED=c, WAIT_PRIOR=c, BESIDE=c,
-            COPY_TILES=c, CHUNK=c),
+            A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32", OUT="*bf16",
+            OUT_PTRS="*i64", ERRORS="*i32", experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c,
+            DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c,
+            EXPERTS_POW2=c, PADDED=c, WAIT_PRIOR=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
                  SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts or padded else 2,
-                 PADDED=padded, WAIT_PRIOR=padded and not beside, BESIDE=beside,
-                 COPY_TILES=PADDED_CONFIG.column_tiles(hidden, inter),
-                 CHUNK=PADDED_CONFIG.block_t),
+                 PADDED=padded, WAIT_PRIOR=padded),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases

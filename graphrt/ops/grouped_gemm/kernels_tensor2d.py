@@ -131,10 +131,10 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
                                           EVERY_EXPERT)
-        for round_ in range(0, _sorted_rounds(taken, tiles, gl.num_programs(0))):
+        for round_ in range(0, _sorted_rounds(taken, tiles)):
             live, expert, m0, n0, begin, end = _sorted_tile_work(
                 round_, ranks, idx, taken, OFFSETS, ERRORS, experts, tokens_sum, ROW0 == 0,
-                HIDDEN, INTER, BN, GROUP, gl.num_programs(0))
+                HIDDEN, INTER, BN, GROUP)
             if live:
                 i, z = _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert,
                                  m0, n0, begin, end, i, z, HIDDEN, INTER, DISCRETE, ACCUMULATE,

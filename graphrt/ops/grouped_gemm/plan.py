@@ -323,22 +323,19 @@ class GroupedGemmWgrad(Plan):
                     return
             tma = (self.ragged_tma if self.ragged_tma is not None
                    and self.ragged_tma.fits_tokens(tokens_sum) else None)
-            padded, beside = None, 0
+            padded = None
             if tma is not None:   # the experts kernels._tma_takes gives it
-                from . import kernels
-                copy_config = kernels.PADDED_CONFIG
                 if scratch is not None and tma.RAGGED_TMA_CONFIG.padded_odd:
                     # and the others, from their copy with rows padded to 64 tokens
-                    padded = kernels.ragged_padded_views(scratch, tokens_sum, self.experts,
-                                                         self.hidden, self.inter)
-                    beside = kernels.launch_ragged_padded(
-                        copy_config, a, b, *padded, offsets, hidden=self.hidden,
-                        inter=self.inter)
+                    from .kernels import launch_ragged_padded, PADDED_CONFIG, ragged_padded_views
+                    padded = ragged_padded_views(scratch, tokens_sum, self.experts, self.hidden,
+                                                 self.inter)
+                    launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets,
+                                         hidden=self.hidden, inter=self.inter)
                 tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
                     hidden=self.hidden, inter=self.inter, accumulate=accumulate,
-                    config=tma.RAGGED_TMA_CONFIG, padded=padded, beside=beside,
-                    copy_config=copy_config)
+                    config=tma.RAGGED_TMA_CONFIG, padded=padded)
             if self.fp8:
                 launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
                                  wgrad_ptrs if discrete else None, out_dtype, errors,
