@@ -238,8 +238,8 @@ def main_leftovers(first: bool):
     them (the padded copy read by the TMA kernel, RaggedTmaConfig.padded_odd), with the rows
     copy and the Triton kernel for the experts off multiples of 8 instead, with the copy by
     two-byte loads (TWO_BYTE_COPY), and (x256) the TMA kernel alone, each checked against
-    FP32 per-expert products first; at odd counts also the rows copy and both padded copies alone,
-    and the TMA kernel alone reading the padded copy."""
+    FP32 per-expert products first; at odd counts also the rows copy and both padded copies
+    alone, and the TMA kernel alone reading the padded copy."""
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:

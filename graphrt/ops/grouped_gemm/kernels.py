@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from ... import device_checks
+from ...arena import align_up
 from ...kernel_utils import (allow_dependent_launch, cdiv, CompileCase, CONSTEXPR, launch, mma,
                              next_power_of_2, persistent_grid, pow2, TL_DTYPES, use_pdl,
                              wait_for_prior_kernel)
@@ -894,21 +895,27 @@ def padded_slots(tokens_sum: int, experts: int) -> int:
     return (tokens_sum // PAD_TOKENS + experts) * PAD_TOKENS
 
 
+def _padded_layout(tokens_sum: int, experts: int, hidden: int) -> tuple[int, int]:
+    """(padded_slots, byte offset of B's region) of the padded copy's scratch: A's region
+    first, B's from the next 256-byte boundary."""
+    slots = padded_slots(tokens_sum, experts)
+    return slots, align_up(hidden * slots * 2)
+
+
 def ragged_padded_bytes(tokens_sum: int, experts: int, hidden: int, inter: int) -> int:
     """Bytes of the scratch that holds the ragged BF16 blocks of experts off multiples of 8
     tokens with rows padded to PAD_TOKENS (_ragged_padded_kernel): A's [hidden, padded_slots]
     elements, then B's [intermediate, padded_slots] from the next 256-byte boundary."""
-    slots = padded_slots(tokens_sum, experts)
-    return -(-hidden * slots * 2 // 256) * 256 + inter * slots * 2
+    slots, b_start = _padded_layout(tokens_sum, experts, hidden)
+    return b_start + inter * slots * 2
 
 
 def ragged_padded_views(scratch: torch.Tensor, tokens_sum: int, experts: int, hidden: int,
                         inter: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The A and B regions of a ``ragged_padded_bytes`` scratch as flat BF16 tensors."""
-    slots = padded_slots(tokens_sum, experts)
-    split = -(-hidden * slots * 2 // 256) * 256
+    slots, b_start = _padded_layout(tokens_sum, experts, hidden)
     return (scratch[:hidden * slots * 2].view(torch.bfloat16),
-            scratch[split:split + inter * slots * 2].view(torch.bfloat16))
+            scratch[b_start:b_start + inter * slots * 2].view(torch.bfloat16))
 
 
 def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, offsets, *, hidden: int,
