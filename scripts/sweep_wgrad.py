@@ -10,9 +10,9 @@ as rows first) against Hopper's TMA kernel;
 the E8 cases; ``--tensor2d-tma`` times every tensor2d layout, counts in multiples of 256 and
 odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_tensor2d.py, the
 plan's) per Tensor2dTmaConfig;
-``--leftovers`` times the plan's ragged launches (padded copy, TMA kernel, Triton kernel for the
-experts the TMA kernel leaves) against the rows copy with the Triton kernel for the experts off
-multiples of 8, and the TMA kernel alone;
+``--leftovers`` times the plan's ragged launch (the TMA kernel alone, reading the experts off
+multiples of 8 through its phase views) against the padded copy then the TMA kernel, and the
+rows copy with the Triton kernel for the experts off multiples of 8;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig, ``--padded`` the
 padded copy alone per PaddedConfig; ``--discrete``
 times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
@@ -189,18 +189,13 @@ def main_ragged(first: bool, many: bool):
                              skip_tma_taken=skip_tma_taken)
             runs = [("Triton 128 x 256, rows workspace", triton_rows)]
             for tcfg in RAGGED_TMA_CONFIGS:
-                def tma(a, b, offsets=offsets, tcfg=tcfg):   # the plan's two launches
+                def tma(a, b, offsets=offsets, tcfg=tcfg):   # as the plan launches it
                     ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                        errors, hidden=hidden, inter=inter,
                                                        accumulate=False, config=tcfg)
-                    triton_rows(a, b, offsets, skip_tma_taken=True)
-                runs.append((f"TMA {tcfg}, then Triton", tma))
-            if label != "odd":   # every expert is the TMA kernel's: what the Triton launch adds
-                def tma_alone(a, b, offsets=offsets):
-                    ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
-                                                       errors, hidden=hidden, inter=inter,
-                                                       accumulate=False)
-                runs.append(("TMA alone", tma_alone))
+                    if not tcfg.phase_views:   # the experts off multiples of 8 left
+                        triton_rows(a, b, offsets, skip_tma_taken=True)
+                runs.append((f"TMA {tcfg}" + ("" if tcfg.phase_views else ", then Triton"), tma))
             for name, run in runs:
                 _timed(name, run, sets,
                        lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
@@ -229,17 +224,16 @@ def _in_turn(runs, sets, rounds=5):
                                     for name, us in medians.items()), flush=True)
 
 
-# the copy by two-byte loads (the default before 2026-12-05)
-TWO_BYTE_COPY = kernels.PaddedConfig(aligned_loads=False)
+NO_PHASE_VIEWS = RaggedTmaConfig(phase_views=False)
 
 
 def main_leftovers(first: bool):
     """The plan's ragged launches on Hopper, x256 and odd counts, in turn: as the plan runs
-    them (the padded copy read by the TMA kernel, RaggedTmaConfig.padded_odd), with the rows
-    copy and the Triton kernel for the experts off multiples of 8 instead, with the copy by
-    two-byte loads (TWO_BYTE_COPY), and (x256) the TMA kernel alone, each checked against
-    FP32 per-expert products first; at odd counts also the rows copy and both padded copies
-    alone, and the TMA kernel alone reading the padded copy."""
+    them (the TMA kernel alone, reading the experts off multiples of 8 tokens in place through
+    its phase views, RaggedTmaConfig.phase_views), with the padded copy of those experts first
+    (RaggedTmaConfig.padded_odd), and with the rows copy and the Triton kernel for them, each
+    checked against FP32 per-expert products first; at odd counts also the padded copy alone
+    and the TMA kernel alone reading it."""
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
@@ -258,49 +252,37 @@ def main_leftovers(first: bool):
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
 
-            def plan_launches(a, b, offsets=offsets, padded=False,
-                              copy_config=kernels.PADDED_CONFIG):
-                if padded:
-                    kernels.launch_ragged_padded(copy_config, a, b, *pad, offsets,
-                                                 hidden=hidden, inter=inter)
+            def tma(a, b, offsets=offsets, padded=None, config=RAGGED_TMA_CONFIG):
                 ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                    errors, hidden=hidden, inter=inter,
-                                                   accumulate=False,
-                                                   padded=pad if padded else None)
+                                                   accumulate=False, config=config,
+                                                   padded=padded)
+
+            def padded_launches(a, b, offsets=offsets):
+                kernels.launch_ragged_padded(kernels.PADDED_CONFIG, a, b, *pad, offsets,
+                                             hidden=hidden, inter=inter)
+                tma(a, b, offsets, padded=pad)
+
+            def rows_launches(a, b, offsets=offsets):
+                tma(a, b, offsets, config=NO_PHASE_VIEWS)
                 launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
                              hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
-                             ragged=True, accumulate=False, dot_fp32=False,
-                             rows=None if padded else ws, skip_tma_taken=True,
-                             tma_took_odd=padded)
-            runs = [("padded copy, TMA takes every expert (the plan's)",
-                     lambda a, b, run=plan_launches: run(a, b, padded=True)),
-                    ("rows copy, Triton kernel after TMA", plan_launches),
-                    ("two-byte copy, then TMA", lambda a, b, run=plan_launches: run(
-                        a, b, padded=True, copy_config=TWO_BYTE_COPY))]
-            copies = [] if label != "odd" else [   # the copies alone, not checked here
-                ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
-                    ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,
-                    hidden=hidden, inter=inter, skip_aligned=True)),
+                             ragged=True, accumulate=False, dot_fp32=False, rows=ws,
+                             skip_tma_taken=True)
+            runs = [("TMA alone, phase views (the plan's)", tma),
+                    ("padded copy, then TMA", padded_launches),
+                    ("rows copy, Triton kernel after TMA", rows_launches)]
+            extras = [] if label != "odd" else [   # not checked here
                 ("padded copy alone", lambda a, b, offsets=offsets: kernels.launch_ragged_padded(
                     kernels.PADDED_CONFIG, a, b, *pad, offsets, hidden=hidden, inter=inter)),
-                ("two-byte copy alone", lambda a, b, offsets=offsets:
-                    kernels.launch_ragged_padded(TWO_BYTE_COPY, a, b, *pad, offsets,
-                                                 hidden=hidden, inter=inter)),
                 ("TMA alone on the padded copy", lambda a, b, offsets=offsets:
-                 ragged_tma.launch_wgrad_ragged_tma(
-                     a, b, offsets, out, None, torch.bfloat16, errors, hidden=hidden,
-                     inter=inter, accumulate=False, padded=pad))]
-            if label == "x256":
-                runs.append(("TMA alone", lambda a, b, offsets=offsets:
-                             ragged_tma.launch_wgrad_ragged_tma(
-                                 a, b, offsets, out, None, torch.bfloat16, errors,
-                                 hidden=hidden, inter=inter, accumulate=False)))
+                    tma(a, b, offsets, padded=pad))]
             for name, run in runs:
                 out.fill_(float("nan"))
                 run(*sets[0])
                 err = ((out.float() - ref).norm() / ref.norm()).item()
                 print(f"  {name}: err={err:.1e}", flush=True)
-            _in_turn(runs + copies, sets)
+            _in_turn(runs + extras, sets)
 
 
 def main_layouts(first: bool):
