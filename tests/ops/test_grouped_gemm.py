@@ -672,7 +672,7 @@ TENSOR2D_TMA_COUNTS = [0, 304, 16, 0, 1024, 259, 5, 256, 64, 136, 3, 5, 0, 45, 7
 def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accumulate, odd,
                                           monkeypatch):
     """Hopper's ragged TMA kernel through the plan, the experts off multiples of 8 tokens
-    read in place through its phase views (the default), from their padded copy in the
+    read in place through its phase views, from their padded copy in the
     workspace, or left to the Triton kernel: short row and column tiles, both output modes,
     overwritten (output poisoned) or accumulated into."""
     from graphrt.ops.grouped_gemm import kernels_ragged
@@ -696,15 +696,24 @@ def test_gpu_ragged_phase_views_every_count_mod_8(seed, sorted_experts, hidden, 
     w = torch.full((len(counts), hidden, inter), float("nan"), device="cuda")
     launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, error_flags(a.device),
                             hidden=hidden, inter=inter, accumulate=False,
-                            config=RaggedTmaConfig(sorted_experts=sorted_experts))
+                            config=RaggedTmaConfig(sorted_experts=sorted_experts,
+                                                   phase_views=True))
     _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
 
 
+def _with_phase_views(monkeypatch):
+    """Plans made from here on read the experts off multiples of 8 tokens in place."""
+    from graphrt.ops.grouped_gemm import kernels_ragged
+    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
+                        kernels_ragged.RaggedTmaConfig(phase_views=True))
+
+
 @pytest.mark.gpu
-def test_gpu_ragged_phase_views_keep_non_finite_tokens_in_their_row(seed):
+def test_gpu_ragged_phase_views_keep_non_finite_tokens_in_their_row(seed, monkeypatch):
     """Inf and NaN in some tokens of odd-count experts: a phase view starts up to 7 tokens
     before its row and ends where the next row begins, so only the products that hold those
     tokens are non-finite, and every other entry is exact (FP32 output poisoned)."""
+    _with_phase_views(monkeypatch)
     counts = [5, 19, 3, 37, 0, 13]
     hidden, inter = 264, 136
     a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
@@ -880,7 +889,9 @@ def test_gpu_ragged_long_experts_capture_replays_new_routing(seed, odd, monkeypa
     and the reference."""
     from graphrt.capture import capture
     from graphrt.ops.grouped_gemm import kernels
-    if odd != "phase views":
+    if odd == "phase views":
+        _with_phase_views(monkeypatch)
+    else:
         monkeypatch.setattr(kernels, "PADDED_CONFIG",
                             kernels.PaddedConfig(aligned_loads=odd == "word copy"))
         _without_phase_views(monkeypatch, padded_odd=True)

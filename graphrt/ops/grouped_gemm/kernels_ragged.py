@@ -77,13 +77,14 @@ class RaggedTmaConfig:
     on the experts copied as rows, and no slower at counts in multiples of 256.
     ``phase_views``: this kernel reads the experts off multiples of 8 tokens where they lie,
     through eight views of rows 8 apart (``_phase_view``), and takes every expert: no copy,
-    no Triton kernel after it, no workspace (``padded_odd`` then does not apply)."""
+    no Triton kernel after it, no workspace (``padded_odd`` then does not apply). Off by
+    default until it has run on a GPU."""
 
     stages: int = 4
     sorted_experts: bool = True
     sorted_max_experts: int = 64
     padded_odd: bool = True
-    phase_views: bool = True
+    phase_views: bool = False
 
     def sorts(self, experts: int) -> bool:
         """Whether a call of ``experts`` experts takes the sorted split."""
