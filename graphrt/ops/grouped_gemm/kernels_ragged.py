@@ -200,29 +200,38 @@ def _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots, exper
             a_block = A_PAD + HIDDEN * slot
             b_block = B_PAD + INTER * slot
             row_stride = _padded_count(count)
-    phases = PHASES and count % 8 != 0
     i, slot, start0, end0, start1, end1 = slots
     if slot == 0:
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
-        if phases:
-            i = _load_item_phases(a_block, b_block, a_bufs, b_bufs, ready, empty, i, m0, n0,
-                                  count, HIDDEN, INTER)
-        else:
-            i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0,
-                           n0, count, HIDDEN, INTER)
+        i = _load_item_either(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i,
+                              m0, n0, count, HIDDEN, INTER, PHASES)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
-        if phases:
+        i = _load_item_either(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i,
+                              m0, n0, count, HIDDEN, INTER, PHASES)
+        end1 = i
+    return i, 1 - slot, start0, end0, start1, end1
+
+
+@gluon.jit
+def _load_item_either(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
+                      count, HIDDEN: gl.constexpr, INTER: gl.constexpr, PHASES: gl.constexpr):
+    """``_load_item``, or with PHASES for a count off multiples of 8 ``_load_item_phases``
+    (without PHASES the instructions are those of ``_load_item`` alone)."""
+    if PHASES:
+        if count % 8 != 0:
             i = _load_item_phases(a_block, b_block, a_bufs, b_bufs, ready, empty, i, m0, n0,
                                   count, HIDDEN, INTER)
         else:
             i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0,
                            n0, count, HIDDEN, INTER)
-        end1 = i
-    return i, 1 - slot, start0, end0, start1, end1
+    else:
+        i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
+                       count, HIDDEN, INTER)
+    return i
 
 
 @gluon.jit
@@ -237,6 +246,20 @@ def _phase_view(block, count, ROWS: gl.constexpr, PHASE: gl.constexpr, BOX_ROWS:
     return tma.make_tensor_descriptor(block + (start - shift),
                                       [ROWS // 8, count.to(gl.int32) + shift],
                                       [count * 8, 1], [BOX_ROWS, BLOCK_K], layout)
+
+
+@gluon.jit
+def _phase_views(block, count, ROWS: gl.constexpr, BOX_ROWS: gl.constexpr,
+                 layout: gl.constexpr):
+    """The eight ``_phase_view`` of a block, phase 0 first."""
+    return (_phase_view(block, count, ROWS, 0, BOX_ROWS, layout),
+            _phase_view(block, count, ROWS, 1, BOX_ROWS, layout),
+            _phase_view(block, count, ROWS, 2, BOX_ROWS, layout),
+            _phase_view(block, count, ROWS, 3, BOX_ROWS, layout),
+            _phase_view(block, count, ROWS, 4, BOX_ROWS, layout),
+            _phase_view(block, count, ROWS, 5, BOX_ROWS, layout),
+            _phase_view(block, count, ROWS, 6, BOX_ROWS, layout),
+            _phase_view(block, count, ROWS, 7, BOX_ROWS, layout))
 
 
 @gluon.jit
@@ -256,22 +279,8 @@ def _load_item_phases(a_block, b_block, a_bufs, b_bufs, ready, empty, i, m0, n0,
     A_BOX: gl.constexpr = BLOCK_M // 8
     B_BOX: gl.constexpr = BLOCK_N // 8
     lay: gl.constexpr = a_bufs.type.layout
-    a_views = (_phase_view(a_block, count, HIDDEN, 0, A_BOX, lay),
-               _phase_view(a_block, count, HIDDEN, 1, A_BOX, lay),
-               _phase_view(a_block, count, HIDDEN, 2, A_BOX, lay),
-               _phase_view(a_block, count, HIDDEN, 3, A_BOX, lay),
-               _phase_view(a_block, count, HIDDEN, 4, A_BOX, lay),
-               _phase_view(a_block, count, HIDDEN, 5, A_BOX, lay),
-               _phase_view(a_block, count, HIDDEN, 6, A_BOX, lay),
-               _phase_view(a_block, count, HIDDEN, 7, A_BOX, lay))
-    b_views = (_phase_view(b_block, count, INTER, 0, B_BOX, lay),
-               _phase_view(b_block, count, INTER, 1, B_BOX, lay),
-               _phase_view(b_block, count, INTER, 2, B_BOX, lay),
-               _phase_view(b_block, count, INTER, 3, B_BOX, lay),
-               _phase_view(b_block, count, INTER, 4, B_BOX, lay),
-               _phase_view(b_block, count, INTER, 5, B_BOX, lay),
-               _phase_view(b_block, count, INTER, 6, B_BOX, lay),
-               _phase_view(b_block, count, INTER, 7, B_BOX, lay))
+    a_views = _phase_views(a_block, count, HIDDEN, A_BOX, lay)
+    b_views = _phase_views(b_block, count, INTER, B_BOX, lay)
     for k0 in range(0, count.to(gl.int32), BLOCK_K):
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
@@ -348,21 +357,44 @@ def _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0, co
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if steps > 0:
         _release(empty, i - 1)
-    if PHASES and count % 8 != 0:
-        phase_layout: gl.constexpr = _phase_store_layout()
-        in_order = gl.convert_layout(_phase_columns(acc), phase_layout, assert_trivial=True)
-        rows = ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, phase_layout))
-        _store_item(in_order, OUT, OUT_PTRS, expert, m0 + _phase_rows(rows, BLOCK_M),
-                    n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, phase_layout)),
-                    count > 0, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
+    if PHASES:
+        if count % 8 != 0:
+            _store_phase_order(acc, OUT, OUT_PTRS, expert, m0, n0, count, HIDDEN, INTER,
+                               DISCRETE, ACCUMULATE, OUT_DTYPE, ROW0)
+        else:
+            _store_in_order(acc, OUT, OUT_PTRS, expert, m0, n0, count, HIDDEN, INTER, DISCRETE,
+                            ACCUMULATE, OUT_DTYPE, ROW0)
     else:
-        out_layout: gl.constexpr = _store_layout(BLOCK_N)
-        tile = gl.convert_layout(acc, out_layout)
-        m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
-        n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, out_layout))
-        _store_item(tile, OUT, OUT_PTRS, expert, m, n, count > 0, HIDDEN, INTER, DISCRETE,
-                    ACCUMULATE, OUT_DTYPE)
+        _store_in_order(acc, OUT, OUT_PTRS, expert, m0, n0, count, HIDDEN, INTER, DISCRETE,
+                        ACCUMULATE, OUT_DTYPE, ROW0)
     return i
+
+
+@gluon.jit
+def _store_in_order(acc, OUT, OUT_PTRS, expert, m0, n0, count, HIDDEN: gl.constexpr,
+                    INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                    OUT_DTYPE: gl.constexpr, ROW0: gl.constexpr):
+    """A warpgroup's product of stages in order stored, rows ROW0 .. ROW0 + 63 of the tile."""
+    out_layout: gl.constexpr = _store_layout(BLOCK_N)
+    tile = gl.convert_layout(acc, out_layout)
+    m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
+    n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, out_layout))
+    _store_item(tile, OUT, OUT_PTRS, expert, m, n, count > 0, HIDDEN, INTER, DISCRETE,
+                ACCUMULATE, OUT_DTYPE)
+
+
+@gluon.jit
+def _store_phase_order(acc, OUT, OUT_PTRS, expert, m0, n0, count, HIDDEN: gl.constexpr,
+                       INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                       OUT_DTYPE: gl.constexpr, ROW0: gl.constexpr):
+    """``_store_in_order`` for a product of stages that came in phase order
+    (``_load_item_phases``): its columns put back in registers, its rows by address."""
+    layout: gl.constexpr = _phase_store_layout()
+    tile = gl.convert_layout(_phase_columns(acc), layout, assert_trivial=True)
+    rows = ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
+    n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    _store_item(tile, OUT, OUT_PTRS, expert, m0 + _phase_rows(rows, BLOCK_M), n, count > 0,
+                HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
 
 
 @gluon.constexpr_function
