@@ -10,9 +10,9 @@ as rows first) against Hopper's TMA kernel;
 the E8 cases; ``--tensor2d-tma`` times every tensor2d layout, counts in multiples of 256 and
 odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_tensor2d.py, the
 plan's) per Tensor2dTmaConfig;
-``--leftovers`` times the plan's ragged launch (the TMA kernel alone, reading the experts off
-multiples of 8 through its phase views) against the padded copy then the TMA kernel, and the
-rows copy with the Triton kernel for the experts off multiples of 8;
+``--leftovers`` times the TMA kernel alone, reading the experts off multiples of 8 through its
+phase views, against the plan's padded copy then the TMA kernel, and the rows copy with the
+Triton kernel for those experts;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig, ``--padded`` the
 padded copy alone per PaddedConfig; ``--discrete``
 times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
@@ -230,10 +230,10 @@ PHASE_VIEWS = RaggedTmaConfig(phase_views=True)
 
 
 def main_leftovers(first: bool):
-    """The plan's ragged launches on Hopper, x256 and odd counts, in turn: as the plan runs
-    them (the TMA kernel alone, reading the experts off multiples of 8 tokens in place through
-    its phase views, RaggedTmaConfig.phase_views), with the padded copy of those experts first
-    (RaggedTmaConfig.padded_odd), and with the rows copy and the Triton kernel for them, each
+    """Hopper's ragged launches, x256 and odd counts, in turn: the TMA kernel alone, reading
+    the experts off multiples of 8 tokens in place through its phase views
+    (RaggedTmaConfig.phase_views), the padded copy of those experts first (the plan's,
+    RaggedTmaConfig.padded_odd), and the rows copy and the Triton kernel for them, each
     checked against FP32 per-expert products first; at odd counts also the padded copy alone
     and the TMA kernel alone reading it."""
     gen = torch.Generator().manual_seed(0)

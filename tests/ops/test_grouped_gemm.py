@@ -630,18 +630,17 @@ def test_gpu_ragged_prefetched_loop(seed, block_n):
 @pytest.mark.parametrize("with_rows", [True, False])
 @pytest.mark.parametrize("decreasing_at", [None, 4])
 def test_gpu_ragged_rows_workspace(seed, with_rows, decreasing_at, monkeypatch):
-    _without_phase_views(monkeypatch)
+    _ragged_tma_config(monkeypatch, phase_views=False)
     _check_ragged_rows([0, 301, 17, 0, 1023, 259, 1, 256], 1156, 768, "cuda", with_rows,
                        decreasing_at)
 
 
-def _without_phase_views(monkeypatch, **config):
-    """Plans made from here on leave the experts off multiples of 8 tokens to the padded copy
-    (``config``: more RaggedTmaConfig fields) or the Triton kernel, as before the TMA kernel
-    read them in place."""
+def _ragged_tma_config(monkeypatch, **fields):
+    """Plans made from here on run Hopper's ragged TMA kernel with RaggedTmaConfig(**fields):
+    say where the experts off multiples of 8 tokens go (phase views, padded copy, Triton)."""
     from graphrt.ops.grouped_gemm import kernels_ragged
     monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
-                        kernels_ragged.RaggedTmaConfig(phase_views=False, **config))
+                        kernels_ragged.RaggedTmaConfig(**fields))
 
 
 def _ragged_tma_plan(a, b, offsets, **flags):
@@ -675,9 +674,8 @@ def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accu
     read in place through its phase views, from their padded copy in the
     workspace, or left to the Triton kernel: short row and column tiles, both output modes,
     overwritten (output poisoned) or accumulated into."""
-    from graphrt.ops.grouped_gemm import kernels_ragged
-    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG", kernels_ragged.RaggedTmaConfig(
-        padded_odd=odd == "padded copy", phase_views=odd == "phase views"))
+    _ragged_tma_config(monkeypatch, padded_odd=odd == "padded copy",
+                       phase_views=odd == "phase views")
     _check_ragged_tma_plan(TMA_COUNTS, hidden, inter, dtype, mode, accumulate)
 
 
@@ -701,19 +699,12 @@ def test_gpu_ragged_phase_views_every_count_mod_8(seed, sorted_experts, hidden, 
     _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
 
 
-def _with_phase_views(monkeypatch):
-    """Plans made from here on read the experts off multiples of 8 tokens in place."""
-    from graphrt.ops.grouped_gemm import kernels_ragged
-    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
-                        kernels_ragged.RaggedTmaConfig(phase_views=True))
-
-
 @pytest.mark.gpu
 def test_gpu_ragged_phase_views_keep_non_finite_tokens_in_their_row(seed, monkeypatch):
     """Inf and NaN in some tokens of odd-count experts: a phase view starts up to 7 tokens
     before its row and ends where the next row begins, so only the products that hold those
     tokens are non-finite, and every other entry is exact (FP32 output poisoned)."""
-    _with_phase_views(monkeypatch)
+    _ragged_tma_config(monkeypatch, phase_views=True)
     counts = [5, 19, 3, 37, 0, 13]
     hidden, inter = 264, 136
     a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
@@ -848,7 +839,7 @@ def test_gpu_ragged_padded_copy_plan_other_configs(seed, aligned, stages, monkey
     from graphrt.ops.grouped_gemm import kernels
     monkeypatch.setattr(kernels, "PADDED_CONFIG",
                         kernels.PaddedConfig(aligned_loads=aligned, stages=stages))
-    _without_phase_views(monkeypatch)
+    _ragged_tma_config(monkeypatch, phase_views=False)
     _check_ragged_rows([16, 0, 5, 33, 17, 1, 8, 300, 7], 264, 136, "cuda", True)
 
 
@@ -858,7 +849,7 @@ def test_gpu_ragged_padded_copy_workspace(seed, decreasing_at, monkeypatch):
     """The plan with the padded copy: aligned, odd, empty and single-token experts; with an
     expert's end below its begin (flagged, computed as empty) nothing is copied and the Triton
     kernel takes the experts off multiples of 8 two bytes at a time."""
-    _without_phase_views(monkeypatch, padded_odd=True)
+    _ragged_tma_config(monkeypatch, phase_views=False, padded_odd=True)
     _check_ragged_rows([16, 0, 5, 33, 17, 1, 8, 300, 7], 264, 136, "cuda", True, decreasing_at)
 
 
@@ -868,7 +859,7 @@ def test_gpu_ragged_padded_copy_functional_calls_follow_new_routing(seed, monkey
     calls were recorded without it): the second and third calls of the same kind replay the
     first's launches into their own workspaces, with new odd counts each; FP32 output
     poisoned, against the reference."""
-    _without_phase_views(monkeypatch, padded_odd=True)
+    _ragged_tma_config(monkeypatch, phase_views=False, padded_odd=True)
     rt = graphrt.Runtime("cuda")
     hidden, inter, tokens = 264, 136, 1203
     for counts in ([300, 0, 17, 5, 881], [1, 600, 33, 0, 569], [8, 16, 1179, 0, 0]):
@@ -890,11 +881,11 @@ def test_gpu_ragged_long_experts_capture_replays_new_routing(seed, odd, monkeypa
     from graphrt.capture import capture
     from graphrt.ops.grouped_gemm import kernels
     if odd == "phase views":
-        _with_phase_views(monkeypatch)
+        _ragged_tma_config(monkeypatch, phase_views=True)
     else:
         monkeypatch.setattr(kernels, "PADDED_CONFIG",
                             kernels.PaddedConfig(aligned_loads=odd == "word copy"))
-        _without_phase_views(monkeypatch, padded_odd=True)
+        _ragged_tma_config(monkeypatch, phase_views=False, padded_odd=True)
     read_errors()
     rt = graphrt.Runtime("cuda")
     counts = [1000, 2003, 0, 1093]

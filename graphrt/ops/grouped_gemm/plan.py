@@ -334,7 +334,7 @@ class GroupedGemmWgrad(Plan):
             tma = (self.ragged_tma if self.ragged_tma is not None
                    and self.ragged_tma.fits_tokens(tokens_sum) else None)
             padded = None
-            if tma is not None and self._ragged_tma_alone(tokens_sum):
+            if self._ragged_tma_alone(tokens_sum):   # every expert, in one launch
                 tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
                     hidden=self.hidden, inter=self.inter, accumulate=accumulate,
