@@ -68,14 +68,6 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
         a, b, offsets, torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda"),
         None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72, accumulate=False,
         config=kernels_ragged.RaggedTmaConfig(sorted_experts=False))
-    # and reading the experts off multiples of 8 tokens in place, through its phase views
-    for sorted_experts in (True, False):
-        kernels_ragged.launch_wgrad_ragged_tma(
-            a, b, offsets, torch.empty(len(counts), 136, 72, dtype=torch.bfloat16,
-                                       device="cuda"),
-            None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72,
-            accumulate=False, config=kernels_ragged.RaggedTmaConfig(
-                sorted_experts=sorted_experts, phase_views=True))
     # the padded copy of the experts off multiples of 8 tokens, read by the TMA kernel (both
     # splits), then the Triton kernel told so
     scratch = torch.empty(ragged_padded_bytes(tokens, len(counts), 136, 72), dtype=torch.uint8,

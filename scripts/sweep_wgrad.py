@@ -10,9 +10,9 @@ as rows first) against Hopper's TMA kernel;
 the E8 cases; ``--tensor2d-tma`` times every tensor2d layout, counts in multiples of 256 and
 odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_tensor2d.py, the
 plan's) per Tensor2dTmaConfig;
-``--leftovers`` times the TMA kernel alone, reading the experts off multiples of 8 through its
-phase views, against the plan's padded copy then the TMA kernel, and the rows copy with the
-Triton kernel for those experts;
+``--leftovers`` times the plan's ragged launches (padded copy, TMA kernel, Triton kernel for the
+experts the TMA kernel leaves) against the rows copy with the Triton kernel for the experts off
+multiples of 8, and the TMA kernel alone;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig, ``--padded`` the
 padded copy alone per PaddedConfig; ``--discrete``
 times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
@@ -52,8 +52,7 @@ FP8_CONFIGS = {
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
 # the Triton kernel's tile for ragged inputs off Hopper (the plan's), and the TMA kernel's stages
 RAGGED_CONFIG = gemm_config(False)
-RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(phase_views=True),
-                      RaggedTmaConfig(sorted_experts=False),
+RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(sorted_experts=False),
                       RaggedTmaConfig(sorted_max_experts=1024)]
 TENSOR2D_TMA_CONFIGS = [tensor2d_tma.TENSOR2D_TMA_CONFIG, tensor2d_tma.Tensor2dTmaConfig(128, 6),
                         tensor2d_tma.Tensor2dTmaConfig(sorted_experts=False)]
@@ -190,13 +189,18 @@ def main_ragged(first: bool, many: bool):
                              skip_tma_taken=skip_tma_taken)
             runs = [("Triton 128 x 256, rows workspace", triton_rows)]
             for tcfg in RAGGED_TMA_CONFIGS:
-                def tma(a, b, offsets=offsets, tcfg=tcfg):   # as the plan launches it
+                def tma(a, b, offsets=offsets, tcfg=tcfg):   # the plan's two launches
                     ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                        errors, hidden=hidden, inter=inter,
                                                        accumulate=False, config=tcfg)
-                    if not tcfg.phase_views:   # the experts off multiples of 8 left
-                        triton_rows(a, b, offsets, skip_tma_taken=True)
-                runs.append((f"TMA {tcfg}" + ("" if tcfg.phase_views else ", then Triton"), tma))
+                    triton_rows(a, b, offsets, skip_tma_taken=True)
+                runs.append((f"TMA {tcfg}, then Triton", tma))
+            if label != "odd":   # every expert is the TMA kernel's: what the Triton launch adds
+                def tma_alone(a, b, offsets=offsets):
+                    ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
+                                                       errors, hidden=hidden, inter=inter,
+                                                       accumulate=False)
+                runs.append(("TMA alone", tma_alone))
             for name, run in runs:
                 _timed(name, run, sets,
                        lambda ref=ref: ((out.float() - ref).norm() / ref.norm()).item(), flops)
@@ -225,17 +229,17 @@ def _in_turn(runs, sets, rounds=5):
                                     for name, us in medians.items()), flush=True)
 
 
-NO_PHASE_VIEWS = RaggedTmaConfig(phase_views=False)
-PHASE_VIEWS = RaggedTmaConfig(phase_views=True)
+# the copy by two-byte loads (the default before 2026-12-05)
+TWO_BYTE_COPY = kernels.PaddedConfig(aligned_loads=False)
 
 
 def main_leftovers(first: bool):
-    """Hopper's ragged launches, x256 and odd counts, in turn: the TMA kernel alone, reading
-    the experts off multiples of 8 tokens in place through its phase views
-    (RaggedTmaConfig.phase_views), the padded copy of those experts first (the plan's,
-    RaggedTmaConfig.padded_odd), and the rows copy and the Triton kernel for them, each
-    checked against FP32 per-expert products first; at odd counts also the padded copy alone
-    and the TMA kernel alone reading it."""
+    """The plan's ragged launches on Hopper, x256 and odd counts, in turn: as the plan runs
+    them (the padded copy read by the TMA kernel, RaggedTmaConfig.padded_odd), with the rows
+    copy and the Triton kernel for the experts off multiples of 8 instead, with the copy by
+    two-byte loads (TWO_BYTE_COPY), and (x256) the TMA kernel alone, each checked against
+    FP32 per-expert products first; at odd counts also the rows copy and both padded copies
+    alone, and the TMA kernel alone reading the padded copy."""
     gen = torch.Generator().manual_seed(0)
     errors = error_flags(torch.device("cuda", 0))
     for experts, hidden, inter, tokens in CASES[:1] if first else CASES:
@@ -254,37 +258,49 @@ def main_leftovers(first: bool):
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
                   flush=True)
 
-            def tma(a, b, offsets=offsets, padded=None, config=PHASE_VIEWS):
+            def plan_launches(a, b, offsets=offsets, padded=False,
+                              copy_config=kernels.PADDED_CONFIG):
+                if padded:
+                    kernels.launch_ragged_padded(copy_config, a, b, *pad, offsets,
+                                                 hidden=hidden, inter=inter)
                 ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                    errors, hidden=hidden, inter=inter,
-                                                   accumulate=False, config=config,
-                                                   padded=padded)
-
-            def padded_launches(a, b, offsets=offsets):
-                kernels.launch_ragged_padded(kernels.PADDED_CONFIG, a, b, *pad, offsets,
-                                             hidden=hidden, inter=inter)
-                tma(a, b, offsets, padded=pad)
-
-            def rows_launches(a, b, offsets=offsets):
-                tma(a, b, offsets, config=NO_PHASE_VIEWS)
+                                                   accumulate=False,
+                                                   padded=pad if padded else None)
                 launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
                              hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
-                             ragged=True, accumulate=False, dot_fp32=False, rows=ws,
-                             skip_tma_taken=True)
-            runs = [("TMA alone, phase views", tma),
-                    ("padded copy, then TMA (the plan's)", padded_launches),
-                    ("rows copy, Triton kernel after TMA", rows_launches)]
-            extras = [] if label != "odd" else [   # not checked here
+                             ragged=True, accumulate=False, dot_fp32=False,
+                             rows=None if padded else ws, skip_tma_taken=True,
+                             tma_took_odd=padded)
+            runs = [("padded copy, TMA takes every expert (the plan's)",
+                     lambda a, b, run=plan_launches: run(a, b, padded=True)),
+                    ("rows copy, Triton kernel after TMA", plan_launches),
+                    ("two-byte copy, then TMA", lambda a, b, run=plan_launches: run(
+                        a, b, padded=True, copy_config=TWO_BYTE_COPY))]
+            copies = [] if label != "odd" else [   # the copies alone, not checked here
+                ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
+                    ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,
+                    hidden=hidden, inter=inter, skip_aligned=True)),
                 ("padded copy alone", lambda a, b, offsets=offsets: kernels.launch_ragged_padded(
                     kernels.PADDED_CONFIG, a, b, *pad, offsets, hidden=hidden, inter=inter)),
+                ("two-byte copy alone", lambda a, b, offsets=offsets:
+                    kernels.launch_ragged_padded(TWO_BYTE_COPY, a, b, *pad, offsets,
+                                                 hidden=hidden, inter=inter)),
                 ("TMA alone on the padded copy", lambda a, b, offsets=offsets:
-                    tma(a, b, offsets, padded=pad))]
+                 ragged_tma.launch_wgrad_ragged_tma(
+                     a, b, offsets, out, None, torch.bfloat16, errors, hidden=hidden,
+                     inter=inter, accumulate=False, padded=pad))]
+            if label == "x256":
+                runs.append(("TMA alone", lambda a, b, offsets=offsets:
+                             ragged_tma.launch_wgrad_ragged_tma(
+                                 a, b, offsets, out, None, torch.bfloat16, errors,
+                                 hidden=hidden, inter=inter, accumulate=False)))
             for name, run in runs:
                 out.fill_(float("nan"))
                 run(*sets[0])
                 err = ((out.float() - ref).norm() / ref.norm()).item()
                 print(f"  {name}: err={err:.1e}", flush=True)
-            _in_turn(runs + extras, sets)
+            _in_turn(runs + copies, sets)
 
 
 def main_layouts(first: bool):

@@ -629,18 +629,9 @@ def test_gpu_ragged_prefetched_loop(seed, block_n):
 @pytest.mark.gpu
 @pytest.mark.parametrize("with_rows", [True, False])
 @pytest.mark.parametrize("decreasing_at", [None, 4])
-def test_gpu_ragged_rows_workspace(seed, with_rows, decreasing_at, monkeypatch):
-    _ragged_tma_config(monkeypatch, phase_views=False)
+def test_gpu_ragged_rows_workspace(seed, with_rows, decreasing_at):
     _check_ragged_rows([0, 301, 17, 0, 1023, 259, 1, 256], 1156, 768, "cuda", with_rows,
                        decreasing_at)
-
-
-def _ragged_tma_config(monkeypatch, **fields):
-    """Plans made from here on run Hopper's ragged TMA kernel with RaggedTmaConfig(**fields):
-    say where the experts off multiples of 8 tokens go (phase views, padded copy, Triton)."""
-    from graphrt.ops.grouped_gemm import kernels_ragged
-    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
-                        kernels_ragged.RaggedTmaConfig(**fields))
 
 
 def _ragged_tma_plan(a, b, offsets, **flags):
@@ -663,68 +654,21 @@ TENSOR2D_TMA_COUNTS = [0, 304, 16, 0, 1024, 259, 5, 256, 64, 136, 3, 5, 0, 45, 7
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("odd", ["phase views", "padded copy", "Triton kernel"])
+@pytest.mark.parametrize("padded_odd", [False, True])
 @pytest.mark.parametrize("hidden,inter", [(1024, 768), (1160, 520)])   # 1160, 520: short tiles
 @pytest.mark.parametrize("dtype", [BF16, torch.float32])
 @pytest.mark.parametrize("mode,accumulate", [("dense", False), ("dense", True),
                                              ("discrete", False), ("discrete", True)])
-def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accumulate, odd,
-                                          monkeypatch):
-    """Hopper's ragged TMA kernel through the plan, the experts off multiples of 8 tokens
-    read in place through its phase views, from their padded copy in the
-    workspace, or left to the Triton kernel: short row and column tiles, both output modes,
-    overwritten (output poisoned) or accumulated into."""
-    _ragged_tma_config(monkeypatch, padded_odd=odd == "padded copy",
-                       phase_views=odd == "phase views")
+def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accumulate,
+                                          padded_odd, monkeypatch):
+    """Hopper's ragged TMA kernel through the plan, with the Triton kernel for the counts it
+    leaves, or (``padded_odd``) taking those too from their padded copy in the workspace:
+    short row and column tiles, both output modes, overwritten (output poisoned) or
+    accumulated into."""
+    from graphrt.ops.grouped_gemm import kernels_ragged
+    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
+                        kernels_ragged.RaggedTmaConfig(padded_odd=padded_odd))
     _check_ragged_tma_plan(TMA_COUNTS, hidden, inter, dtype, mode, accumulate)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("sorted_experts", [False, True])
-@pytest.mark.parametrize("hidden,inter", [(1024, 768), (2056, 264)])
-def test_gpu_ragged_phase_views_every_count_mod_8(seed, sorted_experts, hidden, inter):
-    """The TMA kernel alone (phase views) over experts of every count modulo 8, below, at and
-    above a stage of 64 tokens, through several stages, one token, empty ones: FP32 output
-    poisoned; its phases' rows and columns land where they belong."""
-    from graphrt.device_checks import error_flags
-    from graphrt.ops.grouped_gemm.kernels_ragged import (launch_wgrad_ragged_tma,
-                                                         RaggedTmaConfig)
-    counts = [1, 2, 3, 4, 5, 6, 7, 9, 63, 65, 127, 130, 0, 333, 514, 1001]
-    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
-    w = torch.full((len(counts), hidden, inter), float("nan"), device="cuda")
-    launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, error_flags(a.device),
-                            hidden=hidden, inter=inter, accumulate=False,
-                            config=RaggedTmaConfig(sorted_experts=sorted_experts,
-                                                   phase_views=True))
-    _close(w, _expected(a2d, b2d, offsets, "tensor2d", torch.float32), torch.float32)
-
-
-@pytest.mark.gpu
-def test_gpu_ragged_phase_views_keep_non_finite_tokens_in_their_row(seed, monkeypatch):
-    """Inf and NaN in some tokens of odd-count experts: a phase view starts up to 7 tokens
-    before its row and ends where the next row begins, so only the products that hold those
-    tokens are non-finite, and every other entry is exact (FP32 output poisoned)."""
-    _ragged_tma_config(monkeypatch, phase_views=True)
-    counts = [5, 19, 3, 37, 0, 13]
-    hidden, inter = 264, 136
-    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
-    begin = [0, 5, 24, 27, 64, 64]
-    # one bad token in one row of each operand of experts 1 and 3, read back through a2d/b2d
-    a.view(-1)[hidden * begin[1] + 19 * 10 + 18] = float("inf")   # expert 1, row 10, last token
-    b.view(-1)[inter * begin[3] + 37 * 3 + 0] = float("nan")      # expert 3, row 3, first token
-    a2d = torch.cat([a.view(-1)[hidden * s:hidden * (s + n)].view(hidden, n)
-                     for s, n in zip(begin, counts)], 1)
-    b2d = torch.cat([b.view(-1)[inter * s:inter * (s + n)].view(inter, n)
-                     for s, n in zip(begin, counts)], 1).t()
-    plan, ws = _ragged_tma_plan(a, b, offsets, wgrad_dtype=torch.float32)
-    w = torch.full((len(counts), hidden, inter), float("nan"), device="cuda")
-    plan.execute(a, b, offsets, wgrad=w, workspace=ws)
-    ref = torch.stack([a2d[:, s:s + n].double().cpu() @ b2d[s:s + n].double().cpu()
-                       for s, n in zip(begin, counts)]).float()
-    bad = ~torch.isfinite(ref)
-    assert bad[1, 10].any() and bad[3, :, 3].any()
-    assert (bad == ~torch.isfinite(w.cpu())).all()
-    assert rel_l2(w.cpu()[~bad], ref[~bad]) < 1e-5
 
 
 def _check_ragged_tma_plan(counts, hidden, inter, dtype, mode, accumulate):
@@ -763,7 +707,7 @@ def test_gpu_ragged_many_experts_run_the_triton_kernel_alone(seed):
 @pytest.mark.gpu
 @pytest.mark.parametrize("sorted_experts", [False, True])
 def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
-    """The TMA kernel launched directly without its phase views, with each of its work splits
+    """The TMA kernel launched directly, as the plan does, with each of its work splits
     (experts in order, or sorted by count with the programs' order snaking), then the Triton
     kernel's share, against the reference; FP32 output poisoned."""
     from graphrt.device_checks import error_flags
@@ -776,8 +720,7 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
     errors = error_flags(a.device)
     launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, errors, hidden=hidden,
                             inter=inter, accumulate=False,
-                            config=RaggedTmaConfig(sorted_experts=sorted_experts,
-                                                   phase_views=False))
+                            config=RaggedTmaConfig(sorted_experts=sorted_experts))
     rows = torch.full((ragged_rows_bytes(sum(TMA_COUNTS), hidden, inter),), 255,
                       dtype=torch.uint8, device="cuda")
     launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
@@ -839,7 +782,6 @@ def test_gpu_ragged_padded_copy_plan_other_configs(seed, aligned, stages, monkey
     from graphrt.ops.grouped_gemm import kernels
     monkeypatch.setattr(kernels, "PADDED_CONFIG",
                         kernels.PaddedConfig(aligned_loads=aligned, stages=stages))
-    _ragged_tma_config(monkeypatch, phase_views=False)
     _check_ragged_rows([16, 0, 5, 33, 17, 1, 8, 300, 7], 264, 136, "cuda", True)
 
 
@@ -849,7 +791,9 @@ def test_gpu_ragged_padded_copy_workspace(seed, decreasing_at, monkeypatch):
     """The plan with the padded copy: aligned, odd, empty and single-token experts; with an
     expert's end below its begin (flagged, computed as empty) nothing is copied and the Triton
     kernel takes the experts off multiples of 8 two bytes at a time."""
-    _ragged_tma_config(monkeypatch, phase_views=False, padded_odd=True)
+    from graphrt.ops.grouped_gemm import kernels_ragged
+    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
+                        kernels_ragged.RaggedTmaConfig(padded_odd=True))
     _check_ragged_rows([16, 0, 5, 33, 17, 1, 8, 300, 7], 264, 136, "cuda", True, decreasing_at)
 
 
@@ -859,7 +803,9 @@ def test_gpu_ragged_padded_copy_functional_calls_follow_new_routing(seed, monkey
     calls were recorded without it): the second and third calls of the same kind replay the
     first's launches into their own workspaces, with new odd counts each; FP32 output
     poisoned, against the reference."""
-    _ragged_tma_config(monkeypatch, phase_views=False, padded_odd=True)
+    from graphrt.ops.grouped_gemm import kernels_ragged
+    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
+                        kernels_ragged.RaggedTmaConfig(padded_odd=True))
     rt = graphrt.Runtime("cuda")
     hidden, inter, tokens = 264, 136, 1203
     for counts in ([300, 0, 17, 5, 881], [1, 600, 33, 0, 569], [8, 16, 1179, 0, 0]):
@@ -872,20 +818,14 @@ def test_gpu_ragged_padded_copy_functional_calls_follow_new_routing(seed, monkey
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("odd", ["phase views", "two-byte copy", "word copy"])
-def test_gpu_ragged_long_experts_capture_replays_new_routing(seed, odd, monkeypatch):
-    """The functional call with the experts off multiples of 8 tokens read in place (phase
-    views), or padded copy by two-byte loads or 8-byte words, on a fresh runtime, captured:
-    routings with long odd, aligned and empty experts replayed against eager calls, bitwise,
-    and the reference."""
+@pytest.mark.parametrize("aligned", [False, True])
+def test_gpu_ragged_padded_copy_capture_replays_new_routing(seed, aligned, monkeypatch):
+    """The functional call with the padded copy by two-byte loads or 8-byte words, on a fresh
+    runtime, captured: routings with long odd, aligned and empty experts replayed against
+    eager calls, bitwise, and the reference."""
     from graphrt.capture import capture
     from graphrt.ops.grouped_gemm import kernels
-    if odd == "phase views":
-        _ragged_tma_config(monkeypatch, phase_views=True)
-    else:
-        monkeypatch.setattr(kernels, "PADDED_CONFIG",
-                            kernels.PaddedConfig(aligned_loads=odd == "word copy"))
-        _ragged_tma_config(monkeypatch, phase_views=False, padded_odd=True)
+    monkeypatch.setattr(kernels, "PADDED_CONFIG", kernels.PaddedConfig(aligned_loads=aligned))
     read_errors()
     rt = graphrt.Runtime("cuda")
     counts = [1000, 2003, 0, 1093]
@@ -1272,7 +1212,7 @@ def test_ragged_tma_kernel_takes_only_calls_its_coordinates_reach():
     of at most 64 experts, and calls whose tokens_sum fits TMA's 32-bit extents (the others
     run the Triton kernel for every expert)."""
     from graphrt.ops.grouped_gemm import kernels_ragged as k
-    assert k.fits_tokens(2**31 - 9) and not k.fits_tokens(2**31 - 8)
+    assert k.fits_tokens(2**31 - 1) and not k.fits_tokens(2**31)
     assert not k.fits_ragged_tma_kernel(7168, 2048, 8, (8, 0))
     assert not k.fits_ragged_tma_kernel(7164, 2048, 8, (9, 0))
     assert not k.fits_ragged_tma_kernel(7168, 2048, 65, (9, 0))

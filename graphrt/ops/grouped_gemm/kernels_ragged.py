@@ -74,17 +74,12 @@ class RaggedTmaConfig:
     multiples of 8 with rows padded to 64 tokens (kernels.launch_ragged_padded), and this kernel
     reads those copies, taking every expert when the offsets are in order. On the H200
     (docs/perf/wgrad.md, 2026-12-04) that is 2-5% faster at odd counts than the Triton kernel
-    on the experts copied as rows, and no slower at counts in multiples of 256.
-    ``phase_views``: this kernel reads the experts off multiples of 8 tokens where they lie,
-    through eight views of rows 8 apart (``_phase_view``), and takes every expert: no copy,
-    no Triton kernel after it, no workspace (``padded_odd`` then does not apply). Off by
-    default until it has run on a GPU."""
+    on the experts copied as rows, and no slower at counts in multiples of 256."""
 
     stages: int = 4
     sorted_experts: bool = True
     sorted_max_experts: int = 64
     padded_odd: bool = True
-    phase_views: bool = False
 
     def sorts(self, experts: int) -> bool:
         """Whether a call of ``experts`` experts takes the sorted split."""
@@ -96,12 +91,9 @@ RAGGED_TMA_CONFIG = RaggedTmaConfig()
 
 @gluon.jit
 def _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr,
-               PHASES: gl.constexpr, WARPS: gl.constexpr):
-    """Whether this kernel takes the experts off multiples of 8 tokens: always with PHASES
-    (read in place), else PADDED (their padded copy is given) and every expert's bounds valid
-    (the copy's condition)."""
-    if PHASES:
-        return True
+               WARPS: gl.constexpr):
+    """Whether this kernel takes the experts off multiples of 8 tokens: PADDED (their padded
+    copy is given) and every expert's bounds valid (the copy's condition)."""
     if PADDED:
         return _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2, WARPS)
     return False
@@ -151,14 +143,13 @@ def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0
 def _ragged_load_partition(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                            GROUP: gl.constexpr, SORTED: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr,
-                           PHASES: gl.constexpr):
+                           EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr):
     """Items alternate between two descriptor slots (two call sites of _load_item, so two
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
     a stage refilled since was consumed, so it had landed)."""
     slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
-    odd_taken = _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2, PADDED, PHASES, 1)
+    odd_taken = _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2, PADDED, 1)
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 1, 4,
                                           TMA_FIRST, odd_taken)
@@ -169,8 +160,7 @@ def _ragged_load_partition(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFF
             count = end - begin
             if live & (count > 0) & (_tma_takes(count) | odd_taken):
                 slots = _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots,
-                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED,
-                                      PHASES)
+                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED)
     else:
         for work in range(gl.program_id(0), experts * _tile_count(HIDDEN, INTER, BLOCK_N),
                           gl.num_programs(0)):
@@ -179,17 +169,15 @@ def _ragged_load_partition(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFF
             count = end - begin
             if (count > 0) & (_tma_takes(count) | odd_taken):
                 slots = _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots,
-                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED,
-                                      PHASES)
+                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED)
 
 
 @gluon.jit
 def _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots, expert, m0, n0,
-                  begin, count, HIDDEN: gl.constexpr, INTER: gl.constexpr, PADDED: gl.constexpr,
-                  PHASES: gl.constexpr):
+                  begin, count, HIDDEN: gl.constexpr, INTER: gl.constexpr, PADDED: gl.constexpr):
     """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it.
-    PHASES: an expert off multiples of 8 tokens is read in place through its phase views;
-    PADDED: from its padded copy (rows 128 bytes apart; kernels._ragged_padded_kernel)."""
+    PADDED: an expert off multiples of 8 tokens is read from its padded copy (rows 128 bytes
+    apart; kernels._ragged_padded_kernel)."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     a_block = A + HIDDEN * begin
     b_block = B + INTER * begin
@@ -204,96 +192,16 @@ def _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots, exper
     if slot == 0:
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
-        i = _load_item_either(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i,
-                              m0, n0, count, HIDDEN, INTER, PHASES)
+        i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
+                       count, HIDDEN, INTER)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
-        i = _load_item_either(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i,
-                              m0, n0, count, HIDDEN, INTER, PHASES)
-        end1 = i
-    return i, 1 - slot, start0, end0, start1, end1
-
-
-@gluon.jit
-def _load_item_either(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
-                      count, HIDDEN: gl.constexpr, INTER: gl.constexpr, PHASES: gl.constexpr):
-    """``_load_item``, or with PHASES for a count off multiples of 8 ``_load_item_phases``
-    (without PHASES the instructions are those of ``_load_item`` alone)."""
-    if PHASES:
-        if count % 8 != 0:
-            i = _load_item_phases(a_block, b_block, a_bufs, b_bufs, ready, empty, i, m0, n0,
-                                  count, HIDDEN, INTER)
-        else:
-            i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0,
-                           n0, count, HIDDEN, INTER)
-    else:
         i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
                        count, HIDDEN, INTER)
-    return i
-
-
-@gluon.jit
-def _phase_view(block, count, ROWS: gl.constexpr, PHASE: gl.constexpr, BOX_ROWS: gl.constexpr,
-                layout: gl.constexpr):
-    """Rows PHASE, PHASE + 8, ... of an expert's block [ROWS, count] at ``block`` (count off
-    multiples of 8, so no row but every 8th starts 16-byte aligned): rows 16 * count bytes
-    apart, which TMA takes, from the 16-byte boundary at or before row PHASE's first token
-    (``_phase_shift`` tokens before it), boxes of BOX_ROWS rows."""
-    start = count * PHASE
-    shift = _phase_shift(count, PHASE)
-    return tma.make_tensor_descriptor(block + (start - shift),
-                                      [ROWS // 8, count.to(gl.int32) + shift],
-                                      [count * 8, 1], [BOX_ROWS, BLOCK_K], layout)
-
-
-@gluon.jit
-def _phase_views(block, count, ROWS: gl.constexpr, BOX_ROWS: gl.constexpr,
-                 layout: gl.constexpr):
-    """The eight ``_phase_view`` of a block, phase 0 first."""
-    return (_phase_view(block, count, ROWS, 0, BOX_ROWS, layout),
-            _phase_view(block, count, ROWS, 1, BOX_ROWS, layout),
-            _phase_view(block, count, ROWS, 2, BOX_ROWS, layout),
-            _phase_view(block, count, ROWS, 3, BOX_ROWS, layout),
-            _phase_view(block, count, ROWS, 4, BOX_ROWS, layout),
-            _phase_view(block, count, ROWS, 5, BOX_ROWS, layout),
-            _phase_view(block, count, ROWS, 6, BOX_ROWS, layout),
-            _phase_view(block, count, ROWS, 7, BOX_ROWS, layout))
-
-
-@gluon.jit
-def _phase_shift(count, PHASE: gl.constexpr):
-    """The tokens between row PHASE's first token and the 16-byte boundary at or before it."""
-    return ((count * PHASE) % 8).to(gl.int32)
-
-
-@gluon.jit
-def _load_item_phases(a_block, b_block, a_bufs, b_bufs, ready, empty, i, m0, n0, count,
-                      HIDDEN: gl.constexpr, INTER: gl.constexpr):
-    """``_load_item`` for an expert off multiples of 8 tokens, read where it lies: each box
-    comes as eight boxes of its rows 8 apart (``_phase_view``), phase p's in rows
-    p * BOX_ROWS .. (p + 1) * BOX_ROWS - 1 of the stage (``_phase_rows`` undoes the order)."""
-    STAGES: gl.constexpr = a_bufs.shape[0]
-    NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
-    A_BOX: gl.constexpr = BLOCK_M // 8
-    B_BOX: gl.constexpr = BLOCK_N // 8
-    lay: gl.constexpr = a_bufs.type.layout
-    a_views = _phase_views(a_block, count, HIDDEN, A_BOX, lay)
-    b_views = _phase_views(b_block, count, INTER, B_BOX, lay)
-    for k0 in range(0, count.to(gl.int32), BLOCK_K):
-        s = i % STAGES
-        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
-        bar = ready.index(s)
-        mbarrier.expect(bar, NBYTES)
-        for p in gl.static_range(8):
-            k = k0 + _phase_shift(count, p)
-            tma.async_copy_global_to_shared(a_views[p], [m0 // 8, k], bar,
-                                            a_bufs.index(s).slice(p * A_BOX, A_BOX))
-            tma.async_copy_global_to_shared(b_views[p], [n0 // 8, k], bar,
-                                            b_bufs.index(s).slice(p * B_BOX, B_BOX))
-        i += 1
-    return i
+        end1 = i
+    return i, 1 - slot, start0, end0, start1, end1
 
 
 @gluon.jit
@@ -301,13 +209,12 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, 
                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                           DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                           OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                          EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr,
-                          PHASES: gl.constexpr, ROW0: gl.constexpr):
+                          EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr, ROW0: gl.constexpr):
     """One warpgroup: rows ROW0 .. ROW0 + 63 of each tile's A box. The experts that
     ``_tma_takes`` leaves (none with PADDED and the offsets in order) are the Triton
     kernel's."""
     i = 0
-    odd_taken = _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2, PADDED, PHASES, 4)
+    odd_taken = _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2, PADDED, 4)
     if SORTED:
         ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, 4, 8,
                                           TMA_FIRST, odd_taken)
@@ -318,8 +225,7 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, 
             count = end - begin
             if live & (_tma_takes(count) | odd_taken):
                 i = _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0,
-                                 count, i, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
-                                 PHASES, ROW0)
+                                 count, i, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, ROW0)
     else:
         for work in range(gl.program_id(0), experts * _tile_count(HIDDEN, INTER, BLOCK_N),
                           gl.num_programs(0)):
@@ -328,18 +234,15 @@ def _ragged_mma_partition(a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, 
             count = end - begin
             if _tma_takes(count) | odd_taken:
                 i = _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0,
-                                 count, i, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE,
-                                 PHASES, ROW0)
+                                 count, i, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, ROW0)
 
 
 @gluon.jit
 def _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0, count, i,
                  HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
-                 ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, PHASES: gl.constexpr,
-                 ROW0: gl.constexpr):
+                 ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, ROW0: gl.constexpr):
     """One work item of one warpgroup: the product over the expert's stages (the i-th filled
-    onwards) and its store; the stages used so far. PHASES: an expert off multiples of 8
-    tokens came in phase order (``_load_item_phases``)."""
+    onwards) and its store; the stages used so far."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
@@ -357,72 +260,13 @@ def _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0, co
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if steps > 0:
         _release(empty, i - 1)
-    if PHASES:
-        if count % 8 != 0:
-            _store_phase_order(acc, OUT, OUT_PTRS, expert, m0, n0, count, HIDDEN, INTER,
-                               DISCRETE, ACCUMULATE, OUT_DTYPE, ROW0)
-        else:
-            _store_in_order(acc, OUT, OUT_PTRS, expert, m0, n0, count, HIDDEN, INTER, DISCRETE,
-                            ACCUMULATE, OUT_DTYPE, ROW0)
-    else:
-        _store_in_order(acc, OUT, OUT_PTRS, expert, m0, n0, count, HIDDEN, INTER, DISCRETE,
-                        ACCUMULATE, OUT_DTYPE, ROW0)
-    return i
-
-
-@gluon.jit
-def _store_in_order(acc, OUT, OUT_PTRS, expert, m0, n0, count, HIDDEN: gl.constexpr,
-                    INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                    OUT_DTYPE: gl.constexpr, ROW0: gl.constexpr):
-    """A warpgroup's product of stages in order stored, rows ROW0 .. ROW0 + 63 of the tile."""
     out_layout: gl.constexpr = _store_layout(BLOCK_N)
     tile = gl.convert_layout(acc, out_layout)
     m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
     n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, out_layout))
     _store_item(tile, OUT, OUT_PTRS, expert, m, n, count > 0, HIDDEN, INTER, DISCRETE,
                 ACCUMULATE, OUT_DTYPE)
-
-
-@gluon.jit
-def _store_phase_order(acc, OUT, OUT_PTRS, expert, m0, n0, count, HIDDEN: gl.constexpr,
-                       INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                       OUT_DTYPE: gl.constexpr, ROW0: gl.constexpr):
-    """``_store_in_order`` for a product of stages that came in phase order
-    (``_load_item_phases``): its columns put back in registers, its rows by address."""
-    layout: gl.constexpr = _phase_store_layout()
-    tile = gl.convert_layout(_phase_columns(acc), layout, assert_trivial=True)
-    rows = ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
-    n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
-    _store_item(tile, OUT, OUT_PTRS, expert, m0 + _phase_rows(rows, BLOCK_M), n, count > 0,
-                HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
-
-
-@gluon.constexpr_function
-def _phase_store_layout():
-    """The layout of a warpgroup's [64, 256] product (``_phase_columns``) whose B stages came in
-    phase order, for 16-byte stores: the wgmma accumulator's own, its registers renumbered so
-    that registers 0-2 hold 8 consecutive columns (phase p's columns went to registers 4-6),
-    so no value moves."""
-    return gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [8, 0], [0, 64], [0, 128]],
-        lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
-        warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 256])
-
-
-@gluon.jit
-def _phase_rows(r, BOX: gl.constexpr):
-    """The row of the tile that row ``r`` of a stage holds when the stage came in phase
-    order (phase p's BOX // 8 rows p, p + 8, ... one after another)."""
-    return (r % (BOX // 8)) * 8 + r // (BOX // 8)
-
-
-@gluon.jit
-def _phase_columns(acc):
-    """The [rows, BLOCK_N] product of B's stages in phase order with its columns put back
-    in order: column p * (BLOCK_N // 8) + j holds the tile's column 8 * j + p."""
-    ROWS: gl.constexpr = acc.shape[0]
-    by_phase = gl.reshape(acc, [ROWS, 8, BLOCK_N // 8])
-    return gl.reshape(gl.permute(by_phase, (0, 2, 1)), [ROWS, BLOCK_N])
+    return i
 
 
 @gluon.jit(do_not_specialize=["experts", "tokens_sum"])
@@ -431,8 +275,7 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS,
                              DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                              OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
                              SORTED: gl.constexpr, EXPERTS_POW2: gl.constexpr,
-                             PADDED: gl.constexpr, PHASES: gl.constexpr,
-                             WAIT_PRIOR: gl.constexpr):
+                             PADDED: gl.constexpr, WAIT_PRIOR: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -446,14 +289,13 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS,
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
                                  experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, PHASES, 0)),
+                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, 0)),
         (_ragged_load_partition, (A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFFSETS,
                                   ERRORS, experts, tokens_sum, HIDDEN, INTER, GROUP, SORTED,
-                                  EXPERTS_POW2, PADDED, PHASES)),
+                                  EXPERTS_POW2, PADDED)),
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
                                  experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, PHASES,
-                                 64)),
+                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -467,9 +309,8 @@ def fits_ragged_tma_kernel(hidden: int, inter: int, experts: int, capability) ->
 
 
 def fits_tokens(tokens_sum: int) -> bool:
-    """Whether a call of ``tokens_sum`` tokens fits TMA's 32-bit extents and coordinates (a
-    phase view's extent is up to 7 tokens longer than its expert's count)."""
-    return tokens_sum < 2**31 - 8
+    """Whether a call of ``tokens_sum`` tokens fits TMA's 32-bit extents and coordinates."""
+    return tokens_sum < 2**31
 
 
 def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, hidden: int,
@@ -481,8 +322,7 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
     ``padded``: (a_pad, b_pad), the copy kernels.launch_ragged_padded made of the experts off
     multiples of 8 tokens, which this kernel then takes too when the offsets are in order; it
     is then a programmatic dependent launch (where ``use_pdl`` allows) that waits for the copy,
-    so that its start overlaps the copy's end. Without it, with ``config.phase_views``, this
-    kernel takes every expert, reading those off multiples of 8 tokens where they lie."""
+    so that its start overlaps the copy's end."""
     experts = offsets.numel()
     if experts == 0:
         return
@@ -497,8 +337,7 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
                         ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
                         STAGES=config.stages, GROUP=GROUP_M, SORTED=sort,
                         EXPERTS_POW2=experts_vector(experts) if sort or padded else 2,
-                        PADDED=padded is not None,
-                        PHASES=padded is None and config.phase_views, WAIT_PRIOR=after_copy,
+                        PADDED=padded is not None, WAIT_PRIOR=after_copy,
                         launch_pdl=after_copy, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
@@ -510,14 +349,11 @@ def compile_cases() -> list[CompileCase]:
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, sorted_experts, padded, phases in (
-            (False, True, False, False), (True, True, False, False),
-            (False, False, False, False), (True, False, False, False),
-            (False, True, True, False), (False, False, True, False),
-            (False, True, False, True), (True, True, False, True),
-            (False, False, False, True)):
+    for discrete, sorted_experts, padded in (
+            (False, True, False), (True, True, False), (False, False, False),
+            (True, False, False), (False, True, True), (False, False, True)):
         name = (f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
-                f"{' padded copy' if padded else ''}{' phase views' if phases else ''}")
+                f"{' padded copy' if padded else ''}")
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
@@ -525,10 +361,10 @@ def compile_cases() -> list[CompileCase]:
             A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32", OUT="*bf16",
             OUT_PTRS="*i64", ERRORS="*i32", experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c,
             DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c,
-            EXPERTS_POW2=c, PADDED=c, PHASES=c, WAIT_PRIOR=c),
+            EXPERTS_POW2=c, PADDED=c, WAIT_PRIOR=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
                  SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts or padded else 2,
-                 PADDED=padded, PHASES=phases, WAIT_PRIOR=padded),
+                 PADDED=padded, WAIT_PRIOR=padded),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases

@@ -232,8 +232,6 @@ class GroupedGemmWgrad(Plan):
         self._require_compiled()
         if self.ragged_rows:
             from .kernels import ragged_padded_bytes, ragged_rows_bytes
-            if self._ragged_tma_alone(tokens_sum):
-                return 0
             rows = ragged_rows_bytes(tokens_sum, self.hidden, self.inter)
             if self.ragged_tma is not None and self.ragged_tma.RAGGED_TMA_CONFIG.padded_odd:
                 # the padded copy, or the rows where the TMA kernel does not take the call
@@ -245,21 +243,13 @@ class GroupedGemmWgrad(Plan):
             return mx_values_bytes(tokens_sum, self.hidden, self.inter)
         return 0
 
-    def _ragged_tma_alone(self, tokens_sum: int) -> bool:
-        """Whether Hopper's ragged TMA kernel takes every expert of a call with ``tokens_sum``
-        tokens by itself, those off multiples of 8 tokens through its phase views."""
-        tma = self.ragged_tma
-        return (tma is not None and tma.RAGGED_TMA_CONFIG.phase_views
-                and tma.fits_tokens(tokens_sum))
-
     def allocate_outputs(self, *args, **kwargs) -> dict[str, torch.Tensor]:
         """The outputs, and the call's ``workspace`` (see ``call_workspace_bytes``)."""
         made = super().allocate_outputs(*args, **kwargs)
         if self.ragged_rows or self.mx_values:   # the contract holds a 2-D a (hidden, tokens_sum)
             a = args[0] if args else kwargs["a"]
-            nbytes = self.call_workspace_bytes(a.shape[1])
-            if nbytes:
-                made["workspace"] = torch.empty(nbytes, dtype=torch.uint8, device=a.device)
+            made["workspace"] = torch.empty(self.call_workspace_bytes(a.shape[1]),
+                                            dtype=torch.uint8, device=a.device)
         return made
 
     def execute(self, a, b, offsets, *, a_scale=None, b_scale=None, wgrad=None, wgrad_ptrs=None,
@@ -334,12 +324,6 @@ class GroupedGemmWgrad(Plan):
             tma = (self.ragged_tma if self.ragged_tma is not None
                    and self.ragged_tma.fits_tokens(tokens_sum) else None)
             padded = None
-            if self._ragged_tma_alone(tokens_sum):   # every expert, in one launch
-                tma.launch_wgrad_ragged_tma(
-                    a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
-                    hidden=self.hidden, inter=self.inter, accumulate=accumulate,
-                    config=tma.RAGGED_TMA_CONFIG)
-                return
             if tma is not None:   # the experts kernels._tma_takes gives it
                 if scratch is not None and tma.RAGGED_TMA_CONFIG.padded_odd:
                     # and the others, from their copy with rows padded to 64 tokens
