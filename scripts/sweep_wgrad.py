@@ -52,7 +52,10 @@ FP8_CONFIGS = {
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
 # the Triton kernel's tile for ragged inputs off Hopper (the plan's), and the TMA kernel's stages
 RAGGED_CONFIG = gemm_config(False)
-RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(sorted_experts=False),
+# (three stages: what leaves shared memory for a copy staged beside the product,
+# docs/perf/wgrad.md 2026-12-06)
+RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(stages=3),
+                      RaggedTmaConfig(sorted_experts=False),
                       RaggedTmaConfig(sorted_max_experts=1024)]
 TENSOR2D_TMA_CONFIGS = [tensor2d_tma.TENSOR2D_TMA_CONFIG, tensor2d_tma.Tensor2dTmaConfig(128, 6),
                         tensor2d_tma.Tensor2dTmaConfig(sorted_experts=False)]
