@@ -2,7 +2,9 @@
 experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e] and B_e
 [intermediate, n_e] (tokens unit-stride, so rows 16-byte aligned) read by TMA as they lie. TMA
 takes no row stride off 16 bytes (boxes of odd counts stopped the kernel with an illegal
-instruction on the H200, 2026-12-03), so the others are read from a copy with rows padded to
+instruction on the H200, 2026-12-03) and no box whose first element is off a 16-byte boundary
+(views of every 8th row, which have 16-byte strides, stopped it the same way on an H100,
+2026-12-06), so the others are read from a copy with rows padded to
 64 tokens (``RaggedTmaConfig.padded_odd``, kernels.launch_ragged_padded, launched before this
 kernel), and every expert is taken when the offsets are in order. The experts left (all of
 them out of order, or those off multiples of 8 without the copy) go to the Triton kernel
