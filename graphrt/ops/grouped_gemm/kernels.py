@@ -344,16 +344,52 @@ def _tile_words(SRC, r0, t0, count, width, BLOCK_R: tl.constexpr, BLOCK_T: tl.co
     """Rows r0 .. r0 + BLOCK_R of one expert's ragged block SRC [width, count] (tokens
     unit-stride), from token t0 on, as the 8-byte words that hold their tokens (the block's
     rows lie end to end, so a row starts anywhere in a word): (the word of each token t0 + 4k,
-    the word after it), [BLOCK_R, BLOCK_T / 4] each. SRC is 16-byte aligned and its buffer ends
-    on a word (widths multiples of 8), so reading up to the block's end rounded up to a word
-    stays in it; a count of 0 reads nothing."""
-    r = r0 + tl.arange(0, BLOCK_R)
-    at = ((r.to(tl.int64) * count + t0) // 4)[:, None] + tl.arange(0, BLOCK_T // 4)[None, :]
-    words_end = (width.to(tl.int64) * count + 3) // 4
-    rows = (r < width)[:, None]
+    the word after it), [BLOCK_R, BLOCK_T / 4] each (``_words_at``)."""
+    at, live = _words_at(r0 + tl.arange(0, BLOCK_R), tl.arange(0, BLOCK_T // 4), t0, count,
+                         width)
     src = SRC.to(tl.pointer_type(tl.uint64), bitcast=True)
-    return (tl.load(src + at, mask=rows & (at < words_end), other=0),
-            tl.load(src + at + 1, mask=rows & (at + 1 < words_end), other=0))
+    return (tl.load(src + at, mask=live, other=0),
+            tl.load(src + at + 1, mask=live & (at + 1 < _words_end(count, width)), other=0))
+
+
+@triton.jit
+def _words_end(count, width):
+    """The word after the last one of a ragged block [width, count] (tokens unit-stride)."""
+    return (width.to(tl.int64) * count + 3) // 4
+
+
+@triton.jit
+def _words_at(r, w, t0, count, width):
+    """(index, mask) of the 8-byte words holding tokens t0 + 4 w of rows r of a ragged block
+    [width, count] (r and w vectors in any layouts; [len(r), len(w)]): the mask keeps the rows
+    below ``width`` and the words before the block's end rounded up to a word. SRC blocks are
+    16-byte aligned in buffers that end on a word (widths multiples of 8), so every word the
+    mask keeps lies in the buffer; a count of 0 reads nothing."""
+    at = ((r.to(tl.int64) * count + t0) // 4)[:, None] + w[None, :]
+    return at, (r < width)[:, None] & (at < _words_end(count, width))
+
+
+@triton.jit
+def _words_moved(low, high, r, w, t0, count):
+    """``_words_at``'s words (``low``) and the words after them (``high``) shifted into the
+    padded rows' words for tokens t0 + 4 w, zeros from the count on."""
+    shift = (((r.to(tl.int64) * count + t0) % 4) * 16).to(tl.uint64)[:, None]
+    # (a shift by 64 is undefined: where ``shift`` is 0 the word is ``low`` as it is)
+    moved = tl.where(shift == 0, low, (low >> shift) | (high << (64 - shift)))
+    # tokens from the count on are zeros: keep 16 bits for each token of the word before it
+    before_count = tl.minimum(tl.maximum(count - t0 - 4 * w[None, :], 0), 4).to(tl.uint64)
+    kept_bits = (before_count * 0 + 1) << (16 * tl.minimum(before_count, 3))
+    return tl.where(before_count == 4, moved, moved & (kept_bits - 1))
+
+
+@triton.jit
+def _padded_words_at(r, w, t0, count, width):
+    """(index, mask) of the padded rows' words for tokens t0 + 4 w of rows r (``_words_at``'s
+    shapes): rows of ``_padded_count`` tokens, so a row's words from t0 on are 16-byte aligned
+    (t0 a multiple of 8)."""
+    padded = _padded_count(count)
+    return (((r.to(tl.int64) * padded + t0) // 4)[:, None] + w[None, :],
+            (r < width)[:, None] & (w < (padded - t0) // 4)[None, :])
 
 
 @triton.jit
@@ -362,18 +398,10 @@ def _words_stored(DST, low, high, r0, t0, count, width, BLOCK_R: tl.constexpr,
     """_tile_words' words shifted into place and stored to the rows of DST [width, count
     rounded up to PAD_TOKENS] from token t0 on, 16 bytes at a time, zeros past the count."""
     r = r0 + tl.arange(0, BLOCK_R)
-    shift = (((r.to(tl.int64) * count + t0) % 4) * 16).to(tl.uint64)[:, None]
-    # (a shift by 64 is undefined: where ``shift`` is 0 the word is ``low`` as it is)
-    moved = tl.where(shift == 0, low, (low >> shift) | (high << (64 - shift)))
-    # tokens from the count on are zeros: keep 16 bits for each token of the word before it
-    w = tl.arange(0, BLOCK_T // 4)[None, :]
-    before_count = tl.minimum(tl.maximum(count - t0 - 4 * w, 0), 4).to(tl.uint64)
-    kept = tl.where(before_count == 4, moved,
-                    moved & ((tl.full([1, 1], 1, tl.uint64) << (16 * before_count)) - 1))
-    padded = _padded_count(count)
+    w = tl.arange(0, BLOCK_T // 4)
+    at, live = _padded_words_at(r, w, t0, count, width)
     dst = DST.to(tl.pointer_type(tl.uint64), bitcast=True)
-    tl.store(dst + ((r.to(tl.int64) * padded + t0) // 4)[:, None] + w, kept,
-             mask=(r < width)[:, None] & (w < (padded - t0) // 4))
+    tl.store(dst + at, _words_moved(low, high, r, w, t0, count), mask=live)
 
 
 @triton.jit
