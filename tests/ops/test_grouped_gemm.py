@@ -844,6 +844,100 @@ def test_gpu_ragged_padded_copy_capture_replays_new_routing(seed, aligned, monke
     graphrt.check_errors()
 
 
+def _copy_under(monkeypatch, **kw):
+    """The plan's ragged TMA kernel set to make the padded copy itself, under the product."""
+    from graphrt.ops.grouped_gemm import kernels_ragged
+    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
+                        kernels_ragged.RaggedTmaConfig(copy_under=True, **kw))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("decreasing_at", [None, 3])
+@pytest.mark.parametrize("rows,stages", [(32, 3), (16, 2)])
+def test_gpu_ragged_copy_under_the_product_plan(seed, decreasing_at, rows, stages,
+                                                monkeypatch):
+    """The plan with the padded copy made by the TMA kernel under the product (counters zeroed
+    first, the workspace poisoned): aligned, odd, empty and single-token experts; with an
+    expert's end below its begin nothing is copied and the Triton kernel takes the odd ones."""
+    _copy_under(monkeypatch, copy_rows=rows, copy_stages=stages)
+    read_errors()
+    _check_ragged_rows([16, 0, 5, 33, 17, 1, 8, 300, 7], 264, 136, "cuda", True, decreasing_at)
+    if decreasing_at is None:
+        graphrt.check_errors()   # no PADDED_COPY_LATE
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sorted_experts", [True, False])
+def test_gpu_ragged_copy_under_the_product_many_chunks(seed, sorted_experts):
+    """The TMA kernel launched directly, making the copy of long odd experts itself (hundreds
+    of chunks a program, every program waiting on others' chunks) into a poisoned workspace,
+    both work splits, twice (the counters zeroed before each); FP32 output poisoned; the copy
+    it made equals the copy kernel's, bit for bit."""
+    from graphrt.device_checks import error_flags
+    from graphrt.ops.grouped_gemm import kernels as k
+    from graphrt.ops.grouped_gemm.kernels_ragged import (launch_wgrad_ragged_tma,
+                                                         RaggedTmaConfig)
+    hidden, inter = 1024, 768
+    counts = [3001, 17, 0, 2049, 1, 1203, 8, 5555]
+    t, experts = sum(counts), len(counts)
+    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
+    nbytes = k.ragged_padded_bytes(t, experts, hidden, inter)
+    expected_copy = torch.full((nbytes,), 255, dtype=torch.uint8, device="cuda")
+    k.launch_ragged_padded(k.PADDED_CONFIG, a, b,
+                           *k.ragged_padded_views(expected_copy, t, experts, hidden, inter),
+                           offsets, hidden=hidden, inter=inter)
+    ref = _expected(a2d, b2d, offsets, "tensor2d", torch.float32)
+    read_errors()
+    for _ in range(2):
+        scratch = torch.full((nbytes,), 255, dtype=torch.uint8, device="cuda")
+        padded = k.ragged_padded_views(scratch, t, experts, hidden, inter)
+        counters = k.ragged_padded_counters(scratch, t, experts, hidden, inter)
+        k.launch_counters_zeroed(counters)
+        w = torch.full((experts, hidden, inter), float("nan"), device="cuda")
+        launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, error_flags(a.device),
+                                hidden=hidden, inter=inter, accumulate=False,
+                                config=RaggedTmaConfig(copy_under=True,
+                                                       sorted_experts=sorted_experts),
+                                padded=padded, counters=counters)
+        _close(w, ref, torch.float32)
+        graphrt.check_errors()
+        for got, want in zip(padded, k.ragged_padded_views(expected_copy, t, experts, hidden,
+                                                           inter)):
+            odd = torch.zeros_like(got, dtype=torch.bool)   # the odd experts' slots
+            for e, (begin, n) in enumerate(zip(itertools.accumulate([0] + counts), counts)):
+                if n % 8:
+                    rows = got.numel() // (k.padded_slots(t, experts))
+                    slot = (begin // 64 + e) * 64
+                    view = odd.view(rows, -1)
+                    view[:, slot:slot + -(-n // 64) * 64] = True
+            assert torch.equal(got.view(torch.int16)[odd], want.view(torch.int16)[odd])
+
+
+@pytest.mark.gpu
+def test_gpu_ragged_copy_under_the_product_capture_replays_new_routing(seed, monkeypatch):
+    """The functional call with the copy under the product, on a fresh runtime, captured:
+    routings with long odd, aligned and empty experts replayed against eager calls, bitwise
+    (the counters zeroed by the graph's own launch each replay), and the reference."""
+    from graphrt.capture import capture
+    _copy_under(monkeypatch)
+    read_errors()
+    rt = graphrt.Runtime("cuda")
+    counts = [1000, 2003, 0, 1093]
+    a, b, _, _, offsets = _ragged_problem(counts, 1024, 512, "cuda")
+    call = lambda a, b, o: grouped_gemm_wgrad(a, b, o, input_order="tensor_ragged",  # noqa: E731
+                                              runtime=rt)[0]
+    frag = capture(call, a, b, offsets)
+    for routing in ([4096, 0, 0, 0], [1, 2, 3, 4090], [1024, 1024, 1024, 1024],
+                    [333, 0, 3001, 762], [1, 1, 1, 4093]):
+        new = torch.tensor(list(itertools.accumulate(routing)), dtype=torch.int32, device="cuda")
+        replayed = frag(a, b, new).clone()
+        eager = call(a, b, new)
+        assert torch.equal(replayed, eager)
+        _close(replayed, grouped_gemm_wgrad_reference(a, b, new, input_order="tensor_ragged"),
+               BF16)
+    graphrt.check_errors()
+
+
 @pytest.mark.gpu
 def test_gpu_ragged_tma_next_rows_stay_out(seed):
     """A box past an expert's count (40 and 88 tokens: steps of 64) reaches the next row's
