@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
-# Usage there: bash scripts/gpu_session.sh [tests|optests|sanitize|sweep|sweep_mhc|sweep_wgrad|
+# Usage there: bash scripts/gpu_session.sh [tests|optests|sanitize|memcheck|sweep|sweep_mhc|sweep_wgrad|
 #                                          bench|mhc|lmsd|
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|demo ...]
@@ -32,6 +32,9 @@ for step in $steps; do
         compute-sanitizer --tool $tool $([ $tool = memcheck ] && echo --report-api-errors no) python3 scripts/sanitize.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' "$OUT/$tool.log" | tr '\n' ' ')"
       done ;;
+    memcheck)   # sanitize's first tool alone
+      compute-sanitizer --tool memcheck --report-api-errors no python3 scripts/sanitize.py > "$OUT/memcheck.log" 2>&1
+      echo "memcheck rc=$?: $(grep -E 'ERROR SUMMARY|sanitize run done' "$OUT/memcheck.log" | tr '\n' ' ')" ;;
     sweep) python3 scripts/sweep_rmsnorm.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep.log" ;;
     sweep_wgrad) python3 scripts/sweep_wgrad.py ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep_wgrad.log" ;;
     sweep_mhc) python3 scripts/sweep_mhc.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep_mhc.log" ;;

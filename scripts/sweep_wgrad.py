@@ -292,11 +292,13 @@ def main_leftovers(first: bool):
                     ("rows copy, Triton kernel after TMA", plan_launches),
                     ("two-byte copy, then TMA", lambda a, b, run=plan_launches: run(
                         a, b, padded=True, copy_config=TWO_BYTE_COPY))]
-            runs += [(f"copy under the product, {rows} rows, {stages} stages",
-                      lambda a, b, run=under_launches, c=RaggedTmaConfig(
-                          copy_under=True, copy_rows=rows, copy_stages=stages): run(
-                          a, b, config=c))
-                     for rows, stages in ((32, 3), (32, 2), (16, 3))]
+            runs += [(f"copy under the product, {rows} rows, {stages} stages, runs of {run}, "
+                      f"{regs} registers",
+                      lambda a, b, launches=under_launches, c=RaggedTmaConfig(
+                          copy_under=True, copy_rows=rows, copy_stages=stages, copy_run=run,
+                          copy_regs=regs): launches(a, b, config=c))
+                     for rows, stages, run, regs in ((32, 3, 16, 80), (32, 3, 4, 80),
+                                                     (16, 4, 16, 64), (16, 3, 16, 56))]
             copies = [] if label != "odd" else [   # the copies alone, not checked here
                 ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
                     ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,

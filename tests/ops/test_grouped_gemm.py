@@ -853,13 +853,14 @@ def _copy_under(monkeypatch, **kw):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("decreasing_at", [None, 3])
-@pytest.mark.parametrize("rows,stages", [(32, 3), (16, 2)])
-def test_gpu_ragged_copy_under_the_product_plan(seed, decreasing_at, rows, stages,
+@pytest.mark.parametrize("rows,stages,run", [(32, 3, 16), (16, 2, 4)])
+def test_gpu_ragged_copy_under_the_product_plan(seed, decreasing_at, rows, stages, run,
                                                 monkeypatch):
     """The plan with the padded copy made by the TMA kernel under the product (counters zeroed
-    first, the workspace poisoned): aligned, odd, empty and single-token experts; with an
-    expert's end below its begin nothing is copied and the Triton kernel takes the odd ones."""
-    _copy_under(monkeypatch, copy_rows=rows, copy_stages=stages)
+    first, the workspace poisoned): aligned, odd, empty and single-token experts, runs of
+    chunks that fill a token tile or end short of RUN; with an expert's end below its begin
+    nothing is copied and the Triton kernel takes the odd ones."""
+    _copy_under(monkeypatch, copy_rows=rows, copy_stages=stages, copy_run=run)
     read_errors()
     _check_ragged_rows([16, 0, 5, 33, 17, 1, 8, 300, 7], 264, 136, "cuda", True, decreasing_at)
     if decreasing_at is None:

@@ -70,9 +70,9 @@ PLAN_MAX_EXPERTS = 64
 LAUNCH_REGS = register_share(4 + 4 + 4)
 LOADER_REGS, MMA_REGS = gl.constexpr(48), gl.constexpr(224)
 # with the copy under the product: its warps share the loader's warpgroup (setmaxnreg sets a
-# warpgroup's registers as one), which then takes what the MMA warpgroups leave
+# warpgroup's registers as one: RaggedTmaConfig.copy_regs), and the MMA warpgroup of the
+# default partition takes what is left (200 registers beside 80)
 COPY_WARPS = gl.constexpr(2)
-COPY_REGS = gl.constexpr(80)
 assert PADDED_COPY_LATE == 8, "the bit _wait_copied's inline assembly sets"
 
 
@@ -102,6 +102,8 @@ class RaggedTmaConfig:
     copy_under: bool = False
     copy_rows: int = 32
     copy_stages: int = 3
+    copy_run: int = 16   # chunks of one token tile a program copies before it counts them
+    copy_regs: int = 80
 
     def sorts(self, experts: int) -> bool:
         """Whether a call of ``experts`` experts takes the sorted split."""
@@ -373,35 +375,39 @@ def _chunk_issued(c, live, lows, highs, A, B, A_PAD, B_PAD, READY, expert, begin
 
 
 @gluon.jit
-def _chunk_released(READY_AT, WARPS: gl.constexpr):
-    """Counts one more chunk of a token tile as written: after every thread's stores (made
+def _chunks_released(READY_AT, n, WARPS: gl.constexpr):
+    """Counts ``n`` more chunks of a token tile as written: after every thread's stores (made
     visible to TMA's reads, the async proxy), one release add at GPU scope, by the first
-    thread."""
+    thread. The release waits for the stores to land, so it comes once a run of chunks."""
     _ptx("fence.proxy.async.global; // $0")
     gl.thread_barrier()
     lanes: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
     lane = gl.arange(0, 32 * WARPS, layout=lanes)
     gl.inline_asm_elementwise(
         "{ .reg .pred first; setp.eq.s32 first, $1, 0; "
-        "@first red.release.gpu.global.add.s32 [$2], 1; mov.u32 $0, 0; }", "=r,r,l",
-        [lane, READY_AT + lane * 0], dtype=gl.int32, is_pure=False, pack=1)
+        "@first red.release.gpu.global.add.s32 [$2], $3; mov.u32 $0, 0; }", "=r,r,l,r",
+        [lane, READY_AT + lane * 0, lane * 0 + n.to(gl.int32)], dtype=gl.int32,
+        is_pure=False, pack=1)
 
 
 @gluon.jit
 def _ragged_copy_partition(A, B, A_PAD, B_PAD, READY, lows, highs, OFFSETS, experts,
                            tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr):
+                           EXPERTS_POW2: gl.constexpr, RUN: gl.constexpr):
     """The padded copy (kernels._ragged_padded_kernel's, 8-byte words) made under the
     product when every expert's bounds are valid: the experts off multiples of 8 tokens in the
     product's order (largest first), each as chunks of ``lows.shape[1]`` rows (A's, then B's)
-    of one 64-token tile, token tile outermost; chunk g of that sequence is program
-    g % programs's. The chunks' words go through the staging stages ``lows`` and ``highs``
-    (the word after each), issued STAGES - 1 chunks ahead; each chunk then counts once at
-    READY[slot / 64 + token tile] (``_chunk_released``), zeroed before the kernel."""
+    of one 64-token tile, token tile outermost. Runs of RUN chunks of one token tile (the
+    tile's last run shorter) go to the programs in turn: run g of the whole sequence is
+    program g % programs's. The chunks' words go through the staging stages ``lows`` and
+    ``highs`` (the word after each), issued STAGES - 1 chunks ahead; each run then counts its
+    chunks at READY[slot / 64 + token tile] (``_chunks_released``), zeroed before the
+    kernel."""
     WARPS: gl.constexpr = COPY_WARPS
     STAGES: gl.constexpr = lows.shape[0]
     ROWS: gl.constexpr = lows.shape[1]
     cols: gl.constexpr = _copy_cols(HIDDEN, INTER, ROWS)
+    runs_a_tile: gl.constexpr = (cols + RUN - 1) // RUN
     words: gl.constexpr = gl.BlockedLayout([1, 2], [4, 8], [WARPS, 1], [1, 0])
     in_order = _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2, WARPS)
     if in_order:
@@ -409,7 +415,7 @@ def _ragged_copy_partition(A, B, A_PAD, B_PAD, READY, lows, highs, OFFSETS, expe
                                           TMA_FIRST, in_order)
         begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
         programs = gl.num_programs(0)
-        start = gl.program_id(0).to(gl.int64) * 0   # the expert's first chunk of all
+        start = gl.program_id(0).to(gl.int64) * 0   # the expert's first run of all
         r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, words))
         w = gl.arange(0, BLOCK_K // 4, layout=gl.SliceLayout(0, words))
         for rank in range(0, taken):
@@ -417,33 +423,49 @@ def _ragged_copy_partition(A, B, A_PAD, B_PAD, READY, lows, highs, OFFSETS, expe
             here = idx == expert
             begin = gl.sum(gl.where(here, begins, 0), axis=0)
             count = gl.sum(gl.where(here, counts, 0), axis=0)
-            chunks = gl.where(count % 8 != 0, gl.cdiv(count, BLOCK_K) * cols, 0)
+            runs = gl.where(count % 8 != 0, gl.cdiv(count, BLOCK_K) * runs_a_tile, 0)
             first = (gl.program_id(0) - start % programs + programs) % programs
-            mine = gl.where(first < chunks, gl.cdiv(chunks - first, programs),
-                            0).to(gl.int32)
+            # this program's chunk slots: RUN a run, those past a tile's chunks left empty
+            slots = (gl.where(first < runs, gl.cdiv(runs - first, programs), 0) *
+                     RUN).to(gl.int32)
             for k in gl.static_range(STAGES - 1):
-                _chunk_issued(first + k * programs, k < mine, lows.index(k), highs.index(k),
-                              A, B, A_PAD, B_PAD, READY, expert, begin, count, HIDDEN, INTER,
-                              ROWS, words)
-            for k in range(0, mine):
-                ahead = k + STAGES - 1
-                _chunk_issued(first + ahead * programs, ahead < mine,
-                              lows.index(ahead % STAGES), highs.index(ahead % STAGES), A, B,
+                c, live = _run_chunk(k, first, programs, cols, RUN)
+                _chunk_issued(c, live & (k < slots), lows.index(k), highs.index(k), A, B,
                               A_PAD, B_PAD, READY, expert, begin, count, HIDDEN, INTER, ROWS,
                               words)
+            for k in range(0, slots):
+                ahead = k + STAGES - 1
+                c, live = _run_chunk(ahead, first, programs, cols, RUN)
+                _chunk_issued(c, live & (ahead < slots), lows.index(ahead % STAGES),
+                              highs.index(ahead % STAGES), A, B, A_PAD, B_PAD, READY, expert,
+                              begin, count, HIDDEN, INTER, ROWS, words)
                 async_copy.wait_group(STAGES - 1)
-                gl.thread_barrier()
                 low = lows.index(k % STAGES).load(words)
                 high = highs.index(k % STAGES).load(words)
-                src, dst, r0, t0, width, ready_at = _chunk_at(
-                    first + k * programs, A, B, A_PAD, B_PAD, READY, expert, begin, count,
-                    HIDDEN, INTER, ROWS)
+                c, live = _run_chunk(k, first, programs, cols, RUN)
+                src, dst, r0, t0, width, _ = _chunk_at(c, A, B, A_PAD, B_PAD, READY, expert,
+                                                       begin, count, HIDDEN, INTER, ROWS)
                 at, keep = _padded_words_at(r0 + r, w, t0, count, width)
                 gl.store(dst.to(gl.pointer_type(gl.uint64), bitcast=True) + at,
-                         _words_moved(low, high, r0 + r, w, t0, count), mask=keep)
-                _chunk_released(ready_at, WARPS)
+                         _words_moved(low, high, r0 + r, w, t0, count), mask=keep & live)
+                if k % RUN == RUN - 1:   # the run's last slot: count its chunks
+                    run = first + (k // RUN) * programs
+                    _chunks_released(READY + _padded_slot(begin, expert) // BLOCK_K +
+                                     run // runs_a_tile,
+                                     gl.minimum(cols - (run % runs_a_tile) * RUN, RUN), WARPS)
             async_copy.wait_group(0)
-            start += chunks
+            start += runs
+
+
+@gluon.jit
+def _run_chunk(k, first, programs, COLS: gl.constexpr, RUN: gl.constexpr):
+    """(chunk of the expert's copy, whether it exists) of this program's k-th chunk slot:
+    slot k % RUN of its (k // RUN)-th run, run first + (k // RUN) * programs of the expert,
+    its tile's runs RUN chunks apart."""
+    RUNS_A_TILE: gl.constexpr = (COLS + RUN - 1) // RUN
+    run = first + (k // RUN) * programs
+    in_tile = (run % RUNS_A_TILE) * RUN + k % RUN
+    return (run // RUNS_A_TILE) * COLS + in_tile, in_tile < COLS
 
 
 @gluon.jit(do_not_specialize=["experts", "tokens_sum"])
@@ -454,7 +476,8 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, OUT, OUT_PTRS, 
                              SORTED: gl.constexpr, EXPERTS_POW2: gl.constexpr,
                              PADDED: gl.constexpr, WAIT_PRIOR: gl.constexpr,
                              COPY_UNDER: gl.constexpr, COPY_ROWS: gl.constexpr,
-                             COPY_STAGES: gl.constexpr):
+                             COPY_STAGES: gl.constexpr, COPY_RUN: gl.constexpr,
+                             COPY_REGS: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -484,7 +507,7 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, OUT, OUT_PTRS, 
                                      ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2,
                                      PADDED, 64)),
             (_ragged_copy_partition, (A, B, A_PAD, B_PAD, READY, lows, highs, OFFSETS, experts,
-                                      tokens_sum, HIDDEN, INTER, EXPERTS_POW2)),
+                                      tokens_sum, HIDDEN, INTER, EXPERTS_POW2, COPY_RUN)),
         ], [1, 4, COPY_WARPS], [COPY_REGS, MMA_REGS, COPY_REGS])
     else:
         gl.warp_specialize([
@@ -547,7 +570,8 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
                         EXPERTS_POW2=experts_vector(experts) if sort or padded else 2,
                         PADDED=padded is not None, WAIT_PRIOR=after_copy,
                         COPY_UNDER=copy_under, COPY_ROWS=config.copy_rows,
-                        COPY_STAGES=config.copy_stages, launch_pdl=after_copy, num_warps=4,
+                        COPY_STAGES=config.copy_stages, COPY_RUN=config.copy_run,
+                        COPY_REGS=config.copy_regs, launch_pdl=after_copy, num_warps=4,
                         maxnreg=LAUNCH_REGS)
 
 
@@ -573,12 +597,13 @@ def compile_cases() -> list[CompileCase]:
             OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", experts="i32", tokens_sum="i32",
             HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c,
             SORTED=c, EXPERTS_POW2=c, PADDED=c, WAIT_PRIOR=c, COPY_UNDER=c, COPY_ROWS=c,
-            COPY_STAGES=c),
+            COPY_STAGES=c, COPY_RUN=c, COPY_REGS=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
                  SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts or padded else 2,
                  PADDED=padded, WAIT_PRIOR=padded, COPY_UNDER=under,
                  COPY_ROWS=RAGGED_TMA_CONFIG.copy_rows,
-                 COPY_STAGES=RAGGED_TMA_CONFIG.copy_stages),
+                 COPY_STAGES=RAGGED_TMA_CONFIG.copy_stages,
+                 COPY_RUN=RAGGED_TMA_CONFIG.copy_run, COPY_REGS=RAGGED_TMA_CONFIG.copy_regs),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
