@@ -21,7 +21,6 @@ from .errors import CaptureError, DeviceCheckError
 OFFSETS_DECREASING = 1
 OFFSETS_OUT_OF_RANGE = 2
 OFFSETS_LAST_NOT_TOTAL = 4
-PADDED_COPY_LATE = 8
 PROBLEMS = {
     OFFSETS_DECREASING: "grouped_gemm_wgrad offsets: an expert's end is below its begin (the "
                         "expert was treated as empty)",
@@ -29,9 +28,6 @@ PROBLEMS = {
                           "(the expert was treated as empty)",
     OFFSETS_LAST_NOT_TOTAL: "grouped_gemm_wgrad offsets: the last end is not tokens_sum (tokens "
                             "after it were ignored)",
-    PADDED_COPY_LATE: "grouped_gemm_wgrad: the copy of ragged experts made under the product "
-                      "did not arrive within seconds (the product read it anyway: wrong "
-                      "results)",
 }
 NO_INDEX = 2**31 - 1
 

@@ -12,8 +12,7 @@ odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_ten
 plan's) per Tensor2dTmaConfig;
 ``--leftovers`` times the plan's ragged launches (padded copy, TMA kernel, Triton kernel for the
 experts the TMA kernel leaves) against the rows copy with the Triton kernel for the experts off
-multiples of 8, the TMA kernel making the padded copy itself under the product
-(RaggedTmaConfig.copy_under), and the TMA kernel alone;
+multiples of 8, and the TMA kernel alone;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig, ``--padded`` the
 padded copy alone per PaddedConfig; ``--discrete``
 times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
@@ -254,10 +253,9 @@ def main_leftovers(first: bool):
                 for _ in range(2)]
         ws = torch.empty(ragged_rows_bytes(tokens, hidden, inter), dtype=torch.uint8,
                          device="cuda")
-        scratch = torch.empty(kernels.ragged_padded_bytes(tokens, experts, hidden, inter),
-                              dtype=torch.uint8, device="cuda")
-        pad = kernels.ragged_padded_views(scratch, tokens, experts, hidden, inter)
-        counters = kernels.ragged_padded_counters(scratch, tokens, experts, hidden, inter)
+        pad = kernels.ragged_padded_views(
+            torch.empty(kernels.ragged_padded_bytes(tokens, experts, hidden, inter),
+                        dtype=torch.uint8, device="cuda"), tokens, experts, hidden, inter)
         for label, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen))):
             offsets, ref = _ragged_case(counts, sets[0], hidden, inter)
             print(f"E={experts} {hidden}x{inter} tokens={tokens} tensor_ragged {label}",
@@ -277,28 +275,11 @@ def main_leftovers(first: bool):
                              ragged=True, accumulate=False, dot_fp32=False,
                              rows=None if padded else ws, skip_tma_taken=True,
                              tma_took_odd=padded)
-            def under_launches(a, b, offsets=offsets, config=None):
-                kernels.launch_counters_zeroed(counters)
-                ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
-                                                   errors, hidden=hidden, inter=inter,
-                                                   accumulate=False, config=config,
-                                                   padded=pad, counters=counters)
-                launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
-                             hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
-                             ragged=True, accumulate=False, dot_fp32=False, rows=None,
-                             skip_tma_taken=True, tma_took_odd=True)
             runs = [("padded copy, TMA takes every expert (the plan's)",
                      lambda a, b, run=plan_launches: run(a, b, padded=True)),
                     ("rows copy, Triton kernel after TMA", plan_launches),
                     ("two-byte copy, then TMA", lambda a, b, run=plan_launches: run(
                         a, b, padded=True, copy_config=TWO_BYTE_COPY))]
-            runs += [(f"copy under the product, {rows} rows, {stages} stages, runs of {run}, "
-                      f"{regs} registers",
-                      lambda a, b, launches=under_launches, c=RaggedTmaConfig(
-                          copy_under=True, copy_rows=rows, copy_stages=stages, copy_run=run,
-                          copy_regs=regs): launches(a, b, config=c))
-                     for rows, stages, run, regs in ((32, 3, 16, 80), (32, 3, 4, 80),
-                                                     (16, 4, 16, 64), (16, 3, 16, 56))]
             copies = [] if label != "odd" else [   # the copies alone, not checked here
                 ("rows copy alone", lambda a, b, offsets=offsets: launch_ragged_rows(
                     ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,

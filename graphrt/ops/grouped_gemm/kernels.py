@@ -923,56 +923,27 @@ def padded_slots(tokens_sum: int, experts: int) -> int:
     return (tokens_sum // PAD_TOKENS + experts) * PAD_TOKENS
 
 
-def _padded_layout(tokens_sum: int, experts: int, hidden: int,
-                   inter: int) -> tuple[int, int, int]:
-    """(padded_slots, byte offsets of B's region and of the counters) of the padded copy's
-    scratch: A's region first, B's from the next 256-byte boundary, then one int32 counter per
-    64-token tile of slots (the copy made under the product counts its chunks there)."""
+def _padded_layout(tokens_sum: int, experts: int, hidden: int) -> tuple[int, int]:
+    """(padded_slots, byte offset of B's region) of the padded copy's scratch: A's region
+    first, B's from the next 256-byte boundary."""
     slots = padded_slots(tokens_sum, experts)
-    b_start = align_up(hidden * slots * 2)
-    return slots, b_start, align_up(b_start + inter * slots * 2)
+    return slots, align_up(hidden * slots * 2)
 
 
 def ragged_padded_bytes(tokens_sum: int, experts: int, hidden: int, inter: int) -> int:
     """Bytes of the scratch that holds the ragged BF16 blocks of experts off multiples of 8
     tokens with rows padded to PAD_TOKENS (_ragged_padded_kernel): A's [hidden, padded_slots]
-    elements, then B's [intermediate, padded_slots] from the next 256-byte boundary, then the
-    counters (``ragged_padded_counters``)."""
-    slots, _, counters_start = _padded_layout(tokens_sum, experts, hidden, inter)
-    return counters_start + slots // PAD_TOKENS.value * 4
+    elements, then B's [intermediate, padded_slots] from the next 256-byte boundary."""
+    slots, b_start = _padded_layout(tokens_sum, experts, hidden)
+    return b_start + inter * slots * 2
 
 
 def ragged_padded_views(scratch: torch.Tensor, tokens_sum: int, experts: int, hidden: int,
                         inter: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The A and B regions of a ``ragged_padded_bytes`` scratch as flat BF16 tensors."""
-    slots, b_start, _ = _padded_layout(tokens_sum, experts, hidden, inter)
+    slots, b_start = _padded_layout(tokens_sum, experts, hidden)
     return (scratch[:hidden * slots * 2].view(torch.bfloat16),
             scratch[b_start:b_start + inter * slots * 2].view(torch.bfloat16))
-
-
-def ragged_padded_counters(scratch: torch.Tensor, tokens_sum: int, experts: int, hidden: int,
-                           inter: int) -> torch.Tensor:
-    """The counters of a ``ragged_padded_bytes`` scratch, int32: one per 64-token tile of the
-    padded copy's slots (kernels_ragged._ragged_copy_partition)."""
-    slots, _, start = _padded_layout(tokens_sum, experts, hidden, inter)
-    return scratch[start:start + slots // PAD_TOKENS.value * 4].view(torch.int32)
-
-
-@triton.jit
-def _zeroed_kernel(PTR, n, PDL: tl.constexpr, BLOCK: tl.constexpr):
-    """PTR[0 .. n) = 0 (int32), through a launch a binding can record and replay; PDL: the
-    next kernel may start at once (it waits for this grid before it reads PTR)."""
-    allow_dependent_launch(PDL)
-    at = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(PTR + at, tl.zeros([BLOCK], tl.int32), mask=at < n)
-
-
-def launch_counters_zeroed(counters: torch.Tensor) -> None:
-    """Zeroes ``counters`` (int32, contiguous) on the current stream."""
-    n = counters.numel()
-    if n:
-        launch(_zeroed_kernel, (cdiv(n, 1024),), counters, n, PDL=use_pdl(counters),
-               BLOCK=1024, num_warps=4)
 
 
 def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, offsets, *, hidden: int,

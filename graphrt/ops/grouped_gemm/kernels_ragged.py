@@ -35,29 +35,21 @@ from dataclasses import dataclass
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
 from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TESTED_TRITON,
                              register_share, TL_DTYPES, untested_triton_case, use_pdl)
-from ...device_checks import PADDED_COPY_LATE
 from ...validate import sm_count
 from . import kernels as _triton_kernels
 from .kernels import experts_vector
-from .kernels_gluon import (_bounds_at, _expert_at_rank, _expert_ranks, _release,
-                            _sorted_rounds, _sorted_tile_work, _offsets_in_order,
-                            _stage_barriers, _store_item, _store_layout, _tile_count, _tma_takes,
-                            _work, BLOCK_M, TMA_FIRST)
+from .kernels_gluon import (_expert_ranks, _release, _sorted_rounds, _sorted_tile_work,
+                            _offsets_in_order, _stage_barriers, _store_item, _store_layout,
+                            _tile_count, _tma_takes, _work, BLOCK_M, TMA_FIRST)
 
 # where the padded copy puts an expert's block, and its rows' length: the copy's own code
 _padded_slot = gluon.jit(_triton_kernels._padded_slot.fn)
 _padded_count = gluon.jit(_triton_kernels._padded_count.fn)
-# the word copy's arithmetic, shared with kernels._ragged_padded_kernel
-_words_at = gluon.jit(_triton_kernels._words_at.fn)
-_words_end = gluon.jit(_triton_kernels._words_end.fn)
-_words_moved = gluon.jit(_triton_kernels._words_moved.fn)
-_padded_words_at = gluon.jit(_triton_kernels._padded_words_at.fn)
 
 BLOCK_N = gl.constexpr(256)   # tiles of BLOCK_M = 128 rows: two warpgroups of 64
 BLOCK_K = gl.constexpr(64)    # tokens a stage: 128 bytes, the swizzle's width
@@ -69,11 +61,6 @@ GLUON_API_OK = ON_TESTED_TRITON
 PLAN_MAX_EXPERTS = 64
 LAUNCH_REGS = register_share(4 + 4 + 4)
 LOADER_REGS, MMA_REGS = gl.constexpr(48), gl.constexpr(224)
-# with the copy under the product: its warps share the loader's warpgroup (setmaxnreg sets a
-# warpgroup's registers as one: RaggedTmaConfig.copy_regs), and the MMA warpgroup of the
-# default partition takes what is left (200 registers beside 80)
-COPY_WARPS = gl.constexpr(2)
-assert PADDED_COPY_LATE == 8, "the bit _wait_copied's inline assembly sets"
 
 
 @dataclass(frozen=True)
@@ -95,15 +82,6 @@ class RaggedTmaConfig:
     sorted_experts: bool = True
     sorted_max_experts: int = 64
     padded_odd: bool = True
-    # the padded copy made inside this kernel, under the product: COPY_WARPS warps of every
-    # program copy [copy_rows, 64-token] chunks of it, 8-byte words through ``copy_stages``
-    # shared-memory stages (cp.async), the experts largest first, token tile outermost; the
-    # loader waits for each token tile's chunks (counters in the workspace) before reading it
-    copy_under: bool = False
-    copy_rows: int = 32
-    copy_stages: int = 3
-    copy_run: int = 16   # chunks of one token tile a program copies before it counts them
-    copy_regs: int = 80
 
     def sorts(self, experts: int) -> bool:
         """Whether a call of ``experts`` experts takes the sorted split."""
@@ -130,27 +108,6 @@ def _ptx(INSTRUCTION: gl.constexpr):
 
 
 @gluon.jit
-def _wait_copied(READY_AT, COLS: gl.constexpr, ERRORS):
-    """Waits until all COLS chunks of the padded copy's token tile counted at READY_AT are
-    written (``_chunk_released``), then orders this thread's TMA reads after those writes.
-    After about 2^20 polls (far longer than any copy) it flags PADDED_COPY_LATE and goes on
-    rather than hang: whether it did (the caller then stops waiting)."""
-    written = gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
-                                        [READY_AT], dtype=gl.int32, is_pure=False, pack=1)
-    polls = 0
-    while (written < COLS) & (polls < 2**20):
-        written = gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
-                                            [READY_AT], dtype=gl.int32, is_pure=False, pack=1)
-        polls += 1
-    if written < COLS:   # device_checks.PADDED_COPY_LATE (8)
-        gl.inline_asm_elementwise(
-            "{ .reg .b32 late; mov.b32 late, 8; red.relaxed.gpu.global.or.b32 [$1], late; "
-            "mov.u32 $0, 0; }", "=r,l", [ERRORS], dtype=gl.int32, is_pure=False, pack=1)
-    _ptx("fence.proxy.async.global; // $0")
-    return written < COLS
-
-
-@gluon.jit
 def _wait_landed(ready, lo, hi):
     """Waits until the loads of the filled stages lo .. hi - 1 have landed (each among the
     last STAGES filled: its barrier's latest phase)."""
@@ -161,13 +118,11 @@ def _wait_landed(ready, lo, hi):
 
 @gluon.jit
 def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0, count,
-               READY_AT, wait, ERRORS, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-               COPY_UNDER: gl.constexpr, COPY_ROWS: gl.constexpr):
+               HIDDEN: gl.constexpr, INTER: gl.constexpr):
     """The item's descriptors made (the expert's blocks [hidden, n_e] and [intermediate, n_e]
     at a_block and b_block, rows ``row_stride`` tokens apart, a multiple of 8), one box of each
     streamed into the stages from the i-th filled on, the tokens past n_e coming as zeros: the
-    next stage to fill. COPY_UNDER and ``wait``: the blocks are the padded copy made under the
-    product, each box read once its token tile's counter (READY_AT + k0 / 64) is complete."""
+    next stage to fill."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     NBYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
     n = count.to(gl.int32)
@@ -178,11 +133,6 @@ def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0
     for k0 in range(0, n, BLOCK_K):
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
-        if COPY_UNDER:
-            if wait:
-                late = _wait_copied(READY_AT + k0 // BLOCK_K,
-                                    _copy_cols(HIDDEN, INTER, COPY_ROWS), ERRORS)
-                wait = wait & ~late
         bar = ready.index(s)
         mbarrier.expect(bar, NBYTES)
         tma.async_copy_global_to_shared(a_desc, [m0, k0], bar, a_bufs.index(s))
@@ -192,11 +142,10 @@ def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0
 
 
 @gluon.jit
-def _ragged_load_partition(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty, OFFSETS,
-                           ERRORS, experts, tokens_sum, HIDDEN: gl.constexpr,
-                           INTER: gl.constexpr, GROUP: gl.constexpr, SORTED: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr,
-                           COPY_UNDER: gl.constexpr, COPY_ROWS: gl.constexpr):
+def _ragged_load_partition(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
+                           experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                           GROUP: gl.constexpr, SORTED: gl.constexpr,
+                           EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr):
     """Items alternate between two descriptor slots (two call sites of _load_item, so two
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
@@ -212,9 +161,8 @@ def _ragged_load_partition(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, emp
                 INTER, BLOCK_N, GROUP)
             count = end - begin
             if live & (count > 0) & (_tma_takes(count) | odd_taken):
-                slots = _load_in_slot(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty,
-                                      slots, expert, m0, n0, begin, count, ERRORS, HIDDEN,
-                                      INTER, PADDED, COPY_UNDER, COPY_ROWS)
+                slots = _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots,
+                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED)
     else:
         for work in range(gl.program_id(0), experts * _tile_count(HIDDEN, INTER, BLOCK_N),
                           gl.num_programs(0)):
@@ -222,45 +170,38 @@ def _ragged_load_partition(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, emp
                                                HIDDEN, INTER, BLOCK_N, GROUP)
             count = end - begin
             if (count > 0) & (_tma_takes(count) | odd_taken):
-                slots = _load_in_slot(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty,
-                                      slots, expert, m0, n0, begin, count, ERRORS, HIDDEN,
-                                      INTER, PADDED, COPY_UNDER, COPY_ROWS)
+                slots = _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots,
+                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED)
 
 
 @gluon.jit
-def _load_in_slot(A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty, slots, expert, m0,
-                  n0, begin, count, ERRORS, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                  PADDED: gl.constexpr, COPY_UNDER: gl.constexpr, COPY_ROWS: gl.constexpr):
+def _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots, expert, m0, n0,
+                  begin, count, HIDDEN: gl.constexpr, INTER: gl.constexpr, PADDED: gl.constexpr):
     """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it.
     PADDED: an expert off multiples of 8 tokens is read from its padded copy (rows 128 bytes
-    apart; kernels._ragged_padded_kernel, or with COPY_UNDER ``_ragged_copy_partition``, whose
-    counters for the expert's token tiles start at READY_AT)."""
+    apart; kernels._ragged_padded_kernel)."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     a_block = A + HIDDEN * begin
     b_block = B + INTER * begin
     row_stride = count
-    ready_at = READY
-    wait = count < 0   # False, as a scalar tensor
     if PADDED:
         if count % 8 != 0:
             slot = _padded_slot(begin, expert)
             a_block = A_PAD + HIDDEN * slot
             b_block = B_PAD + INTER * slot
             row_stride = _padded_count(count)
-            ready_at = READY + slot // BLOCK_K
-            wait = count >= 0
     i, slot, start0, end0, start1, end1 = slots
     if slot == 0:
         _wait_landed(ready, gl.maximum(start0, i - STAGES), end0)
         start0 = i
         i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
-                       count, ready_at, wait, ERRORS, HIDDEN, INTER, COPY_UNDER, COPY_ROWS)
+                       count, HIDDEN, INTER)
         end0 = i
     else:
         _wait_landed(ready, gl.maximum(start1, i - STAGES), end1)
         start1 = i
         i = _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0, n0,
-                       count, ready_at, wait, ERRORS, HIDDEN, INTER, COPY_UNDER, COPY_ROWS)
+                       count, HIDDEN, INTER)
         end1 = i
     return i, 1 - slot, start0, end0, start1, end1
 
@@ -330,154 +271,13 @@ def _ragged_item(a_bufs, b_bufs, ready, empty, OUT, OUT_PTRS, expert, m0, n0, co
     return i
 
 
-@gluon.constexpr_function
-def _copy_cols(hidden, inter, rows):
-    """Chunks of one 64-token tile of an expert's padded copy: A's and B's rows, ``rows`` a
-    chunk."""
-    return (hidden + rows - 1) // rows + (inter + rows - 1) // rows
-
-
-@gluon.jit
-def _chunk_at(c, A, B, A_PAD, B_PAD, READY, expert, begin, count, HIDDEN: gl.constexpr,
-              INTER: gl.constexpr, ROWS: gl.constexpr):
-    """(source block, padded block, first row, first token, width, counter) of chunk ``c`` of
-    one expert's padded copy: token tile c // cols, A's row chunks then B's."""
-    COLS_A: gl.constexpr = (HIDDEN + ROWS - 1) // ROWS
-    cols: gl.constexpr = _copy_cols(HIDDEN, INTER, ROWS)
-    col = c % cols
-    t0 = (c // cols) * BLOCK_K
-    slot = _padded_slot(begin, expert)
-    on_a = col < COLS_A
-    src = gl.where(on_a, A + HIDDEN * begin, B + INTER * begin)
-    dst = gl.where(on_a, A_PAD + HIDDEN * slot, B_PAD + INTER * slot)
-    r0 = gl.where(on_a, col, col - COLS_A) * ROWS
-    width = gl.where(on_a, HIDDEN, INTER)
-    return src, dst, r0, t0, width, READY + slot // BLOCK_K + c // cols
-
-
-@gluon.jit
-def _chunk_issued(c, live, lows, highs, A, B, A_PAD, B_PAD, READY, expert, begin, count,
-                  HIDDEN: gl.constexpr, INTER: gl.constexpr, ROWS: gl.constexpr,
-                  layout: gl.constexpr):
-    """The words of chunk ``c`` (``_tile_words``' pair: each word, the word after it) loaded
-    into one staging stage by cp.async, none where not ``live``; one commit group."""
-    src, _, r0, t0, width, _ = _chunk_at(c, A, B, A_PAD, B_PAD, READY, expert, begin, count,
-                                         HIDDEN, INTER, ROWS)
-    r = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-    w = gl.arange(0, BLOCK_K // 4, layout=gl.SliceLayout(0, layout))
-    at, keep = _words_at(r, w, t0, count, width)
-    words = src.to(gl.pointer_type(gl.uint64), bitcast=True) + at
-    keep = keep & live
-    async_copy.async_copy_global_to_shared(lows, words, mask=keep)
-    async_copy.async_copy_global_to_shared(highs, words + 1,
-                                           mask=keep & (at + 1 < _words_end(count, width)))
-    async_copy.commit_group()
-
-
-@gluon.jit
-def _chunks_released(READY_AT, n, WARPS: gl.constexpr):
-    """Counts ``n`` more chunks of a token tile as written: after every thread's stores (made
-    visible to TMA's reads, the async proxy), one release add at GPU scope, by the first
-    thread. The release waits for the stores to land, so it comes once a run of chunks."""
-    _ptx("fence.proxy.async.global; // $0")
-    gl.thread_barrier()
-    lanes: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
-    lane = gl.arange(0, 32 * WARPS, layout=lanes)
-    gl.inline_asm_elementwise(
-        "{ .reg .pred first; setp.eq.s32 first, $1, 0; "
-        "@first red.release.gpu.global.add.s32 [$2], $3; mov.u32 $0, 0; }", "=r,r,l,r",
-        [lane, READY_AT + lane * 0, lane * 0 + n.to(gl.int32)], dtype=gl.int32,
-        is_pure=False, pack=1)
-
-
-@gluon.jit
-def _ragged_copy_partition(A, B, A_PAD, B_PAD, READY, lows, highs, OFFSETS, experts,
-                           tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr, RUN: gl.constexpr):
-    """The padded copy (kernels._ragged_padded_kernel's, 8-byte words) made under the
-    product when every expert's bounds are valid: the experts off multiples of 8 tokens in the
-    product's order (largest first), each as chunks of ``lows.shape[1]`` rows (A's, then B's)
-    of one 64-token tile, token tile outermost. Runs of RUN chunks of one token tile (the
-    tile's last run shorter) go to the programs in turn: run g of the whole sequence is
-    program g % programs's. The chunks' words go through the staging stages ``lows`` and
-    ``highs`` (the word after each), issued STAGES - 1 chunks ahead; each run then counts its
-    chunks at READY[slot / 64 + token tile] (``_chunks_released``), zeroed before the
-    kernel."""
-    WARPS: gl.constexpr = COPY_WARPS
-    STAGES: gl.constexpr = lows.shape[0]
-    ROWS: gl.constexpr = lows.shape[1]
-    cols: gl.constexpr = _copy_cols(HIDDEN, INTER, ROWS)
-    runs_a_tile: gl.constexpr = (cols + RUN - 1) // RUN
-    words: gl.constexpr = gl.BlockedLayout([1, 2], [4, 8], [WARPS, 1], [1, 0])
-    in_order = _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2, WARPS)
-    if in_order:
-        ranks, idx, taken = _expert_ranks(OFFSETS, experts, tokens_sum, EXPERTS_POW2, WARPS, 4,
-                                          TMA_FIRST, in_order)
-        begins, counts, bad = _bounds_at(OFFSETS, idx, experts, tokens_sum)
-        programs = gl.num_programs(0)
-        start = gl.program_id(0).to(gl.int64) * 0   # the expert's first run of all
-        r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, words))
-        w = gl.arange(0, BLOCK_K // 4, layout=gl.SliceLayout(0, words))
-        for rank in range(0, taken):
-            expert = _expert_at_rank(ranks, idx, rank)
-            here = idx == expert
-            begin = gl.sum(gl.where(here, begins, 0), axis=0)
-            count = gl.sum(gl.where(here, counts, 0), axis=0)
-            runs = gl.where(count % 8 != 0, gl.cdiv(count, BLOCK_K) * runs_a_tile, 0)
-            first = (gl.program_id(0) - start % programs + programs) % programs
-            # this program's chunk slots: RUN a run, those past a tile's chunks left empty
-            slots = (gl.where(first < runs, gl.cdiv(runs - first, programs), 0) *
-                     RUN).to(gl.int32)
-            for k in gl.static_range(STAGES - 1):
-                c, live = _run_chunk(k, first, programs, cols, RUN)
-                _chunk_issued(c, live & (k < slots), lows.index(k), highs.index(k), A, B,
-                              A_PAD, B_PAD, READY, expert, begin, count, HIDDEN, INTER, ROWS,
-                              words)
-            for k in range(0, slots):
-                ahead = k + STAGES - 1
-                c, live = _run_chunk(ahead, first, programs, cols, RUN)
-                _chunk_issued(c, live & (ahead < slots), lows.index(ahead % STAGES),
-                              highs.index(ahead % STAGES), A, B, A_PAD, B_PAD, READY, expert,
-                              begin, count, HIDDEN, INTER, ROWS, words)
-                async_copy.wait_group(STAGES - 1)
-                low = lows.index(k % STAGES).load(words)
-                high = highs.index(k % STAGES).load(words)
-                c, live = _run_chunk(k, first, programs, cols, RUN)
-                src, dst, r0, t0, width, _ = _chunk_at(c, A, B, A_PAD, B_PAD, READY, expert,
-                                                       begin, count, HIDDEN, INTER, ROWS)
-                at, keep = _padded_words_at(r0 + r, w, t0, count, width)
-                gl.store(dst.to(gl.pointer_type(gl.uint64), bitcast=True) + at,
-                         _words_moved(low, high, r0 + r, w, t0, count), mask=keep & live)
-                if k % RUN == RUN - 1:   # the run's last slot: count its chunks
-                    run = first + (k // RUN) * programs
-                    _chunks_released(READY + _padded_slot(begin, expert) // BLOCK_K +
-                                     run // runs_a_tile,
-                                     gl.minimum(cols - (run % runs_a_tile) * RUN, RUN), WARPS)
-            async_copy.wait_group(0)
-            start += runs
-
-
-@gluon.jit
-def _run_chunk(k, first, programs, COLS: gl.constexpr, RUN: gl.constexpr):
-    """(chunk of the expert's copy, whether it exists) of this program's k-th chunk slot:
-    slot k % RUN of its (k // RUN)-th run, run first + (k // RUN) * programs of the expert,
-    its tile's runs RUN chunks apart."""
-    RUNS_A_TILE: gl.constexpr = (COLS + RUN - 1) // RUN
-    run = first + (k // RUN) * programs
-    in_tile = (run % RUNS_A_TILE) * RUN + k % RUN
-    return (run // RUNS_A_TILE) * COLS + in_tile, in_tile < COLS
-
-
 @gluon.jit(do_not_specialize=["experts", "tokens_sum"])
-def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
+def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS, experts,
                              tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                              DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                              OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
                              SORTED: gl.constexpr, EXPERTS_POW2: gl.constexpr,
-                             PADDED: gl.constexpr, WAIT_PRIOR: gl.constexpr,
-                             COPY_UNDER: gl.constexpr, COPY_ROWS: gl.constexpr,
-                             COPY_STAGES: gl.constexpr, COPY_RUN: gl.constexpr,
-                             COPY_REGS: gl.constexpr):
+                             PADDED: gl.constexpr, WAIT_PRIOR: gl.constexpr):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
@@ -486,43 +286,19 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, READY, OFFSETS, OUT, OUT_PTRS, 
     # the copy and the Triton kernel launched after this one (programmatic dependent launches)
     # may start while it drains: they wait for it before they read what it writes or end
     _ptx("griddepcontrol.launch_dependents; // $0")
-    if WAIT_PRIOR:   # a dependent launch itself, after the padded copy (or the zeroed
-        _ptx("griddepcontrol.wait; // $0")   # counters): wait for its writes
-    if COPY_UNDER:
-        staging: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-        lows = gl.allocate_shared_memory(gl.uint64, [COPY_STAGES, COPY_ROWS, BLOCK_K // 4],
-                                         staging)
-        highs = gl.allocate_shared_memory(gl.uint64, [COPY_STAGES, COPY_ROWS, BLOCK_K // 4],
-                                          staging)
-        gl.warp_specialize([
-            (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS,
-                                     ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                     ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2,
-                                     PADDED, 0)),
-            (_ragged_load_partition, (A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty,
-                                      OFFSETS, ERRORS, experts, tokens_sum, HIDDEN, INTER,
-                                      GROUP, SORTED, EXPERTS_POW2, PADDED, True, COPY_ROWS)),
-            (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS,
-                                     ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                     ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2,
-                                     PADDED, 64)),
-            (_ragged_copy_partition, (A, B, A_PAD, B_PAD, READY, lows, highs, OFFSETS, experts,
-                                      tokens_sum, HIDDEN, INTER, EXPERTS_POW2, COPY_RUN)),
-        ], [1, 4, COPY_WARPS], [COPY_REGS, MMA_REGS, COPY_REGS])
-    else:
-        gl.warp_specialize([
-            (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS,
-                                     ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                     ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2,
-                                     PADDED, 0)),
-            (_ragged_load_partition, (A, B, A_PAD, B_PAD, READY, a_bufs, b_bufs, ready, empty,
-                                      OFFSETS, ERRORS, experts, tokens_sum, HIDDEN, INTER,
-                                      GROUP, SORTED, EXPERTS_POW2, PADDED, False, COPY_ROWS)),
-            (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS,
-                                     ERRORS, experts, tokens_sum, HIDDEN, INTER, DISCRETE,
-                                     ACCUMULATE, OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2,
-                                     PADDED, 64)),
-        ], [1, 4], [LOADER_REGS, MMA_REGS])
+    if WAIT_PRIOR:   # a dependent launch itself, after the padded copy: wait for its writes
+        _ptx("griddepcontrol.wait; // $0")
+    gl.warp_specialize([
+        (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
+                                 experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, 0)),
+        (_ragged_load_partition, (A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFFSETS,
+                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, GROUP, SORTED,
+                                  EXPERTS_POW2, PADDED)),
+        (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
+                                 experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
+                                 OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, 64)),
+    ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
 def fits_ragged_tma_kernel(hidden: int, inter: int, experts: int, capability) -> bool:
@@ -541,17 +317,14 @@ def fits_tokens(tokens_sum: int) -> bool:
 
 def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, hidden: int,
                             inter: int, accumulate: bool,
-                            config: RaggedTmaConfig = RAGGED_TMA_CONFIG, padded=None,
-                            counters=None) -> None:
+                            config: RaggedTmaConfig = RAGGED_TMA_CONFIG, padded=None) -> None:
     """The BF16 wgrad of the experts ``_tma_takes`` through this kernel: a (hidden, T) and b
     (T, intermediate) holding the experts' blocks, arguments as kernels.launch_wgrad's, on
     operands ``fits_ragged_tma_kernel`` and ``fits_tokens`` accept, 16-byte aligned.
     ``padded``: (a_pad, b_pad), the copy kernels.launch_ragged_padded made of the experts off
     multiples of 8 tokens, which this kernel then takes too when the offsets are in order; it
     is then a programmatic dependent launch (where ``use_pdl`` allows) that waits for the copy,
-    so that its start overlaps the copy's end. ``counters`` (int32, zeroed just before, as
-    kernels.launch_counters_zeroed does): with ``config.copy_under`` and ``padded`` this
-    kernel makes the padded copy itself, under the product (``_ragged_copy_partition``)."""
+    so that its start overlaps the copy's end."""
     experts = offsets.numel()
     if experts == 0:
         return
@@ -559,20 +332,15 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
     sort = config.sorts(experts)
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
     a_pad, b_pad = padded if padded is not None else (a, b)
-    copy_under = padded is not None and counters is not None and config.copy_under
     after_copy = padded is not None and use_pdl(a)
     launch_with_scratch(_wgrad_ragged_tma_kernel, (min(work, sm_count(a.device)),), a, b,
-                        a_pad, b_pad, counters if copy_under else offsets, offsets, out_arg,
-                        ptrs_arg, errors, experts, a.shape[1], HIDDEN=hidden, INTER=inter,
-                        DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
-                        OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
-                        SORTED=sort,
+                        a_pad, b_pad, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1],
+                        HIDDEN=hidden, INTER=inter, DISCRETE=out_ptrs is not None,
+                        ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
+                        STAGES=config.stages, GROUP=GROUP_M, SORTED=sort,
                         EXPERTS_POW2=experts_vector(experts) if sort or padded else 2,
                         PADDED=padded is not None, WAIT_PRIOR=after_copy,
-                        COPY_UNDER=copy_under, COPY_ROWS=config.copy_rows,
-                        COPY_STAGES=config.copy_stages, COPY_RUN=config.copy_run,
-                        COPY_REGS=config.copy_regs, launch_pdl=after_copy, num_warps=4,
-                        maxnreg=LAUNCH_REGS)
+                        launch_pdl=after_copy, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
@@ -583,27 +351,22 @@ def compile_cases() -> list[CompileCase]:
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, sorted_experts, padded, under in (
-            (False, True, False, False), (True, True, False, False),
-            (False, False, False, False), (True, False, False, False),
-            (False, True, True, False), (False, False, True, False), (False, True, True, True)):
+    for discrete, sorted_experts, padded in (
+            (False, True, False), (True, True, False), (False, False, False),
+            (True, False, False), (False, True, True), (False, False, True)):
         name = (f"wgrad ragged TMA (Gluon) discrete={discrete} sorted_experts={sorted_experts}"
-                f"{' padded copy' if padded else ''}{' made under the product' if under else ''}")
+                f"{' padded copy' if padded else ''}")
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
         cases.append(CompileCase(name, _wgrad_ragged_tma_kernel, dict(
-            A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", READY="*i32", OFFSETS="*i32",
-            OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", experts="i32", tokens_sum="i32",
-            HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c,
-            SORTED=c, EXPERTS_POW2=c, PADDED=c, WAIT_PRIOR=c, COPY_UNDER=c, COPY_ROWS=c,
-            COPY_STAGES=c, COPY_RUN=c, COPY_REGS=c),
+            A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32", OUT="*bf16",
+            OUT_PTRS="*i64", ERRORS="*i32", experts="i32", tokens_sum="i32", HIDDEN=c, INTER=c,
+            DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c, GROUP=c, SORTED=c,
+            EXPERTS_POW2=c, PADDED=c, WAIT_PRIOR=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
                  OUT_DTYPE=gl.bfloat16, STAGES=RAGGED_TMA_CONFIG.stages, GROUP=GROUP_M,
                  SORTED=sorted_experts, EXPERTS_POW2=8 if sorted_experts or padded else 2,
-                 PADDED=padded, WAIT_PRIOR=padded, COPY_UNDER=under,
-                 COPY_ROWS=RAGGED_TMA_CONFIG.copy_rows,
-                 COPY_STAGES=RAGGED_TMA_CONFIG.copy_stages,
-                 COPY_RUN=RAGGED_TMA_CONFIG.copy_run, COPY_REGS=RAGGED_TMA_CONFIG.copy_regs),
+                 PADDED=padded, WAIT_PRIOR=padded),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases

@@ -323,26 +323,19 @@ class GroupedGemmWgrad(Plan):
                     return
             tma = (self.ragged_tma if self.ragged_tma is not None
                    and self.ragged_tma.fits_tokens(tokens_sum) else None)
-            padded = counters = None
+            padded = None
             if tma is not None:   # the experts kernels._tma_takes gives it
-                config = tma.RAGGED_TMA_CONFIG
-                if scratch is not None and config.padded_odd:
-                    # and the others, from their copy with rows padded to 64 tokens: made
-                    # first, or by the TMA kernel itself under the product
-                    from . import kernels as k
-                    padded = k.ragged_padded_views(scratch, tokens_sum, self.experts,
-                                                   self.hidden, self.inter)
-                    if config.copy_under:
-                        counters = k.ragged_padded_counters(scratch, tokens_sum, self.experts,
-                                                            self.hidden, self.inter)
-                        k.launch_counters_zeroed(counters)
-                    else:
-                        k.launch_ragged_padded(k.PADDED_CONFIG, a, b, *padded, offsets,
-                                               hidden=self.hidden, inter=self.inter)
+                if scratch is not None and tma.RAGGED_TMA_CONFIG.padded_odd:
+                    # and the others, from their copy with rows padded to 64 tokens
+                    from .kernels import launch_ragged_padded, PADDED_CONFIG, ragged_padded_views
+                    padded = ragged_padded_views(scratch, tokens_sum, self.experts, self.hidden,
+                                                 self.inter)
+                    launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets,
+                                         hidden=self.hidden, inter=self.inter)
                 tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
-                    hidden=self.hidden, inter=self.inter, accumulate=accumulate, config=config,
-                    padded=padded, counters=counters)
+                    hidden=self.hidden, inter=self.inter, accumulate=accumulate,
+                    config=tma.RAGGED_TMA_CONFIG, padded=padded)
             if self.fp8:
                 launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
                                  wgrad_ptrs if discrete else None, out_dtype, errors,
