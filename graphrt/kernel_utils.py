@@ -399,6 +399,17 @@ class CompileCase:
     skip: str | None = None   # why this variant cannot compile with the Triton installed here
 
 
+def warn_untested_triton(op: str, capability, slower: str) -> None:
+    """Warns once per op (SlowerPathWarning) when a Hopper GPU runs ``op``'s portable Triton
+    kernels because this Triton is not the one its Gluon kernels were written and tested with;
+    ``slower``: by how much, as measured."""
+    if capability is not None and capability[0] == 9 and not ON_TESTED_TRITON:
+        warn_once(f"{op}-untested-triton",
+                  f"graphrt: {op} runs its portable Triton kernels on this Hopper GPU: its "
+                  f"Gluon kernels were written and tested for Triton 3.6, and this is Triton "
+                  f"{triton.__version__} ({slower})")
+
+
 def untested_triton_case(name: str) -> CompileCase:
     """The CompileCase of a Gluon kernel written for Triton 3.6's API, skipped on another."""
     return CompileCase(name, None, {}, {},

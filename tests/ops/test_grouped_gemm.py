@@ -1283,3 +1283,31 @@ def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, share):
     assert order.tolist() == sorted(range(len(counts)), key=lambda e: (-sizes[e], e))
     assert sorted(positions.reshape(-1).tolist()) == list(range(rounds * programs))
     assert positions[1].tolist() == [2 * programs - 1 - p for p in range(programs)]
+
+
+@pytest.mark.parametrize("tested", [True, False])
+def test_hopper_plans_say_once_when_this_triton_takes_the_portable_kernels(tested,
+                                                                           monkeypatch):
+    """A plan compiled for a Hopper GPU on a Triton its Gluon kernels were not tested with
+    warns once (SlowerPathWarning) that it runs the portable kernels; on the tested one it
+    says nothing. The contract's capability is set to 9.0 on the CPU."""
+    import warnings
+
+    import graphrt.plan as plan_module
+    from graphrt import kernel_utils, notices
+    monkeypatch.setattr(plan_module, "_facts_cache", {})
+    monkeypatch.setattr(plan_module, "device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(kernel_utils, "ON_TESTED_TRITON", tested)
+    monkeypatch.setattr(notices, "_said", set())
+    a, b = torch.randn(24, 16, dtype=BF16).t(), torch.randn(16, 8, dtype=BF16)
+    offsets = torch.tensor([7, 16], dtype=torch.int32)
+    with env(GRAPHRT_BACKEND="triton"), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            GroupedGemmWgrad(a, b, offsets).compile()
+            GroupedGemmWgrad(a, b, offsets, wgrad_dtype=torch.float32).compile()
+    said = [str(w.message) for w in seen if issubclass(w.category, notices.SlowerPathWarning)]
+    if tested:
+        assert said == []
+    else:
+        assert len(said) == 1 and "grouped_gemm_wgrad" in said[0] and "3.6" in said[0]
