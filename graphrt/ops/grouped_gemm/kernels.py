@@ -361,7 +361,7 @@ def _words_end(count, width):
 @triton.jit
 def _words_at(r, w, t0, count, width):
     """(index, mask) of the 8-byte words holding tokens t0 + 4 w of rows r of a ragged block
-    [width, count] (r and w vectors in any layouts; [len(r), len(w)]): the mask keeps the rows
+    [width, count] (r and w vectors; both [len(r), len(w)]): the mask keeps the rows
     below ``width`` and the words before the block's end rounded up to a word. SRC blocks are
     16-byte aligned in buffers that end on a word (widths multiples of 8), so every word the
     mask keeps lies in the buffer; a count of 0 reads nothing."""
