@@ -181,8 +181,9 @@ class GroupedGemmWgrad(Plan):
             from ...kernel_utils import warn_untested_triton
             from .kernels import fp8_config, gemm_config
             warn_untested_triton("grouped_gemm_wgrad", self.contract.capability,
-                                 "they took 1.1-1.2x the Gluon kernels' time for ragged BF16 "
-                                 "inputs on an H100, 1.7-1.8x for MXFP8 inputs on the H200")
+                                 "they took up to 1.2x the Gluon kernels' time for ragged "
+                                 "BF16 inputs on an H100, 1.7-1.8x for MXFP8 inputs on the "
+                                 "H200")
             self.interpreted = self.contract.device_type != "cuda"
             self.config = (fp8_config(self.interpreted, self.scale_block) if self.fp8 else
                            gemm_config(self.interpreted))
