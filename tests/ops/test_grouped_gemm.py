@@ -653,6 +653,14 @@ TMA_COUNTS = [0, 304, 17, 0, 1024, 259, 8, 256, 7, 64, 136, 6, 3, 0, 45, 72]
 TENSOR2D_TMA_COUNTS = [0, 304, 16, 0, 1024, 259, 5, 256, 64, 136, 3, 5, 0, 45, 72, 27]
 
 
+def _ragged_tma_config(monkeypatch, **fields):
+    """Plans made from here on run Hopper's ragged TMA kernel with these RaggedTmaConfig
+    fields."""
+    from graphrt.ops.grouped_gemm import kernels_ragged
+    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
+                        kernels_ragged.RaggedTmaConfig(**fields))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("padded_odd", [False, True])
 @pytest.mark.parametrize("hidden,inter", [(1024, 768), (1160, 520)])   # 1160, 520: short tiles
@@ -665,9 +673,7 @@ def test_gpu_ragged_tma_matches_reference(seed, hidden, inter, dtype, mode, accu
     leaves, or (``padded_odd``) taking those too from their padded copy in the workspace:
     short row and column tiles, both output modes, overwritten (output poisoned) or
     accumulated into."""
-    from graphrt.ops.grouped_gemm import kernels_ragged
-    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
-                        kernels_ragged.RaggedTmaConfig(padded_odd=padded_odd))
+    _ragged_tma_config(monkeypatch, padded_odd=padded_odd)
     _check_ragged_tma_plan(TMA_COUNTS, hidden, inter, dtype, mode, accumulate)
 
 
@@ -791,9 +797,7 @@ def test_gpu_ragged_padded_copy_workspace(seed, decreasing_at, monkeypatch):
     """The plan with the padded copy: aligned, odd, empty and single-token experts; with an
     expert's end below its begin (flagged, computed as empty) nothing is copied and the Triton
     kernel takes the experts off multiples of 8 two bytes at a time."""
-    from graphrt.ops.grouped_gemm import kernels_ragged
-    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
-                        kernels_ragged.RaggedTmaConfig(padded_odd=True))
+    _ragged_tma_config(monkeypatch, padded_odd=True)
     _check_ragged_rows([16, 0, 5, 33, 17, 1, 8, 300, 7], 264, 136, "cuda", True, decreasing_at)
 
 
@@ -803,9 +807,7 @@ def test_gpu_ragged_padded_copy_functional_calls_follow_new_routing(seed, monkey
     calls were recorded without it): the second and third calls of the same kind replay the
     first's launches into their own workspaces, with new odd counts each; FP32 output
     poisoned, against the reference."""
-    from graphrt.ops.grouped_gemm import kernels_ragged
-    monkeypatch.setattr(kernels_ragged, "RAGGED_TMA_CONFIG",
-                        kernels_ragged.RaggedTmaConfig(padded_odd=True))
+    _ragged_tma_config(monkeypatch, padded_odd=True)
     rt = graphrt.Runtime("cuda")
     hidden, inter, tokens = 264, 136, 1203
     for counts in ([300, 0, 17, 5, 881], [1, 600, 33, 0, 569], [8, 16, 1179, 0, 0]):
