@@ -22,6 +22,16 @@ TARGET = GPUTarget("cuda", 90, 32)
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 
 
+def _triton_ptxas() -> str | None:
+    """The ptxas Triton itself runs for sm_90 (3.9 takes its newer ptxas-blackwell there and
+    writes PTX that the legacy one cannot read)."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        return get_ptxas(TARGET.arch).path
+    except Exception:
+        return None
+
+
 def check(name, fn, signature, constexprs, num_warps=4, maxnreg=None, gluon=False,
           divisible=()):
     attrs = {(i,): [["tt.divisibility", 16]] for i, (arg, t) in enumerate(signature.items())
@@ -54,7 +64,8 @@ def assemble(ptx: str):
     """(True, ptxas's report) once a ptxas assembles ``ptx`` for sm_90a; (False, its error) when
     one rejects it for a reason other than its PTX version; (None, why) when every ptxas found
     (Triton's own, then the CUDA toolkit's) is older than the PTX. The .ptx file is removed."""
-    candidates = [p for p in (PTXAS, shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas")
+    candidates = [p for p in (_triton_ptxas(), PTXAS, shutil.which("ptxas"),
+                              "/usr/local/cuda/bin/ptxas")
                   if p and os.path.exists(p)]
     too_old = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -5,12 +5,15 @@
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|demo ...]
 # optests runs the GPU tests under $TEST_PATHS (files; $TEST_K: a -k expression, spaces and all);
+# ptests runs the groups of $TEST_GROUPS (';' between groups) side by side;
 # sweep and sweep_mhc take $SWEEP_CASES,
 # sweep_wgrad $SWEEP_ARGS (--fp8); profile
 # runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; stalls samples where the
 # warps of the kernels matching $PROFILE_KERNELS (a regex) wait, per SASS instruction.
 # With .cute/ carried alone (scripts/cute_bundle.sh; too big to travel with .whl/), the CuTe DSL
 # comes from its tarball and cachetools from the wheel the bundle script copies beside it.
+# With .t39/triton.tar.xz carried (scripts/triton_bundle.sh: CI's Triton for the image's Python,
+# trimmed to fit the carry limit), that Triton runs instead of the image's.
 set -u
 python3 -m pip install -q --no-index --no-deps --upgrade --target .site $(ls .whl/*.whl .cute/*.whl 2>/dev/null)
 cute_path=""
@@ -18,7 +21,12 @@ if [ -f .cute/cs_all.tar.xz ]; then
   mkdir -p /tmp/cs && tar xJf .cute/cs_all.tar.xz -C /tmp/cs
   cute_path=":/tmp/cs:/tmp/cs/nvidia_cutlass_dsl/dsl_packages"
 fi
-export PYTHONPATH=$PWD:$PWD/.site$cute_path PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT
+triton_path=""
+if [ -f .t39/triton.tar.xz ]; then
+  mkdir -p /tmp/t39 && tar xJf .t39/triton.tar.xz -C /tmp/t39 && triton_path="/tmp/t39:"
+fi
+export PYTHONPATH=$triton_path$PWD:$PWD/.site$cute_path PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT
+python3 -c "import triton, torch; print('triton', triton.__version__, triton.__file__, 'torch', torch.__version__)" | tee "$OUT/versions.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/smi.txt" 2>&1
 steps=${*:-tests sanitize bench demo}
 for step in $steps; do
@@ -38,6 +46,14 @@ for step in $steps; do
     sweep) python3 scripts/sweep_rmsnorm.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep.log" ;;
     sweep_wgrad) python3 scripts/sweep_wgrad.py ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep_wgrad.log" ;;
     sweep_mhc) python3 scripts/sweep_mhc.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep_mhc.log" ;;
+    ptests)   # the ';'-separated groups of test paths in $TEST_GROUPS, in parallel processes
+      IFS=';' read -ra groups <<< "${TEST_GROUPS:-tests}"
+      for i in "${!groups[@]}"; do
+        python3 -m pytest -q -m gpu ${groups[$i]} -p no:cacheprovider -W ignore::DeprecationWarning \
+            -rf > "$OUT/ptests_$i.log" 2>&1 &
+      done
+      wait
+      for i in "${!groups[@]}"; do echo "--- ${groups[$i]}"; tail -6 "$OUT/ptests_$i.log"; done ;;
     optests) python3 -m pytest -q -m gpu ${TEST_PATHS:-tests/ops} ${TEST_K:+-k "$TEST_K"} -p no:cacheprovider -W ignore::DeprecationWarning -rf 2>&1 | tee "$OUT/gpu_optests.log" | tail -15 ;;
     bench) python3 -m graphrt.cli bench rmsnorm 2>&1 | tee "$OUT/bench.log" | tail -52
            python3 -m graphrt.cli bench plan_store 2>&1 | tail -6 ;;

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               warpgroup_mma, warpgroup_mma_wait)
 
+from ...gluon_api import cta_barrier, tma_load
 from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, gluon_descriptor, gluon_descriptor_type,
                              launch, ON_TESTED_TRITON, register_share, TL_DTYPES,
                              untested_triton_case)
@@ -202,13 +203,13 @@ def _load_blocks(a_desc, b_desc, a_bufs, b_bufs, ready, empty, i, m0, n0, begin,
         mbarrier.expect(bar, NBYTES)
         k0 = (block * BK).to(gl.int32)
         if A_K_MAJOR:
-            tma.async_copy_global_to_shared(a_desc, [m0, k0], bar, a_bufs.index(s))
+            tma_load(a_desc, [m0, k0], bar, a_bufs.index(s))
         else:
-            tma.async_copy_global_to_shared(a_desc, [k0, m0], bar, a_bufs.index(s))
+            tma_load(a_desc, [k0, m0], bar, a_bufs.index(s))
         if B_K_MAJOR:
-            tma.async_copy_global_to_shared(b_desc, [n0, k0], bar, b_bufs.index(s))
+            tma_load(b_desc, [n0, k0], bar, b_bufs.index(s))
         else:
-            tma.async_copy_global_to_shared(b_desc, [k0, n0], bar, b_bufs.index(s))
+            tma_load(b_desc, [k0, n0], bar, b_bufs.index(s))
         i += 1
     return i
 
@@ -305,7 +306,7 @@ def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: g
         else:
             _zero_outside(b_bufs.index(s).slice(B_ROW0, HALF_N, dim=1), lo, hi, k0, BK,
                           HALF_N, 0)
-        gl.thread_barrier()
+        cta_barrier()
         mbarrier.arrive(zeroed)
         mbarrier.wait(zeroed, z & 1)
         z += 1
@@ -324,7 +325,7 @@ def _spread(sa_flat, sb_flat, layout: gl.constexpr):
 def _release(empty, i):
     """Gives the i-th filled stage back to the loader, once this warpgroup's product of it
     has finished."""
-    gl.thread_barrier()
+    cta_barrier()
     mbarrier.arrive(empty.index(i % empty.shape[0]))
 
 

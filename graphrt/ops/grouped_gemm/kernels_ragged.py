@@ -38,6 +38,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from ...gluon_api import tma_load
 from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TESTED_TRITON,
                              register_share, TL_DTYPES, untested_triton_case, use_pdl)
 from ...validate import sm_count
@@ -135,8 +136,8 @@ def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers: phase 1 passes
         bar = ready.index(s)
         mbarrier.expect(bar, NBYTES)
-        tma.async_copy_global_to_shared(a_desc, [m0, k0], bar, a_bufs.index(s))
-        tma.async_copy_global_to_shared(b_desc, [n0, k0], bar, b_bufs.index(s))
+        tma_load(a_desc, [m0, k0], bar, a_bufs.index(s))
+        tma_load(b_desc, [n0, k0], bar, b_bufs.index(s))
         i += 1
     return i
 

@@ -22,9 +22,10 @@ import torch
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
+from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from ...gluon_api import cta_barrier, tma_load
 from ...kernel_utils import (cdiv, CompileCase, CONSTEXPR, gluon_descriptor, gluon_descriptor_type,
                              launch, ON_TESTED_TRITON, register_share, untested_triton_case)
 from ...validate import sm_count
@@ -68,13 +69,13 @@ def _load_partition(descs, bufs, ready, empty, tokens, HEADS: gl.constexpr, NOPE
             mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1
             bar = ready.index(s)
             mbarrier.expect(bar, NBYTES)
-            tma.async_copy_global_to_shared(x_desc, [t0, k], bar, x_bufs.index(s))
+            tma_load(x_desc, [t0, k], bar, x_bufs.index(s))
             if W_OUT_IN:
-                tma.async_copy_global_to_shared(wn_desc, [n0, k], bar, wn_bufs.index(s))
-                tma.async_copy_global_to_shared(wr_desc, [n0 + NOPE, k], bar, wr_bufs.index(s))
+                tma_load(wn_desc, [n0, k], bar, wn_bufs.index(s))
+                tma_load(wr_desc, [n0 + NOPE, k], bar, wr_bufs.index(s))
             else:
-                tma.async_copy_global_to_shared(wn_desc, [k, n0], bar, wn_bufs.index(s))
-                tma.async_copy_global_to_shared(wr_desc, [k, n0 + NOPE], bar, wr_bufs.index(s))
+                tma_load(wn_desc, [k, n0], bar, wn_bufs.index(s))
+                tma_load(wr_desc, [k, n0 + NOPE], bar, wr_bufs.index(s))
             i += 1
 
 
@@ -116,17 +117,17 @@ def _mma_partition(bufs, ready, empty, staged, staged_bars, k_total, tokens, HEA
             # This warpgroup's products of the previous step are done: release its stage (each
             # stage's barrier counts both warpgroups).
             acc_nope, acc_rope = warpgroup_mma_wait(num_outstanding=2, deps=(acc_nope, acc_rope))
-            gl.thread_barrier()
+            cta_barrier()
             mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), pred=k > 0)
             i += 1
         acc_nope, acc_rope = warpgroup_mma_wait(num_outstanding=0, deps=(acc_nope, acc_rope))
-        gl.thread_barrier()
+        cta_barrier()
         mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES))
         mbarrier.wait(staged_free, (n & 1) ^ 1)
-        gl.thread_barrier()   # (as in the epilogue: for racecheck)
+        cta_barrier()   # (as in the epilogue: for racecheck)
         my_nope.store(acc_nope)
         my_rope.store(acc_rope)
-        gl.thread_barrier()
+        cta_barrier()
         mbarrier.arrive(staged_full)
         n += 1
 
@@ -204,16 +205,16 @@ def _epilogue_partition(staged, col_scales, staged_bars, outs, rope_tables, toke
         cos2 = gl.load(COS + at + HALF, mask=ok, other=0.0).to(gl.float32)
         sin2 = gl.load(SIN + at + HALF, mask=ok, other=0.0).to(gl.float32)
         mbarrier.wait(staged_full, n & 1)
-        gl.thread_barrier()   # (orders nothing the barrier wait does not; racecheck needs it)
+        cta_barrier()   # (orders nothing the barrier wait does not; racecheck needs it)
         # RoPE in place: interleaved (x1, x2) pairs in, rotated halves out.
         pairs = rope_stage.reshape([4, 32, HALF, 2]).load(pair_rows)
         x1, x2 = gl.split(pairs)
         x1 = gl.convert_layout(x1, rope_rows)
         x2 = gl.convert_layout(x2, rope_rows)
-        gl.thread_barrier()   # the two threads of a row read each other's outputs' places
+        cta_barrier()   # the two threads of a row read each other's outputs' places
         rope_stage.slice(0, HALF, dim=2).store(x1 * cos1 - x2 * sin1)
         rope_stage.slice(HALF, HALF, dim=2).store(x2 * cos2 + x1 * sin2)
-        gl.thread_barrier()
+        cta_barrier()
         # Columnwise: one exponent per 32 tokens of a feature.
         tb = t0 // 32 + gl.arange(0, 4, layout=gl.SliceLayout(1, gl.SliceLayout(1, by_col)))
         tb_ok = gl.expand_dims(tb < tokens // 32, 1)
@@ -223,7 +224,7 @@ def _epilogue_partition(staged, col_scales, staged_bars, outs, rope_tables, toke
         for c in gl.static_range(ROPE // 32):
             _columnwise_scales(rope_stage.slice(c * 32, 32, dim=2), col_scales.index(NOPE // 32 + c),
                                COL_S, tb, tb_ok, n0 + NOPE + c * 32, N_TOTAL, by_col)
-        gl.thread_barrier()
+        cta_barrier()
         # Rowwise blocks, and the columnwise values with the scales just computed.
         t = _token_index(t0, by_row)
         ok = t < tokens
@@ -238,7 +239,7 @@ def _epilogue_partition(staged, col_scales, staged_bars, outs, rope_tables, toke
             _quantize_chunk(rope_stage.slice(c * 32, 32, dim=2), col_scales.index(NOPE // 32 + c),
                             ROW, ROW_S, COL, row_at + NOPE + c * 32, ok,
                             scale_at + NOPE // 32 + c, scale_ok, by_row)
-        gl.thread_barrier()
+        cta_barrier()
         mbarrier.arrive(staged_free)
         n += 1
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Packs a Triton release for the device image's Python into .t39/triton.tar.xz, small enough to
+# carry to the GPU machine (gpu_session.sh unpacks it ahead of the image's Triton): the wheel
+# without the AMD backend, CUPTI, the profiler library, the tools Triton does not run for sm_90
+# and libtriton's debug sections.
+# Usage: bash scripts/triton_bundle.sh [version (3.9.0)] [python version (3.12)]
+set -euo pipefail
+version=${1:-3.9.0}
+py=${2:-3.12}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 -m pip download -q "triton==$version" --python-version "$py" --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 --no-deps -d "$work"
+mkdir "$work/x"
+python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" \
+    "$work"/triton-*.whl "$work/x"
+cd "$work/x"
+rm -rf triton/backends/amd triton/backends/nvidia/lib/cupti* triton/_C/libproton.so \
+       triton/backends/nvidia/bin/{ptxas,cuobjdump,nvdisasm}
+chmod +x triton/backends/nvidia/bin/*
+strip --strip-debug triton/_C/libtriton.so
+mkdir -p "$OLDPWD/.t39"
+tar -cf - triton triton-*.dist-info | xz -9e -T2 > "$OLDPWD/.t39/triton.tar.xz"
+ls -la "$OLDPWD/.t39/triton.tar.xz"
