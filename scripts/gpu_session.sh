@@ -26,7 +26,7 @@ if [ -f .t39/triton.tar.xz ]; then
   mkdir -p /tmp/t39 && tar xJf .t39/triton.tar.xz -C /tmp/t39 && triton_path="/tmp/t39:"
 fi
 export PYTHONPATH=$triton_path$PWD:$PWD/.site$cute_path PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT
-python3 -c "import triton, torch; print('triton', triton.__version__, triton.__file__, 'torch', torch.__version__)" | tee "$OUT/versions.txt"
+python3 -c "import triton, torch, graphrt.kernel_utils as k; print('triton', triton.__version__, triton.__file__, 'torch', torch.__version__, 'gluon kernels on:', k.ON_TESTED_TRITON)" | tee "$OUT/versions.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/smi.txt" 2>&1
 steps=${*:-tests sanitize bench demo}
 for step in $steps; do
@@ -48,12 +48,15 @@ for step in $steps; do
     sweep_mhc) python3 scripts/sweep_mhc.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep_mhc.log" ;;
     ptests)   # the ';'-separated groups of test paths in $TEST_GROUPS, in parallel processes
       IFS=';' read -ra groups <<< "${TEST_GROUPS:-tests}"
-      for i in "${!groups[@]}"; do
-        python3 -m pytest -q -m gpu ${groups[$i]} -p no:cacheprovider -W ignore::DeprecationWarning \
-            -rf > "$OUT/ptests_$i.log" 2>&1 &
+      for i in "${!groups[@]}"; do   # each stops after $PTESTS_S seconds (one line a test)
+        eval timeout "${PTESTS_S:-540}" python3 -m pytest -v -m gpu ${groups[$i]} -p no:cacheprovider \
+            -W ignore::DeprecationWarning -rf > "$OUT/ptests_$i.log" 2>&1 &
       done
       wait
-      for i in "${!groups[@]}"; do echo "--- ${groups[$i]}"; tail -6 "$OUT/ptests_$i.log"; done ;;
+      for i in "${!groups[@]}"; do
+        echo "--- ${groups[$i]}: $(grep -c ' PASSED' "$OUT/ptests_$i.log") passed"
+        grep -E ' (FAILED|ERROR)|^(FAILED|ERROR) | passed| failed' "$OUT/ptests_$i.log" | head -12
+      done ;;
     optests) python3 -m pytest -q -m gpu ${TEST_PATHS:-tests/ops} ${TEST_K:+-k "$TEST_K"} -p no:cacheprovider -W ignore::DeprecationWarning -rf 2>&1 | tee "$OUT/gpu_optests.log" | tail -15 ;;
     bench) python3 -m graphrt.cli bench rmsnorm 2>&1 | tee "$OUT/bench.log" | tail -52
            python3 -m graphrt.cli bench plan_store 2>&1 | tail -6 ;;
