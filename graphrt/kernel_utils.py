@@ -17,9 +17,10 @@ from . import binding
 from .binding import Address, active_recording, RecordedDescriptor
 from .notices import warn_once
 
-# The Triton that graphrt's Gluon kernels were written and measured with; other versions
-# take the portable kernels.
-ON_TESTED_TRITON = tuple(int(v) for v in triton.__version__.split(".")[:2]) == (3, 6)
+# The Tritons that graphrt's Gluon kernels were tested and measured with (graphrt.gluon_api
+# spells the builtins both name differently); other versions take the portable kernels.
+TESTED_TRITONS = ((3, 6), (3, 9))
+ON_TESTED_TRITON = tuple(int(v) for v in triton.__version__.split(".")[:2]) in TESTED_TRITONS
 
 
 # Programmatic dependent launch (compute capability 9.0 and later): a kernel launched with it may

@@ -24,6 +24,8 @@ fi
 triton_path=""
 if [ -f .t39/triton.tar.xz ]; then
   mkdir -p /tmp/t39 && tar xJf .t39/triton.tar.xz -C /tmp/t39 && triton_path="/tmp/t39:"
+  # its backends from its own tree: the image's Triton also declares an AMD one, left out here
+  export TRITON_BACKENDS_IN_TREE=1
 fi
 export PYTHONPATH=$triton_path$PWD:$PWD/.site$cute_path PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT
 python3 -c "import triton, torch, graphrt.kernel_utils as k; print('triton', triton.__version__, triton.__file__, 'torch', torch.__version__, 'gluon kernels on:', k.ON_TESTED_TRITON)" | tee "$OUT/versions.txt"
