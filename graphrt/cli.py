@@ -72,7 +72,7 @@ def _fast_paths() -> dict:
     triton_version = _version("triton")
     facts = {"direct launch": "on" if kernel_utils.direct_launch_enabled() else
              f"off (Triton {triton_version} launches kernels in a way graphrt does not know)",
-             "tested Triton": "3.6 on the GPU (every fast path), 3.9 on the CPU (interpreter)"}
+             "tested Triton": "3.6 and 3.9 on the GPU (every fast path), 3.9 on the CPU (interpreter)"}
     on_hopper = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
     if not torch.cuda.is_available():
         facts["kernels"] = "rmsnorm, mhc, lmsd, wgrad, proj: Triton (interpreted with TRITON_INTERPRET=1)"
@@ -84,11 +84,11 @@ def _fast_paths() -> dict:
     if on_hopper and cute:
         proj = "CuTe DSL kernel (nvidia-cutlass-dsl)"
     elif on_hopper and gluon:
-        proj = "warp-specialized Gluon kernel (Triton 3.6)"
+        proj = "warp-specialized Gluon kernel"
     else:
         proj = "portable Triton kernel" + (" (nvidia-cutlass-dsl is not installed: the fast one needs it)"
                                           if on_hopper else "")
-    wgrad = ("Triton, FP8 with 1x128 scales: warp-specialized Gluon kernel (Triton 3.6)"
+    wgrad = ("Triton, TMA kernels in Gluon; FP8 with 1x128 scales: warp-specialized Gluon kernel"
              if on_hopper and gluon else "Triton")
     facts["kernels"] = f"rmsnorm, mhc, lmsd: Triton; wgrad: {wgrad}; proj: {proj}"
     return facts

@@ -21,6 +21,7 @@ from .notices import warn_once
 # spells the builtins both name differently); other versions take the portable kernels.
 TESTED_TRITONS = ((3, 6), (3, 9))
 ON_TESTED_TRITON = tuple(int(v) for v in triton.__version__.split(".")[:2]) in TESTED_TRITONS
+_TESTED = " and ".join(f"{major}.{minor}" for major, minor in TESTED_TRITONS)
 
 
 # Programmatic dependent launch (compute capability 9.0 and later): a kernel launched with it may
@@ -407,14 +408,14 @@ def warn_untested_triton(op: str, capability, slower: str) -> None:
     if capability is not None and capability[0] == 9 and not ON_TESTED_TRITON:
         warn_once(f"{op}-untested-triton",
                   f"graphrt: {op} runs its portable Triton kernels on this Hopper GPU: its "
-                  f"Gluon kernels were written and tested for Triton 3.6, and this is Triton "
+                  f"Gluon kernels were tested with Triton {_TESTED}, and this is Triton "
                   f"{triton.__version__} ({slower})")
 
 
 def untested_triton_case(name: str) -> CompileCase:
-    """The CompileCase of a Gluon kernel written for Triton 3.6's API, skipped on another."""
+    """The CompileCase of a Gluon kernel, skipped on a Triton it was not tested with."""
     return CompileCase(name, None, {}, {},
-                       skip=f"written for Triton 3.6, this is {triton.__version__}")
+                       skip=f"tested with Triton {_TESTED}, this is {triton.__version__}")
 
 
 def register_share(warps: int) -> int:

@@ -1,4 +1,4 @@
-"""Hopper kernel (Gluon, Triton 3.6) for the 1x128 FP8 grouped wgrad: the tensor cores
+"""Hopper kernel (Gluon; Triton 3.6 and 3.9) for the 1x128 FP8 grouped wgrad: the tensor cores
 multiply one block of 128 tokens while the CUDA cores scale another.
 
 Triton keeps a dot asynchronous only when its result feeds nothing but the next dot, so the
@@ -15,7 +15,7 @@ loaded whole and the other tokens are zeroed in shared memory in both operands (
 its half, joined by a barrier), so no neighbour's value (NaN included) reaches the sum.
 
 The plan runs it for the calls ``fits_gluon_kernel`` accepts (tokens_sum % 16 == 0, 16-byte
-aligned operands, Hopper, Triton 3.6), the Triton kernel otherwise. On the H200 it runs at
+aligned operands, Hopper, a tested Triton), the Triton kernel otherwise. On the H200 it runs at
 757-800 TFLOP/s against the Triton kernel's 684-729 at the first benchmark case
 (docs/perf/wgrad.md); ``scripts/sweep_wgrad.py --fp8`` times its configurations. MXFP8 (E8M0
 scales per 32 tokens) stays with the Triton kernel: the same design with four 32-token products
@@ -41,7 +41,7 @@ from . import kernels as _triton_kernels
 BLOCK_M = gl.constexpr(128)   # two warpgroups of 64 rows
 BLOCK_K = gl.constexpr(128)   # the scale block
 GROUP_M = 8
-GLUON_API_OK = ON_TESTED_TRITON   # written for Triton 3.6's Gluon, whose API moves
+GLUON_API_OK = ON_TESTED_TRITON   # Gluon's API moves: the Tritons these kernels were tested with
 # Warps launched: an MMA warpgroup (the default partition), the loader's warp padded to a
 # warpgroup, the other MMA warpgroup; setmaxnreg moves the loader's registers to the MMA ones.
 LAUNCH_REGS = register_share(4 + 4 + 4)
@@ -430,7 +430,7 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
 
 
 def fits_gluon_kernel(a, b, capability) -> bool:
-    """Whether this kernel takes these FP8 operands: a Hopper GPU, Triton 3.6, both
+    """Whether this kernel takes these FP8 operands: a Hopper GPU, a tested Triton, both
     tokens-major, tokens_sum a positive multiple of 16, rows 16-byte strided and 16-byte
     aligned bases (TMA's rows and addresses)."""
     return (GLUON_API_OK and capability is not None and capability[0] == 9

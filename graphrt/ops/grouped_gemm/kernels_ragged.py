@@ -1,4 +1,4 @@
-"""Hopper kernel (Gluon, Triton 3.6) for the BF16 grouped wgrad with ragged inputs: the
+"""Hopper kernel (Gluon; Triton 3.6 and 3.9) for the BF16 grouped wgrad with ragged inputs: the
 experts whose token count n_e is a multiple of 8, their blocks A_e [hidden, n_e] and B_e
 [intermediate, n_e] (tokens unit-stride, so rows 16-byte aligned) read by TMA as they lie. TMA
 takes no row stride off 16 bytes (boxes of odd counts stopped the kernel with an illegal
@@ -304,9 +304,9 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS,
 
 def fits_ragged_tma_kernel(hidden: int, inter: int, experts: int, capability) -> bool:
     """Whether plans run this kernel for ragged BF16 operands of these sizes: a Hopper GPU,
-    Triton 3.6, hidden and intermediate multiples of 8 (every ragged expert's blocks then
-    start 16-byte aligned in the 16-byte aligned buffers plans require), and at most
-    PLAN_MAX_EXPERTS experts."""
+    a tested Triton (3.6, 3.9), hidden and intermediate multiples of 8 (every ragged expert's
+    blocks then start 16-byte aligned in the 16-byte aligned buffers plans require), and at
+    most PLAN_MAX_EXPERTS experts."""
     return (GLUON_API_OK and capability is not None and capability[0] == 9
             and hidden % 8 == 0 and inter % 8 == 0 and experts <= PLAN_MAX_EXPERTS)
 

@@ -295,13 +295,13 @@ class WsConfig:
 WS_CONFIG = WsConfig(block_k=64, stages=3, mma_regs=128, epilogue_regs=96)
 
 
-# Gluon is experimental and its API moves (Triton 3.9 renamed thread_barrier and the TMA copies):
-# the kernel runs on the Triton it was written and measured with, 3.6; others get the head kernel.
+# Gluon is experimental and its API moves (graphrt.gluon_api spells what moved between 3.6 and
+# 3.9): the kernel runs on the Tritons it was tested with; others get the head kernel.
 GLUON_API_OK = ON_TESTED_TRITON
 
 
 def fits_ws_kernel(k: int, nope: int, rope: int) -> bool:
-    """The warp-specialized kernel's shapes (on a Hopper GPU, with Triton 3.6): K % 8 == 0
+    """The warp-specialized kernel's shapes (on a Hopper GPU, with a tested Triton): K % 8 == 0
     (16-byte TMA rows), power-of-two nope and rope dims of at least 32, nope + rope <= 192 (the
     staged FP32 tile and the operand ring share the 227 KB of shared memory)."""
     def pow2(v):

@@ -110,7 +110,8 @@ class GemmProjRopeMxfp8(Plan):
             if c.capability is not None and c.capability[0] == 9 and cute is None and ws is None:
                 warn_once("proj-hopper", "graphrt: gemm_proj_rope_mxfp8 runs its portable Triton "
                           f"kernel ({self.kernel}) on this Hopper GPU: its fast kernels need "
-                          "nvidia-cutlass-dsl (installed with graphrt on Linux x86-64) or Triton 3.6 (Gluon)")
+                          "nvidia-cutlass-dsl (installed with graphrt on Linux x86-64) or "
+                          "Triton 3.6 or 3.9 (Gluon)")
 
     def workspace_bytes(self) -> int:
         """MXFP8 path: BF16 copies of W and of X_CHUNK tokens of x."""
