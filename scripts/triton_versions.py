@@ -21,7 +21,6 @@ import torch  # noqa: E402
 from graphrt.bench import proj, wgrad  # noqa: E402
 from graphrt.bench.timing import rotating, stream_time_us  # noqa: E402
 from graphrt.ops import GemmProjRopeMxfp8, GroupedGemmWgrad  # noqa: E402
-from graphrt.ops.proj_rope import mxfp8_quantize  # noqa: E402
 
 
 def emit(**row) -> None:
@@ -58,14 +57,8 @@ def wgrad_rows(cases) -> None:
 
 
 def proj_rows() -> None:
-    tokens, k, heads, nope, rope = proj.TOKENS, proj.K, proj.HEADS, proj.NOPE, proj.ROPE
-    d = nope + rope
-    x = torch.randn(tokens, k, dtype=torch.bfloat16, device="cuda")
-    w = (torch.randn(heads * d, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
-    cos = torch.randn(tokens, rope, device="cuda").to(torch.bfloat16)
-    sin = torch.randn(tokens, rope, device="cuda").to(torch.bfloat16)
-    xq, xs = mxfp8_quantize(x.float(), 1)
-    wq, wsc = mxfp8_quantize(w.float(), 1)
+    tokens, k, heads, d = proj.TOKENS, proj.K, proj.HEADS, proj.NOPE + proj.ROPE
+    x, w, cos, sin, xq, xs, wq, wsc = proj.operands()
     for name, args, kw in (("BF16", (x, w), {}),
                            ("MXFP8 in", (xq, wq), {"x_scale": xs, "w_scale": wsc})):
         plan = GemmProjRopeMxfp8(*args, cos, sin, **kw).compile()

@@ -13,15 +13,21 @@ from .timing import BF16_GEMM_CEILING_TFLOPS, device_time_us, stream_time_us
 TOKENS, K, HEADS, NOPE, ROPE = op("gemm_proj_rope_mxfp8").cases[0]
 
 
-def run(progress=print) -> list[dict]:
-    progress(f"proj tokens={TOKENS} K={K} heads={HEADS}x{NOPE + ROPE} ...")
+def operands() -> tuple:
+    """(x, w, cos, sin) in BF16 at the benchmark case, then x's and w's MXFP8 codes and scales
+    (xq, xs, wq, ws)."""
     d = NOPE + ROPE
     x = torch.randn(TOKENS, K, dtype=torch.bfloat16, device="cuda")
     w = (torch.randn(HEADS * d, K, device="cuda") / K ** 0.5).to(torch.bfloat16)
     cos = torch.randn(TOKENS, ROPE, device="cuda").to(torch.bfloat16)
     sin = torch.randn(TOKENS, ROPE, device="cuda").to(torch.bfloat16)
-    xq, xs = mxfp8_quantize(x.float(), 1)
-    wq, ws = mxfp8_quantize(w.float(), 1)
+    return (x, w, cos, sin, *mxfp8_quantize(x.float(), 1), *mxfp8_quantize(w.float(), 1))
+
+
+def run(progress=print) -> list[dict]:
+    progress(f"proj tokens={TOKENS} K={K} heads={HEADS}x{NOPE + ROPE} ...")
+    d = NOPE + ROPE
+    x, w, cos, sin, xq, xs, wq, ws = operands()
     plans = {"graphrt (BF16)": (GemmProjRopeMxfp8(x, w, cos, sin).compile(), (x, w), {}),
              "graphrt (MXFP8 in)": (GemmProjRopeMxfp8(xq, wq, cos, sin, x_scale=xs,
                                                       w_scale=ws).compile(), (xq, wq),
