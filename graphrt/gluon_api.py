@@ -2,8 +2,8 @@
 
 Triton 3.6 spells the CTA-wide barrier ``gl.thread_barrier`` and the TMA copy into shared memory
 ``tma.async_copy_global_to_shared``; Triton 3.9 calls them ``gl.barrier`` and ``tma.async_load``
-(the old names are gone or raise). The kernels call
-the names below, which are the installed Triton's own builtins, so they compile to the same code.
+(the old names are gone or raise). The kernels call the names below, which are the installed
+Triton's own builtins, so each Triton compiles the code it did before.
 
 >>> from graphrt.gluon_api import cta_barrier, tma_load          # doctest: +SKIP
 >>> tma_load(desc, [m0, k0], ready_bar, smem)                       # inside a gluon.jit kernel

@@ -28,7 +28,9 @@ if [ -f .t39/triton.tar.xz ]; then
   export TRITON_BACKENDS_IN_TREE=1
 fi
 export PYTHONPATH=$triton_path$PWD:$PWD/.site$cute_path PYTHONUNBUFFERED=1 GRAPHRT_BENCH_DIR=$OUT
-python3 -c "import triton, torch, graphrt.kernel_utils as k; print('triton', triton.__version__, triton.__file__, 'torch', torch.__version__, 'gluon kernels on:', k.ON_TESTED_TRITON)" | tee "$OUT/versions.txt"
+python3 -c "import triton, torch, graphrt.kernel_utils as k; print('triton', triton.__version__,
+  triton.__file__, 'torch', torch.__version__, 'gluon kernels on:', k.ON_TESTED_TRITON)" \
+  | tee "$OUT/versions.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/smi.txt" 2>&1
 steps=${*:-tests sanitize bench demo}
 for step in $steps; do
@@ -51,8 +53,8 @@ for step in $steps; do
     ptests)   # the ';'-separated groups of test paths in $TEST_GROUPS, in parallel processes
       IFS=';' read -ra groups <<< "${TEST_GROUPS:-tests}"
       for i in "${!groups[@]}"; do   # each stops after $PTESTS_S seconds (one line a test)
-        eval timeout "${PTESTS_S:-540}" python3 -m pytest -v -m gpu ${groups[$i]} -p no:cacheprovider \
-            -W ignore::DeprecationWarning -rf > "$OUT/ptests_$i.log" 2>&1 &
+        eval timeout "${PTESTS_S:-540}" python3 -m pytest -v -m gpu ${groups[$i]} \
+            -p no:cacheprovider -W ignore::DeprecationWarning -rf > "$OUT/ptests_$i.log" 2>&1 &
       done
       wait
       for i in "${!groups[@]}"; do

@@ -1,5 +1,5 @@
-"""Hopper kernel (Gluon; Triton 3.6 and 3.9) for the BF16 grouped wgrad of tensor2d operands in any
-of the contract's layouts: A K-major ([hidden, T] in memory) or M-major (the transpose of a
+"""Hopper kernel (Gluon; Triton 3.6 and 3.9) for the BF16 grouped wgrad of tensor2d operands in
+any of the contract's layouts: A K-major ([hidden, T] in memory) or M-major (the transpose of a
 [T, hidden] activation), B K-major ([intermediate, T] in memory) or N-major ([T,
 intermediate]).
 
@@ -180,8 +180,8 @@ def _boxes(a_k_major: bool, b_k_major: bool, block_n: int) -> tuple[list, list]:
 
 def fits_tensor2d_kernel(a, b, capability) -> bool:
     """Whether this kernel takes these BF16 tensor2d operands (a (hidden, T), b (T,
-    intermediate), each with one unit-stride axis): a Hopper GPU, a tested Triton, T > 0, 16-byte
-    aligned bases and row strides (for K-major operands T a multiple of 8; for the others
+    intermediate), each with one unit-stride axis): a Hopper GPU, a tested Triton, T > 0,
+    16-byte aligned bases and row strides (for K-major operands T a multiple of 8; for the others
     hidden and intermediate)."""
     if not (GLUON_API_OK and capability is not None and capability[0] == 9
             and a.dtype == torch.bfloat16 and b.dtype == torch.bfloat16 and a.shape[1] > 0

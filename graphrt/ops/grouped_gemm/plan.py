@@ -83,8 +83,8 @@ class GroupedGemmWgrad(Plan):
     count off a multiple of 8) runs at full speed when ``execute`` gets a ``workspace`` of
     ``call_workspace_bytes(tokens_sum)`` bytes (about as large as ``a`` and ``b``), as the
     functional call gives it: such experts' blocks are copied there first (on Hopper with
-    a tested Triton and up to 64 experts, with rows padded to 64 tokens, and every expert is then
-    read by TMA; elsewhere as rows); without it they run 3-5x slower. Tensor2d BF16 calls of
+    a tested Triton and up to 64 experts, with rows padded to 64 tokens, and every expert is
+    then read by TMA; elsewhere as rows); without it they run 3-5x slower. Tensor2d BF16 calls of
     up to 64 experts run Hopper's tensor2d TMA kernel in every layout (K-major operands:
     tokens_sum a multiple of 8). MXFP8 calls on Hopper given a ``workspace`` of
     ``call_workspace_bytes(tokens_sum)`` (twice as large as ``a`` and ``b``), as the
