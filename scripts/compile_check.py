@@ -16,6 +16,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 
+from graphrt.kernel_utils import LAUNCH_OPTIONS
 from graphrt.ops.registry import kernel_modules
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -39,7 +40,8 @@ def check(name, fn, signature, constexprs, num_warps=4, maxnreg=None, gluon=Fals
     source = GluonASTSource if gluon else triton.compiler.ASTSource
     src = source(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     try:
-        k = triton.compile(src, target=TARGET, options={"num_warps": num_warps, "maxnreg": maxnreg})
+        k = triton.compile(src, target=TARGET, options={"num_warps": num_warps, "maxnreg": maxnreg,
+                                                        **LAUNCH_OPTIONS})
     except Exception as err:  # report and go on
         print(f"FAIL {name}: {type(err).__name__}: {str(err).splitlines()[0][:200]}")
         return False

@@ -888,6 +888,19 @@ def test_the_pre_bound_launch_recognizes_the_installed_triton():
     assert launcher._plain_run(GluonJITFunction)
 
 
+def test_every_launch_asks_for_the_tested_fp_fusion(monkeypatch):
+    """Kernels launch with FP fusion on, as they were tested (3.9 warns that its default turns
+    it off from 3.10 on); a launch's own keyword still wins."""
+    from graphrt import kernel_utils
+    seen = []
+    monkeypatch.setattr(kernel_utils, "_launcher",
+                        lambda kernel, grid, args, kwargs: seen.append(kwargs))
+    kernel_utils.launch("kernel", (1,), 3, BLOCK=64, num_warps=4)
+    kernel_utils.launch("kernel", (1,), 3, enable_fp_fusion=False)
+    assert seen == [{"enable_fp_fusion": True, "BLOCK": 64, "num_warps": 4},
+                    {"enable_fp_fusion": False}]
+
+
 def test_the_direct_c_launch_passes_what_tritons_launcher_passes(monkeypatch):
     """DirectRun calls Triton's C launch itself for kernels without scratch: through
     ``compiled.run``, through its replay form and through the installed Triton's own
