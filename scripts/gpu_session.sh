@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
-# Usage there: bash scripts/gpu_session.sh [tests|optests|sanitize|memcheck|sweep|sweep_mhc|
+# Usage there: bash scripts/gpu_session.sh [tests|optests|ptests|sanitize|memcheck|sweep|sweep_mhc|
 #                                          sweep_wgrad|bench|mhc|lmsd|
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|demo ...]
