@@ -21,7 +21,7 @@ from .notices import warn_once
 # spells the builtins both name differently); other versions take the portable kernels.
 TESTED_TRITONS = ((3, 6), (3, 9))
 ON_TESTED_TRITON = tuple(int(v) for v in triton.__version__.split(".")[:2]) in TESTED_TRITONS
-_TESTED = " and ".join(f"{major}.{minor}" for major, minor in TESTED_TRITONS)
+TESTED_TRITONS_TEXT = " and ".join(f"{major}.{minor}" for major, minor in TESTED_TRITONS)
 
 
 # Programmatic dependent launch (compute capability 9.0 and later): a kernel launched with it may
@@ -410,19 +410,19 @@ class CompileCase:
 
 def warn_untested_triton(op: str, capability, slower: str) -> None:
     """Warns once per op (SlowerPathWarning) when a Hopper GPU runs ``op``'s portable Triton
-    kernels because this Triton is not the one its Gluon kernels were written and tested with;
-    ``slower``: by how much, as measured."""
+    kernels because this Triton is not one its Gluon kernels were tested with; ``slower``: by
+    how much, as measured."""
     if capability is not None and capability[0] == 9 and not ON_TESTED_TRITON:
         warn_once(f"{op}-untested-triton",
                   f"graphrt: {op} runs its portable Triton kernels on this Hopper GPU: its "
-                  f"Gluon kernels were tested with Triton {_TESTED}, and this is Triton "
-                  f"{triton.__version__} ({slower})")
+                  f"Gluon kernels were tested with Triton {TESTED_TRITONS_TEXT}, and this is "
+                  f"Triton {triton.__version__} ({slower})")
 
 
 def untested_triton_case(name: str) -> CompileCase:
     """The CompileCase of a Gluon kernel, skipped on a Triton it was not tested with."""
     return CompileCase(name, None, {}, {},
-                       skip=f"tested with Triton {_TESTED}, this is {triton.__version__}")
+                       skip=f"tested with Triton {TESTED_TRITONS_TEXT}, this is {triton.__version__}")
 
 
 def register_share(warps: int) -> int:

@@ -108,10 +108,11 @@ class GemmProjRopeMxfp8(Plan):
                 self.kernel = "block (32 x 32 per program)"
                 self._gemm = partial(launch_block, dot_fp32=self.dot_fp32, **kw)
             if c.capability is not None and c.capability[0] == 9 and cute is None and ws is None:
+                from ...kernel_utils import TESTED_TRITONS_TEXT
                 warn_once("proj-hopper", "graphrt: gemm_proj_rope_mxfp8 runs its portable Triton "
                           f"kernel ({self.kernel}) on this Hopper GPU: its fast kernels need "
                           "nvidia-cutlass-dsl (installed with graphrt on Linux x86-64) or "
-                          "Triton 3.6 or 3.9 (Gluon)")
+                          f"Triton {TESTED_TRITONS_TEXT} (Gluon)")
 
     def workspace_bytes(self) -> int:
         """MXFP8 path: BF16 copies of W and of X_CHUNK tokens of x."""
