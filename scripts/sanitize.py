@@ -117,6 +117,21 @@ for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 18], [37, 5, 0, 300, 25]):
                                                        device="cuda"),
                 None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72,
                 accumulate=False)
+# the 1x128 warp-specialized kernel with more work items than SMs: each program takes several,
+# reading the next items' bounds and first scales ahead, and past the last item
+counts = torch.randint(0, 60, (300,), generator=torch.Generator().manual_seed(1))
+counts[::7] = 0
+counts[-1] += -int(counts.sum()) % 16   # tokens_sum a multiple of 16, as the kernel needs
+offsets = counts.cumsum(0).to(torch.int32).cuda()
+tokens = int(counts.sum())
+a = torch.randn(136, tokens, device="cuda").to(torch.float8_e4m3fn)
+b = torch.randn(72, tokens, device="cuda").to(torch.float8_e4m3fn).t()
+sa, sb = (torch.rand(rows, -(-tokens // 128), device="cuda") for rows in (136, 72))
+if kernels_gluon.fits_gluon_kernel(a, b, torch.cuda.get_device_capability()):
+    kernels_gluon.launch_wgrad_fp8_gluon(
+        a, b, sa, sb.t(), offsets, torch.empty(300, 136, 72, dtype=torch.bfloat16,
+                                               device="cuda"),
+        None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72, accumulate=False)
 # bad offsets through the plan (no host check): past tokens_sum, negative, decreasing, the
 # largest int32; the kernel must stay inside a and b and flag them
 a_bad = torch.randn(136, 40, dtype=torch.bfloat16, device="cuda")

@@ -15,9 +15,12 @@ experts the TMA kernel leaves) against the rows copy with the Triton kernel for 
 multiples of 8, and the TMA kernel alone;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig, ``--padded`` the
 padded copy alone per PaddedConfig; ``--discrete``
-times dense against discrete output through the plan; ``--mx-values`` MXFP8 through the plan
-with and without the workspace for the codes' BF16 values; ``--first`` only the first
-benchmark case."""
+times dense against discrete output through the plan; ``--fp8-choice`` times the plan's 1x128
+call with the Gluon kernel and with the Triton kernel in its place, in turn, at the benchmark
+cases and shapes with 128-4096 tokens an expert (the Triton kernel was the faster below 2048
+until the Gluon kernel read its items' bounds and scales ahead, 2026-12-06);
+``--mx-values`` MXFP8 through the plan with and without the workspace for the codes' BF16
+values; ``--first`` only the first benchmark case."""
 import itertools
 import sys
 
@@ -541,8 +544,49 @@ def main_mx_values():
                       ("MXFP8, no workspace", lambda i: mx_run(i, None))], [(0,), (1,)])
 
 
+# (experts, hidden, intermediate, tokens): the benchmark cases, then fewer tokens per expert
+FP8_CHOICE_CASES = [*CASES, (8, 2048, 1024, 4096), (8, 2048, 1024, 16384),
+                    (8, 2048, 1024, 32768), (32, 2048, 1024, 32768), (8, 7168, 2048, 8192),
+                    (16, 4096, 1536, 16384), (32, 4096, 1536, 32768), (64, 2048, 1024, 65536),
+                    (8, 2048, 1024, 2048), (32, 2048, 1024, 8192), (64, 2048, 1024, 8192)]
+
+
+def main_fp8_choice():
+    """The plan's 1x128 calls, x256 counts: the Gluon kernel against the Triton kernel, beside
+    the BF16 K-K plan on the same shapes, in turn."""
+    gen = torch.Generator().manual_seed(0)
+    for experts, hidden, inter, tokens in FP8_CHOICE_CASES:
+        offsets, bounds, out, flops = _case(experts, hidden, inter, tokens, gen)
+        fsets = [_fp8_operands(tokens, hidden, inter, torch.float32, 128) for _ in range(2)]
+        bsets = [_operands(tokens, hidden, inter, "k", "k") for _ in range(2)]
+        a, b, sa, sb = fsets[0]
+        gluon_plan = GroupedGemmWgrad(a, b, offsets, a_scale=sa, b_scale=sb).compile()
+        triton_plan = GroupedGemmWgrad(a, b, offsets, a_scale=sa, b_scale=sb).compile()
+        triton_plan.gluon = None
+        bf16_plan = GroupedGemmWgrad(*bsets[0], offsets).compile()
+        a_val, b_val = dequantize_blocks(a, sa, 1, 128), dequantize_blocks(b, sb, 0, 128)
+        ref = torch.stack([a_val[:, s:e].double() @ b_val[s:e].double() for s, e in bounds])
+        print(f"E={experts} {hidden}x{inter} tokens={tokens} ({tokens // experts} a expert)",
+              flush=True)
+        for name, plan in (("Gluon", gluon_plan), ("Triton", triton_plan)):
+            out.fill_(float("nan"))
+            plan.execute(a, b, offsets, a_scale=sa, b_scale=sb, wgrad=out)
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            print(f"  {name} err={err:.1e}", flush=True)
+        del a_val, b_val, ref
+
+        def fp8(i, plan):
+            a, b, sa, sb = fsets[i]
+            plan.execute(a, b, offsets, a_scale=sa, b_scale=sb, wgrad=out)
+        _in_turn([("bf16 K-K", lambda i: bf16_plan.execute(*bsets[i], offsets, wgrad=out)),
+                  ("1x128 Gluon", lambda i: fp8(i, gluon_plan)),
+                  ("1x128 Triton", lambda i: fp8(i, triton_plan))], [(0,), (1,)])
+
+
 if __name__ == "__main__":
-    if "--mx-values" in sys.argv[1:]:
+    if "--fp8-choice" in sys.argv[1:]:
+        main_fp8_choice()
+    elif "--mx-values" in sys.argv[1:]:
         main_mx_values()
     elif "--discrete" in sys.argv[1:]:
         main_discrete()

@@ -120,14 +120,15 @@ def _sorted_rounds(taken, TILES: gl.constexpr):
 
 @gluon.jit
 def _work(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr, HIDDEN: gl.constexpr,
-          INTER: gl.constexpr, BN: gl.constexpr, GROUP: gl.constexpr):
+          INTER: gl.constexpr, BN: gl.constexpr, GROUP: gl.constexpr, live=True):
     """Work item ``work`` (experts outermost): its expert, first row and column, and the
-    expert's tokens; FLAG: this partition reports bad offsets (one does)."""
+    expert's tokens; FLAG: this partition reports bad offsets (one does), for a ``live`` item
+    (one read ahead past the last is not)."""
     tiles: gl.constexpr = _tile_count(HIDDEN, INTER, BN)
     expert = work // tiles
     tile = work % tiles
     m0, n0 = _tile_origin(tile, HIDDEN, INTER, BLOCK_M, BN, GROUP)
-    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, experts, FLAG & (tile == 0),
+    begin, count = _expert_tokens(OFFSETS, ERRORS, expert, experts, FLAG & (tile == 0) & live,
                                   tokens_sum)
     return expert, m0, n0, begin, begin + count
 
@@ -330,6 +331,26 @@ def _release(empty, i):
 
 
 @gluon.jit
+def _work_ahead(work, OFFSETS, ERRORS, experts, tokens_sum, FLAG: gl.constexpr,
+                HIDDEN: gl.constexpr, INTER: gl.constexpr, BN: gl.constexpr,
+                GROUP: gl.constexpr):
+    """``_work`` of item ``work``, which may lie past the last: then the last item's values,
+    unflagged, for a caller that loads an item's bounds before it knows whether it has one."""
+    items = experts * _tile_count(HIDDEN, INTER, BN)
+    return _work(gl.minimum(work, items - 1), OFFSETS, ERRORS, experts, tokens_sum, FLAG,
+                 HIDDEN, INTER, BN, GROUP, work < items)
+
+
+@gluon.jit
+def _first_scales(A_SCALE, B_SCALE, m0, n0, begin, end, live, m_rows, n_cols, sa_m, sa_k,
+                  sb_k, sb_n, HIDDEN: gl.constexpr, INTER: gl.constexpr):
+    """The scales of an item's first block (``_block_scales`` at rows m0 + ``m_rows`` and
+    columns n0 + ``n_cols``); zeros for an empty expert or an item not ``live``."""
+    return _block_scales(A_SCALE, B_SCALE, begin // BLOCK_K, live & (end > begin),
+                         m0 + m_rows, n0 + n_cols, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+
+
+@gluon.jit
 def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
@@ -341,21 +362,38 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
     spread through shared memory to the threads that scale the product: each thread loading
     the 34 it uses, with their 64-bit addresses, made the kernel issue-bound (460-490 TFLOP/s
     against 705). The loads for the expert's next block are issued while this block's
-    product runs (705 -> 797 TFLOP/s)."""
+    product runs (705 -> 797 TFLOP/s). An item's bounds are loaded two items ahead and its
+    first block's scales one item ahead: loaded at its start, one after the other, they kept
+    the tensor cores idle there, which cost short experts most."""
     BN: gl.constexpr = b_bufs.shape[1]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+    out_layout: gl.constexpr = _store_layout(BN)
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    m_rows = ROW0 + gl.arange(0, 64, layout=flat)
+    n_cols = gl.arange(0, BN, layout=flat)
     work_items = experts * _tile_count(HIDDEN, INTER, BN)
+    programs = gl.num_programs(0)
     i = 0
     z = 0
-    for work in range(gl.program_id(0), work_items, gl.num_programs(0)):
-        expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
-                                           ROW0 == 0, HIDDEN, INTER, BN, GROUP)
-        m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
-        n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-        m_flat = m0 + ROW0 + gl.arange(0, 64, layout=flat)
-        n_flat = n0 + gl.arange(0, BN, layout=flat)
+    FLAG: gl.constexpr = ROW0 == 0
+    # this item's and the next one's bounds, and this item's first scales
+    expert, m0, n0, begin, end = _work_ahead(gl.program_id(0), OFFSETS, ERRORS, experts,
+                                             tokens_sum, FLAG, HIDDEN, INTER, BN, GROUP)
+    expert_1, m0_1, n0_1, begin_1, end_1 = _work_ahead(
+        gl.program_id(0) + programs, OFFSETS, ERRORS, experts, tokens_sum, FLAG, HIDDEN,
+        INTER, BN, GROUP)
+    sa_first, sb_first = _first_scales(A_SCALE, B_SCALE, m0, n0, begin, end, True, m_rows,
+                                       n_cols, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+    for work in range(gl.program_id(0), work_items, programs):
+        expert_2, m0_2, n0_2, begin_2, end_2 = _work_ahead(
+            work + 2 * programs, OFFSETS, ERRORS, experts, tokens_sum, FLAG, HIDDEN, INTER,
+            BN, GROUP)
+        sa_first_1, sb_first_1 = _first_scales(A_SCALE, B_SCALE, m0_1, n0_1, begin_1, end_1,
+                                               work + programs < work_items, m_rows, n_cols,
+                                               sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+        m_flat = m0 + m_rows
+        n_flat = n0 + n_cols
         total = gl.zeros([64, BN], gl.float32, layout)
         first = begin // BLOCK_K
         last = (end + BLOCK_K - 1) // BLOCK_K
@@ -363,8 +401,7 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
         # expert inside a block still runs that block, on zeroed tokens, and its scales load
         # as 0, so that a neighbour's NaN or infinite scale leaves its zeros alone)
         scaled = gl.where(end > begin, last, first)
-        sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, first, first < scaled, m_flat,
-                                         n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+        sa_next, sb_next = sa_first, sb_first
         for block in range(first, last):
             s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
             issued = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
@@ -380,8 +417,13 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
             _release(empty, i)
             total += done * sa[:, None] * sb[None, :]
             i += 1
-        _store_item(total, OUT, OUT_PTRS, expert, m, n, end > begin, HIDDEN, INTER, DISCRETE,
-                    ACCUMULATE, OUT_DTYPE)
+        m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
+        n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, out_layout))
+        _store_item(gl.convert_layout(total, out_layout), OUT, OUT_PTRS, expert, m, n,
+                    end > begin, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
+        expert, m0, n0, begin, end = expert_1, m0_1, n0_1, begin_1, end_1
+        expert_1, m0_1, n0_1, begin_1, end_1 = expert_2, m0_2, n0_2, begin_2, end_2
+        sa_first, sb_first = sa_first_1, sb_first_1
 
 
 @gluon.jit
