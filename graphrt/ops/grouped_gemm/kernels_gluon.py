@@ -15,11 +15,14 @@ loaded whole and the other tokens are zeroed in shared memory in both operands (
 its half, joined by a barrier), so no neighbour's value (NaN included) reaches the sum.
 
 The plan runs it for the calls ``fits_gluon_kernel`` accepts (tokens_sum % 16 == 0, 16-byte
-aligned operands, Hopper, a tested Triton), the Triton kernel otherwise. On the H200 it runs at
-757-800 TFLOP/s against the Triton kernel's 684-729 at the first benchmark case
-(docs/perf/wgrad.md); ``scripts/sweep_wgrad.py --fp8`` times its configurations. MXFP8 (E8M0
-scales per 32 tokens) stays with the Triton kernel: the same design with four 32-token products
-a block ran at 315 TFLOP/s against its 345 (2026-12-02), and was taken out again.
+aligned operands, Hopper, a tested Triton), the Triton kernel otherwise. Since it reads each
+item's bounds and first scales ahead (2026-12-06) it beats the Triton kernel at every shape
+timed, 128 to 4096 tokens an expert (an H100: 1.10-1.18x at the three benchmark cases, up to
+1.40x at 128 tokens an expert), and takes 0.87-0.96x BF16 K-K's time there
+(docs/perf/wgrad.md); ``scripts/sweep_wgrad.py --fp8`` times its configurations,
+``--fp8-choice`` the plan with either kernel. MXFP8 (E8M0 scales per 32 tokens) stays with the
+Triton kernel: the same design with four 32-token products a block ran at 315 TFLOP/s against
+its 345 (2026-12-02), and was taken out again.
 """
 from __future__ import annotations
 
