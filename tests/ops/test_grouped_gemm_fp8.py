@@ -47,6 +47,12 @@ def _problem(counts, hidden, inter, recipe, device="cpu", scales_mn_major=False,
 def _fp64(a, b, a_scale, b_scale, counts):
     """Per expert, in FP64: codes times 2^(s - 127) (E8M0) or s (FP32), one scale per block of
     tokens counted from token 0."""
+    ends = list(itertools.accumulate(counts))
+    return _fp64_between(a, b, a_scale, b_scale, list(zip([0] + ends[:-1], ends)))
+
+
+def _fp64_between(a, b, a_scale, b_scale, bounds):
+    """``_fp64`` of experts given as (begin, end) token bounds; None bounds: an empty expert."""
     tokens = a.shape[1]
 
     def values(codes, scales, dim):
@@ -57,11 +63,9 @@ def _fp64(a, b, a_scale, b_scale, counts):
         return codes.double().cpu() * s.repeat_interleave(block, dim).narrow(dim, 0, tokens)
 
     av, bv = values(a, a_scale, 1), values(b, b_scale, 0)
-    out, begin = [], 0
-    for n in counts:
-        out.append(av[:, begin:begin + n] @ bv[begin:begin + n])
-        begin += n
-    return torch.stack(out)
+    empty = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float64)
+    return torch.stack([empty if span is None else av[:, span[0]:span[1]] @ bv[span[0]:span[1]]
+                        for span in bounds])
 
 
 def _check(counts, hidden, inter, recipe, device, out_dtype=torch.float32, mode="dense",
@@ -116,6 +120,42 @@ def test_triton_kernel_interpreted(recipe, out_dtype, mode, accumulate, counts, 
     torch.manual_seed(1)
     with env(GRAPHRT_BACKEND="triton"):
         _check(counts, 24, 40, recipe, "cpu", out_dtype, mode, accumulate, scales_mn_major)
+
+
+def _bad_offsets_flag_and_leave_the_rest(recipe, device, hidden, inter, runtime=None):
+    """Offsets the host does not check (check_offsets=False): an expert whose end falls below
+    its begin, and one ending past tokens_sum (the last then begins past its end). Each call
+    flags the first bad expert and computes the bad ones as empty (zeros over the poison); the
+    others, the one after the decreasing end included (it begins there), match FP64."""
+    counts = [0, 300, 17, 0, 1024, 259]
+    a, b, sa, sb, offsets = _problem(counts, hidden, inter, recipe, device)
+    tokens = a.shape[1]
+    graphrt.check_errors(device)
+    for position, value, first in ((3, int(offsets[2]) - 5, 3), (4, tokens + 40, 4)):
+        bad = offsets.clone()
+        bad[position] = value
+        ends = bad.tolist()
+        bounds = [(begin, end) if 0 <= begin <= end <= tokens else None
+                  for begin, end in zip([0] + ends[:-1], ends)]
+        w = torch.full((len(counts), hidden, inter), float("nan"), device=device)
+        grouped_gemm_wgrad(a, b, bad, a_scale=sa, b_scale=sb, wgrad=w,
+                           wgrad_dtype=torch.float32, check_offsets=False, runtime=runtime)
+        with pytest.raises(graphrt.DeviceCheckError, match=f"offsets.*first at index {first}"):
+            graphrt.check_errors(device)
+        want = _fp64_between(a, b, sa, sb, bounds)
+        assert rel_l2(w.cpu(), want) < _tolerance(recipe, device), (position, value)
+
+
+def test_bad_offsets_reference_backend_cpu():
+    for recipe in ("mxfp8", "fp32x128"):
+        _bad_offsets_flag_and_leave_the_rest(recipe, "cpu", 24, 40, graphrt.Runtime("cpu"))
+
+
+@needs_interpreter
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp32x128"])
+def test_bad_offsets_interpreted(recipe):
+    with env(GRAPHRT_BACKEND="triton"):
+        _bad_offsets_flag_and_leave_the_rest(recipe, "cpu", 24, 40, graphrt.Runtime("cpu"))
 
 
 def _nan_codes_stay_in_their_expert(recipe, device):
@@ -321,6 +361,16 @@ def test_gpu_nan_scales_leave_empty_experts_zero(seed, recipe, direct, scales_mn
                                                  error_flags(a.device), hidden=32, inter=48,
                                                  accumulate=False)
     _nan_scales_leave_empty_experts_zero(recipe, "cuda", launch, scales_mn_major)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
+def test_gpu_bad_offsets_flag_and_leave_the_rest(seed, recipe, monkeypatch):
+    """On Hopper: MXFP8 through its values and the tensor2d TMA kernel, 1x128 through the Gluon
+    kernel with more work items than SMs (each program reads the next items' bounds ahead),
+    and through the Triton kernel."""
+    recipe, rt = _recipe(recipe, monkeypatch)
+    _bad_offsets_flag_and_leave_the_rest(recipe, "cuda", 1160, 1000, rt)
 
 
 @pytest.mark.gpu
