@@ -125,8 +125,9 @@ def test_triton_kernel_interpreted(recipe, out_dtype, mode, accumulate, counts, 
 def _bad_offsets_flag_and_leave_the_rest(recipe, device, hidden, inter, runtime=None):
     """Offsets the host does not check (check_offsets=False): an expert whose end falls below
     its begin, and one ending past tokens_sum (the last then begins past its end). Each call
-    flags the first bad expert and computes the bad ones as empty (zeros over the poison); the
-    others, the one after the decreasing end included (it begins there), match FP64."""
+    flags the first bad expert and computes the bad ones as empty (zeros over the poison, or
+    left as they were when accumulating); the others, the one after the decreasing end
+    included (it begins there), match FP64."""
     counts = [0, 300, 17, 0, 1024, 259]
     a, b, sa, sb, offsets = _problem(counts, hidden, inter, recipe, device)
     tokens = a.shape[1]
@@ -144,6 +145,15 @@ def _bad_offsets_flag_and_leave_the_rest(recipe, device, hidden, inter, runtime=
             graphrt.check_errors(device)
         want = _fp64_between(a, b, sa, sb, bounds)
         assert rel_l2(w.cpu(), want) < _tolerance(recipe, device), (position, value)
+        init = torch.randn(len(counts), hidden, inter, device=device)
+        w.copy_(init)
+        grouped_gemm_wgrad(a, b, bad, a_scale=sa, b_scale=sb, wgrad=w,
+                           wgrad_dtype=torch.float32, accumulate_on_output=True,
+                           check_offsets=False, runtime=runtime)
+        with pytest.raises(graphrt.DeviceCheckError, match=f"offsets.*first at index {first}"):
+            graphrt.check_errors(device)
+        want = want + init.double().cpu()
+        assert rel_l2(w.cpu(), want) < _tolerance(recipe, device), (position, value, "acc")
 
 
 def test_bad_offsets_reference_backend_cpu():
