@@ -378,6 +378,8 @@ def _words_moved(low, high, r, w, t0, count):
     moved = tl.where(shift == 0, low, (low >> shift) | (high << (64 - shift)))
     # tokens from the count on are zeros: keep 16 bits for each token of the word before it
     before_count = tl.minimum(tl.maximum(count - t0 - 4 * w[None, :], 0), 4).to(tl.uint64)
+    # (before_count * 0 + 1: ones in before_count's layout, which this helper, shared with
+    # Gluon code, does not name; the minimum keeps the shift below 64, the where takes 4)
     kept_bits = (before_count * 0 + 1) << (16 * tl.minimum(before_count, 3))
     return tl.where(before_count == 4, moved, moved & (kept_bits - 1))
 
