@@ -111,3 +111,79 @@ def test_threads_share_bound_descriptor_and_flag_launches_bitwise():
             for got, want in zip(outs, expected[i]):
                 assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
                            for a, b in zip(got, want) if a is not None)
+
+
+def _workspace_and_seeded_cases(seed: int):
+    """Calls that take workspace from the shared arena on Hopper (ragged wgrad at odd counts:
+    the padded copy; MXFP8: the codes' BF16 values), the 1x128 FP8 wgrad, and HSTU's seeded
+    dropout forward and its backward, as (function, args, kwargs); sizes differ per seed."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", generator=gen)
+
+    def fp8_scales(rows, blocks, e8m0: bool):
+        if e8m0:
+            return torch.randint(120, 134, (rows, blocks), dtype=torch.uint8, device="cuda",
+                                 generator=gen)
+        return torch.rand(rows, blocks, device="cuda", generator=gen) + 0.5
+
+    hidden, inter = 256, 128
+    counts = [37 + 16 * seed, 0, 91, 250 - 8 * seed]   # off multiples of 8, an empty expert
+    tokens = sum(counts)
+    offsets = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
+    ragged = (graphrt.ops.grouped_gemm_wgrad,
+              (randn(hidden, tokens).bfloat16(), randn(tokens, inter).bfloat16(), offsets),
+              dict(input_order="tensor_ragged", check_offsets=False))
+    fp8_tokens = 512 + 128 * seed   # a multiple of 16: the Gluon 1x128 kernel on Hopper
+    fp8_offsets = torch.tensor([fp8_tokens // 4, fp8_tokens // 4, fp8_tokens], device="cuda",
+                               dtype=torch.int32)
+    a = (randn(hidden, fp8_tokens) * 4).to(torch.float8_e4m3fn)
+    b = (randn(inter, fp8_tokens) * 4).to(torch.float8_e4m3fn).t()
+    fp8 = [(graphrt.ops.grouped_gemm_wgrad, (a, b, fp8_offsets),
+            dict(a_scale=fp8_scales(hidden, fp8_tokens // block, block == 32),
+                 b_scale=fp8_scales(inter, fp8_tokens // block, block == 32).t(),
+                 check_offsets=False))
+           for block in (32, 128)]
+    n, d = 300 + 40 * seed, 256
+    x, u = randn(n, d).bfloat16(), randn(n, d).bfloat16()
+    w, bias = (1 + 0.1 * randn(d)).bfloat16(), (0.1 * randn(d)).bfloat16()
+    forward = (graphrt.ops.hstu_lmsd_forward, (x, u, w, bias),
+               dict(dropout_ratio=0.1, seed=1000 + seed, offset=0))
+    mean, rstd = randn(n), torch.rand(n, device="cuda", generator=gen) + 0.5
+    mask = (torch.rand(n, d, device="cuda", generator=gen) > 0.1).to(torch.int8)
+    backward = (graphrt.ops.hstu_lmsd_backward,
+                (randn(n, 3 * d).bfloat16(), x, u, w, bias, mean, rstd, mask),
+                dict(dropout_ratio=0.1, apply_u_silu=True, concat_u=True, concat_x=True))
+    return [ragged, *fp8, forward, backward]
+
+
+def test_threads_share_workspace_and_seeded_calls_bitwise():
+    cases = [_workspace_and_seeded_cases(i) for i in range(4)]
+    expected = [[fn(*args, **kw) for fn, args, kw in c] for c in cases]
+    torch.cuda.synchronize()
+    live_before = graphrt.runtime().arena.stats()["live_regions"]
+    results = [[] for _ in cases]
+    errors = []
+    start = threading.Barrier(len(cases))
+
+    def worker(i):
+        try:
+            stream = torch.cuda.Stream()
+            start.wait(30)
+            with torch.cuda.stream(stream):
+                for _ in range(10):
+                    results[i].append([fn(*args, **kw) for fn, args, kw in cases[i]])
+            stream.synchronize()
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    _run_threads(worker, len(cases), errors)
+    torch.cuda.synchronize()
+    for i, rounds in enumerate(results):
+        assert len(rounds) == 10
+        for outs in rounds:
+            for call, (got, want) in enumerate(zip(outs, expected[i])):
+                assert all(torch.equal(g.view(torch.uint8), e.view(torch.uint8))
+                           for g, e in zip(got, want) if e is not None), (i, call)
+    assert graphrt.runtime().arena.stats()["live_regions"] == live_before
