@@ -84,8 +84,10 @@ def _descriptor_and_flag_cases(seed: int):
     return [mhc, proj, wgrad]
 
 
-def test_threads_share_bound_descriptor_and_flag_launches_bitwise():
-    cases = [_descriptor_and_flag_cases(200 + i) for i in range(4)]
+def _calls_on_own_streams_match_alone(cases, rounds: int = 10) -> None:
+    """Each list of calls in ``cases`` (function, args, kwargs) made ``rounds`` times on a
+    thread and stream of its own, all threads at once: every output bitwise equal to the same
+    call made alone first."""
     expected = [[fn(*args, **kw) for fn, args, kw in c] for c in cases]
     torch.cuda.synchronize()
     results = [[] for _ in cases]
@@ -97,7 +99,7 @@ def test_threads_share_bound_descriptor_and_flag_launches_bitwise():
             stream = torch.cuda.Stream()
             start.wait(30)
             with torch.cuda.stream(stream):
-                for _ in range(10):
+                for _ in range(rounds):
                     results[i].append([fn(*args, **kw) for fn, args, kw in cases[i]])
             stream.synchronize()
         except BaseException as err:  # noqa: BLE001 - reported below
@@ -105,12 +107,16 @@ def test_threads_share_bound_descriptor_and_flag_launches_bitwise():
 
     _run_threads(worker, len(cases), errors)
     torch.cuda.synchronize()
-    for i, rounds in enumerate(results):
-        assert len(rounds) == 10
-        for outs in rounds:
-            for got, want in zip(outs, expected[i]):
-                assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-                           for a, b in zip(got, want) if a is not None)
+    for i, made in enumerate(results):
+        assert len(made) == rounds
+        for outs in made:
+            for call, (got, want) in enumerate(zip(outs, expected[i])):
+                assert all(torch.equal(g.view(torch.uint8), e.view(torch.uint8))
+                           for g, e in zip(got, want) if e is not None), (i, call)
+
+
+def test_threads_share_bound_descriptor_and_flag_launches_bitwise():
+    _calls_on_own_streams_match_alone([_descriptor_and_flag_cases(200 + i) for i in range(4)])
 
 
 def _workspace_and_seeded_cases(seed: int):
@@ -160,30 +166,7 @@ def _workspace_and_seeded_cases(seed: int):
 
 def test_threads_share_workspace_and_seeded_calls_bitwise():
     cases = [_workspace_and_seeded_cases(i) for i in range(4)]
-    expected = [[fn(*args, **kw) for fn, args, kw in c] for c in cases]
     torch.cuda.synchronize()
     live_before = graphrt.runtime().arena.stats()["live_regions"]
-    results = [[] for _ in cases]
-    errors = []
-    start = threading.Barrier(len(cases))
-
-    def worker(i):
-        try:
-            stream = torch.cuda.Stream()
-            start.wait(30)
-            with torch.cuda.stream(stream):
-                for _ in range(10):
-                    results[i].append([fn(*args, **kw) for fn, args, kw in cases[i]])
-            stream.synchronize()
-        except BaseException as err:  # noqa: BLE001 - reported below
-            errors.append(err)
-
-    _run_threads(worker, len(cases), errors)
-    torch.cuda.synchronize()
-    for i, rounds in enumerate(results):
-        assert len(rounds) == 10
-        for outs in rounds:
-            for call, (got, want) in enumerate(zip(outs, expected[i])):
-                assert all(torch.equal(g.view(torch.uint8), e.view(torch.uint8))
-                           for g, e in zip(got, want) if e is not None), (i, call)
+    _calls_on_own_streams_match_alone(cases)
     assert graphrt.runtime().arena.stats()["live_regions"] == live_before
