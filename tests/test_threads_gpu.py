@@ -120,9 +120,9 @@ def test_threads_share_bound_descriptor_and_flag_launches_bitwise():
 
 
 def _workspace_and_seeded_cases(seed: int):
-    """Calls that take workspace from the shared arena on Hopper (ragged wgrad at odd counts:
-    the padded copy; MXFP8: the codes' BF16 values), the 1x128 FP8 wgrad, and HSTU's seeded
-    dropout forward and its backward, as (function, args, kwargs); sizes differ per seed."""
+    """Calls with scratch made per call on Hopper (ragged wgrad at odd counts: the padded
+    copy; MXFP8: the codes' BF16 values), the 1x128 FP8 wgrad, HSTU's seeded dropout forward
+    and its backward, as (function, args, kwargs); sizes differ per seed."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
 
     def randn(*shape):
