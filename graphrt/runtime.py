@@ -10,7 +10,7 @@ from .arena import WorkspaceArena
 from .errors import ContractError, UnsupportedError
 from . import binding
 from .plan import Plan, PlanStore, env_backend
-from .result import Result
+from .result import Result, result_maker
 from .rng import RngState
 from .streams import StreamTracker, current_stream, resolve_stream
 
@@ -42,7 +42,7 @@ class _BoundCall:
     binding's overlap check runs (allocated ones cannot overlap anything)."""
 
     __slots__ = ("plan", "binding", "slots", "low_bits", "version", "allocations", "given",
-                 "nbytes", "names", "results", "check_bindable", "backend", "matcher")
+                 "nbytes", "results", "make_result", "check_bindable", "backend", "matcher")
 
     def __init__(self, plan, found, sources, version, allocated, given, n_inputs: int):
         self.plan, self.binding, self.version, self.given = plan, found, version, given
@@ -54,9 +54,10 @@ class _BoundCall:
                            n_inputs + made.index(s) if s is not None else n_inputs + len(made)
                            for s in sources)
         self.nbytes = plan.workspace_bytes()
-        self.names = plan.output_names
         # per output: its index among the allocated ones, or -1: the caller passed it
-        self.results = tuple((n, made.index(n) if n in allocated else -1) for n in self.names)
+        self.results = tuple((n, made.index(n) if n in allocated else -1)
+                             for n in plan.output_names)
+        self.make_result = result_maker(plan.output_names)
         self.check_bindable = type(plan).bindable is not Plan.bindable
         self.backend = None   # GRAPHRT_BACKEND as the call's key read it
         self.matcher: binding.CallMatcher | None = None   # calls of its kind, without their key
@@ -74,14 +75,17 @@ class _BoundCall:
                 return None   # nothing launched yet
             pool.append(address)
         if self.nbytes:
-            with rt.arena.scope():
-                # arena regions start on 256-byte boundaries, as the recorded one did
-                pool.append(rt.arena.take_address(self.nbytes, current_stream(rt.device)))
+            # arena regions start on 256-byte boundaries, as the recorded one did
+            address, region = rt.arena.lend(self.nbytes, current_stream(rt.device))
+            try:
+                pool.append(address)
                 self._launch(pool, ints)
+            finally:
+                rt.arena.give_back(region)
         else:
             self._launch(pool, ints)
         rt.plans.count_hit()
-        return Result(self.names, [made[i] if i >= 0 else kwargs[n] for n, i in self.results])
+        return self.make_result([made[i] if i >= 0 else kwargs[n] for n, i in self.results])
 
     def _launch(self, pool: list, ints: list) -> None:
         addresses = [pool[i] for i in self.slots]

@@ -50,10 +50,9 @@ def allocation_rows(device) -> dict:
 
 
 def arena_rows(rt) -> dict:
-    def scope_take():
-        with rt.arena.scope():
-            rt.arena.take_address(1 << 16, current_stream(rt.device))
-    return {"arena scope + take_address": scope_take,
+    def lend():
+        rt.arena.give_back(rt.arena.lend(1 << 16, current_stream(rt.device))[1])
+    return {"arena lend + give_back": lend,
             "current_stream": lambda: current_stream(rt.device),
             "Result of 4": lambda: Result(("a", "b", "c", "d"), [1, 2, 3, 4])}
 

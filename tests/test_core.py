@@ -137,12 +137,32 @@ def test_arena_alignment_scopes_and_stats():
     s = arena.stats()
     assert s["in_use"] == 0 and s["high_water"] == inner_top and s["takes"] == 3
     assert a.data_ptr() % 256 == 0
-    with arena.scope():   # an address alone: the same region a view would have had
-        first = arena.take_address(100)
+    with arena.scope():   # a lent address: the same region a view would have had
+        first, region = arena.lend(100, None)
         second = arena.take(1000)
         assert first == a.data_ptr() and second.data_ptr() == first + 256
         assert arena.stats()["in_use"] == 256 + 1000
-    assert arena.stats()["in_use"] == 0 and arena.stats()["takes"] == 5
+    assert arena.stats()["in_use"] == 100 and arena.stats()["takes"] == 5   # lent: not scoped
+    arena.give_back(region)
+    assert arena.stats()["in_use"] == 0 and arena.stats()["live_regions"] == 0
+
+
+def test_arena_lent_regions_are_given_back_by_their_caller_unless_a_capture_holds_them():
+    """``lend`` takes a region outside any scope: it stays live until ``give_back``, which
+    leaves one taken inside a hold (a capture's workspace) to the hold."""
+    arena = WorkspaceArena(1 << 16, "cpu")
+    address, region = arena.lend(300, None)
+    assert address % 256 == 0 and arena.stats()["live_regions"] == 1
+    with arena.scope():
+        assert arena.take(10).data_ptr() == address + 512   # the lent bytes stay out of reach
+    arena.give_back(region)
+    assert arena.stats()["live_regions"] == 0
+    with arena.hold() as hold:
+        _, held = arena.lend(100, None)
+        arena.give_back(held)
+    assert arena.stats()["live_regions"] == 1 and hold.nbytes == 100
+    hold.release()
+    assert arena.stats()["live_regions"] == 0
 
 
 def test_arena_nested_scopes_release_their_own_regions():
@@ -170,7 +190,7 @@ def test_arena_keeps_no_record_per_call_without_a_stream():
     arena = WorkspaceArena(1 << 16, "cpu")
     for _ in range(1000):
         with arena.scope():
-            arena.take_address(512)
+            arena.give_back(arena.lend(512, None)[1])
             arena.take(100)
     assert arena._last_use == [] and arena.stats()["live_regions"] == 0
 

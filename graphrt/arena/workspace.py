@@ -144,20 +144,26 @@ class WorkspaceArena:
     # -- taking and releasing ------------------------------------------------------------------
     def take(self, nbytes: int, stream=None) -> torch.Tensor:
         """An aligned (256-byte) uint8 region of ``nbytes`` bytes, valid until its scope closes."""
-        start, end = self._take(nbytes, stream)
-        return self._buffer[self._base + start:self._base + end]
+        region = self._take(int(nbytes), stream)
+        return self._buffer[self._base + region.start:self._base + region.end]
 
-    def take_address(self, nbytes: int, stream=None) -> int:
-        """``take``'s region as its address alone: a bound call's replayed launches need no
-        more, and a tensor view costs microseconds of host time."""
-        return self._address + self._take(nbytes, stream)[0]
+    def lend(self, nbytes: int, stream) -> tuple[int, _Region]:
+        """(address, region) of a region that the caller gives back itself with ``give_back``
+        once its work is enqueued, with no scope: what a bound functional call takes around
+        its launches (a scope and a tensor view cost microseconds of host time each call)."""
+        region = self._take(int(nbytes), stream, scoped=False)
+        return self._address + region.start, region
 
-    def _take(self, nbytes: int, stream) -> tuple[int, int]:
-        """(start, end) offsets of a new region (see ``take``)."""
-        nbytes = int(nbytes)
+    def give_back(self, region: _Region) -> None:
+        """Releases a region from ``lend``, unless a hold (a capture) keeps it."""
+        if region.hold is None:
+            self._release((region,))
+
+    def _take(self, nbytes: int, stream, scoped: bool = True) -> _Region:
+        """A new region (see ``take``), in this thread's innermost scope when ``scoped``."""
         if nbytes < 0:
             raise ContractError(f"nbytes: expected a size >= 0, got {nbytes}")
-        scopes = self._scopes()
+        scopes = self._scopes() if scoped else None
         with self._lock:
             index, start = self._first_fit(nbytes)
             if index is None:
@@ -176,9 +182,10 @@ class WorkspaceArena:
                 hold.regions.append(region)
             elif scopes:
                 scopes[-1].append(region)
-            self._high_water = max(self._high_water, end)
+            if end > self._high_water:
+                self._high_water = end
             self._takes += 1
-        return start, end
+        return region
 
     @property
     def _top(self) -> int:
