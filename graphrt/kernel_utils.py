@@ -173,20 +173,47 @@ class DirectRun:
 
 
 class ScratchRun:
-    """``compiled.run`` of a kernel with global scratch (TMA descriptors made on the device):
-    each call takes the scratch from the caching allocator on the kernel's device and current
-    stream (stream-ordered; under CUDA-graph capture, the graph's own memory), set for that
-    call alone, so that a binding's replay gets it too and the caller's
-    ``triton.set_allocator`` stays as it was."""
+    """``compiled.run`` of a kernel with global scratch alone (TMA descriptors made on the
+    device), calling Triton's C launch itself as ``DirectRun`` does, with the scratch passed
+    in its place: each call takes it from the caching allocator on the kernel's device and
+    current stream (stream-ordered; under CUDA-graph capture, the graph's own memory), so that
+    a binding's replay gets it too, and the caller's ``triton.set_allocator`` is never
+    touched. (Through Triton's own path, two context managers and its Python launcher cost
+    more host time than the launch: docs/perf/capture.md.)"""
 
-    __slots__ = ("run", "device")
+    __slots__ = ("direct", "device", "per_program")
 
-    def __init__(self, run, device):
-        self.run, self.device = run, device
+    def __init__(self, run, packed: bool, device):
+        self.direct, self.device = DirectRun(run, packed), device
+        self.per_program = run.global_scratch_size * run.num_ctas
 
-    def __call__(self, *args):
-        with _scratch_allocator(self.device):
-            self.run(*args)
+    def _scratch(self, programs: int) -> torch.Tensor:
+        if torch._C._len_torch_dispatch_stack():   # a binding's recording mode: not its op
+            with _disable_current_modes():
+                return torch.empty(programs * self.per_program, dtype=torch.uint8,
+                                   device=self.device)
+        return torch.empty(programs * self.per_program, dtype=torch.uint8, device=self.device)
+
+    def form(self, grid: tuple, stream: int, function, metadata) -> tuple:
+        """``DirectRun.form``'s, the function taking the scratch for each call itself."""
+        c_launch, leading, packed = self.direct.form(grid, stream, function, metadata)
+        slot = 11 if packed else 7   # the global scratch's place in either C launch's call
+        before, after = leading[:slot], leading[slot + 1:]
+        programs, scratch = grid[0] * grid[1] * grid[2], self._scratch
+
+        def with_scratch(*args):
+            c_launch(*before, scratch(programs), *after, *args)
+        return with_scratch, (), packed
+
+    def __call__(self, grid_0, grid_1, grid_2, stream, function, metadata, launch_metadata,
+                 enter_hook, exit_hook, *args):
+        """The call ``compiled.run`` takes (launch hooks are never set on this path)."""
+        launch_, leading, packed = self.form((grid_0, grid_1, grid_2), stream, function,
+                                             metadata)
+        if packed:
+            launch_(*leading, args)
+        else:
+            launch_(*leading, *args)
 
 
 def _scratch_allocator(device):
@@ -218,10 +245,10 @@ def direct_run(compiled, device=None):
     packed = c_launch_layout(type(run))
     if getattr(run, "profile_scratch_size", 1) or getattr(run, "gsan_enabled", False):
         return run
-    if getattr(run, "global_scratch_size", 1):
-        return ScratchRun(run, device) if device is not None else run
     if packed is None:
         return run
+    if getattr(run, "global_scratch_size", 1):
+        return ScratchRun(run, packed, device) if device is not None else run
     return DirectRun(run, packed)
 
 

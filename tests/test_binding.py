@@ -938,6 +938,14 @@ def test_the_direct_c_launch_passes_what_tritons_launcher_passes(monkeypatch):
     scratch = next(a for a in received[-1] if isinstance(a, torch.Tensor))
     assert scratch.dtype == torch.uint8 and scratch.numel() == 3 * 2 * 1 * 128
     assert received[-1][-len(kernel_args):] == kernel_args or packed
+    # the C launch receives what Triton's own launcher passes it, the scratch in its place
+    from graphrt.kernel_utils import _scratch_allocator
+    with _scratch_allocator("cpu"):
+        launcher(3, 2, 1, 77, "function", "metadata", None, None, None, *kernel_args)
+
+    def marked(call):
+        return [type(a) if isinstance(a, torch.Tensor) else a for a in call]
+    assert marked(received[-1]) == marked(received[-2])
     # a binding's replay calls it whole, so that every replayed launch gets its scratch
     from graphrt.binding import _call_form
     function, leading, _ = _call_form(run, (3, 2, 1), 77, "function", "metadata")

@@ -132,7 +132,7 @@ class WorkspaceArena:
 
     def _active_hold(self) -> ArenaHold | None:
         if self._on_cuda:
-            if not is_capturing(self.device):
+            if not torch._C._cuda_isCurrentStreamCapturing():   # is_capturing, one call deep
                 return None
             return self._holds[-1] if self._holds else self._pinned
         me = threading.get_ident()
