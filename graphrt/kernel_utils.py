@@ -172,7 +172,7 @@ class DirectRun:
             c_launch(*leading, *args)
 
 
-class ScratchRun:
+class ScratchRun(DirectRun):
     """``compiled.run`` of a kernel with global scratch alone (TMA descriptors made on the
     device), calling Triton's C launch itself as ``DirectRun`` does, with the scratch passed
     in its place: each call takes it from the caching allocator on the kernel's device and
@@ -181,11 +181,12 @@ class ScratchRun:
     touched. (Through Triton's own path, two context managers and its Python launcher cost
     more host time than the launch: docs/perf/capture.md.)"""
 
-    __slots__ = ("direct", "device", "per_program")
+    __slots__ = ("device", "per_program")
 
-    def __init__(self, run, packed: bool, device):
-        self.direct, self.device = DirectRun(run, packed), device
-        self.per_program = run.global_scratch_size * run.num_ctas
+    def __init__(self, launcher, packed: bool, device):
+        super().__init__(launcher, packed)
+        self.device = device
+        self.per_program = launcher.global_scratch_size * launcher.num_ctas
 
     def _scratch(self, programs: int) -> torch.Tensor:
         if torch._C._len_torch_dispatch_stack():   # a binding's recording mode: not its op
@@ -196,7 +197,7 @@ class ScratchRun:
 
     def form(self, grid: tuple, stream: int, function, metadata) -> tuple:
         """``DirectRun.form``'s, the function taking the scratch for each call itself."""
-        c_launch, leading, packed = self.direct.form(grid, stream, function, metadata)
+        c_launch, leading, packed = super().form(grid, stream, function, metadata)
         slot = 11 if packed else 7   # the global scratch's place in either C launch's call
         before, after = leading[:slot], leading[slot + 1:]
         programs, scratch = grid[0] * grid[1] * grid[2], self._scratch
@@ -204,16 +205,6 @@ class ScratchRun:
         def with_scratch(*args):
             c_launch(*before, scratch(programs), *after, *args)
         return with_scratch, (), packed
-
-    def __call__(self, grid_0, grid_1, grid_2, stream, function, metadata, launch_metadata,
-                 enter_hook, exit_hook, *args):
-        """The call ``compiled.run`` takes (launch hooks are never set on this path)."""
-        launch_, leading, packed = self.form((grid_0, grid_1, grid_2), stream, function,
-                                             metadata)
-        if packed:
-            launch_(*leading, args)
-        else:
-            launch_(*leading, *args)
 
 
 def _scratch_allocator(device):
