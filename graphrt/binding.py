@@ -355,8 +355,8 @@ class Binding:
 def _generated_launcher(replays: tuple, splits: tuple):
     """One function that makes a binding's launches: each launch's call written out with its
     literal arguments bound as names and its addresses as ``addresses[i] + offset``, so that a
-    replay builds no argument list and runs no loop over the template (0.4 us less a launch
-    than a loop over it, on a CPU like the H200 host's)."""
+    replay builds no argument list and runs no loop over the template (1.29 -> 0.80 us a
+    launch of 22 arguments on the development machine's CPU)."""
     namespace: dict = {}
 
     def bound(value, name: str) -> str:

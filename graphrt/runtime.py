@@ -87,8 +87,8 @@ class _BoundCall:
     def _generated(self):
         """``__call__``'s work as one function with this call's values written in: the outputs
         made one by one, their address bits tested, the binding's addresses listed in its
-        order, the workspace lent around the launches (about 1-2 us less than loops over the
-        allocations, the pool and the results)."""
+        order, the workspace lent around the launches: no loop over the allocations, an
+        address pool or the results."""
         namespace = {"torch": torch, "_make": self.make_result, "_plan": self.plan,
                      "_stream": self.stream,
                      "_launch": self.binding.replay if self.given else self.binding.launch}
