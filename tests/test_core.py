@@ -40,6 +40,23 @@ def test_result_by_name_index_and_unpacking():
         r["nope"]
 
 
+def test_results_of_bound_calls_answer_alike_and_copy_and_pickle():
+    """A bound call's Result (``result_maker``: its names on its class) answers as one made
+    with ``Result``; both copy, deep-copy and pickle to equal Results."""
+    import copy
+    import pickle
+
+    from graphrt.result import result_maker
+    made = result_maker(("dx", "dw"))(("a", "b"))
+    plain = Result(("dx", "dw"), ("a", "b"))
+    assert isinstance(made, Result) and made == plain and made.names == plain.names
+    assert (made.dx, made["dw"], made[0], made.asdict(), repr(made)) == \
+        (plain.dx, plain["dw"], plain[0], plain.asdict(), repr(plain))
+    for r in (made, plain):
+        for again in (copy.copy(r), copy.deepcopy(r), pickle.loads(pickle.dumps(r))):
+            assert type(again) is Result and again == r and again.names == ("dx", "dw")
+
+
 # -- plan store ---------------------------------------------------------------------------------
 class _Toy(Plan):
     op = "toy"
