@@ -77,7 +77,7 @@ def op_rows(device, rt) -> dict:
         if keyed is None:
             rows[f"{entry.name}: not bound"] = lambda: None
             continue
-        key, addresses, ints = keyed
+        key, addresses, ints, _ = keyed   # and the tensors' positions
         call = rt._bound_calls.get(key)
         rows[f"{entry.name}: functional"] = lambda f=functional, i=inputs, c=config: f(*i, **c)
         rows[f"{entry.name}: call key"] = (
