@@ -210,7 +210,7 @@ class CallMatcher:
     as usual). ``match`` is generated code with the recorded call's values written in: its
     tests run one after the other with no loop over the arguments."""
 
-    __slots__ = ("match", "source")
+    __slots__ = ("match",)
 
     def __init__(self, n_args: int, names: tuple, others: tuple, run_time: tuple,
                  positions: tuple, guard, bits: tuple, device: int, stream: int):
@@ -241,8 +241,7 @@ class CallMatcher:
         addresses = ", ".join(f"a{n}" for n in range(len(positions)))
         ints = ", ".join(f"v[{i}]" for i in run_time)
         lines.append(f"    return [{addresses}], [{ints}]")
-        self.source = "\n".join(lines)
-        exec(self.source, namespace)
+        exec("\n".join(lines), namespace)
         self.match = namespace["match"]
 
 

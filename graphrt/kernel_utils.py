@@ -188,34 +188,32 @@ class ScratchRun(DirectRun):
         self.device = device
         self.per_program = launcher.global_scratch_size * launcher.num_ctas
 
-    def _scratch(self, programs: int) -> torch.Tensor:
-        if torch._C._len_torch_dispatch_stack():   # a binding's recording mode: not its op
-            with _disable_current_modes():
-                return torch.empty(programs * self.per_program, dtype=torch.uint8,
-                                   device=self.device)
-        return torch.empty(programs * self.per_program, dtype=torch.uint8, device=self.device)
-
     def form(self, grid: tuple, stream: int, function, metadata) -> tuple:
         """``DirectRun.form``'s, the function taking the scratch for each call itself."""
         c_launch, leading, packed = super().form(grid, stream, function, metadata)
         slot = 11 if packed else 7   # the global scratch's place in either C launch's call
         before, after = leading[:slot], leading[slot + 1:]
-        programs, scratch = grid[0] * grid[1] * grid[2], self._scratch
+        nbytes, device = grid[0] * grid[1] * grid[2] * self.per_program, self.device
 
         def with_scratch(*args):
-            c_launch(*before, scratch(programs), *after, *args)
+            c_launch(*before, _scratch(nbytes, device), *after, *args)
         return with_scratch, (), packed
 
 
-def _scratch_allocator(device):
-    """Triton's allocator, for the calls inside the block: scratch from the caching allocator
-    on ``device``, allocated outside any torch dispatch mode (a binding's recording takes a
-    tensor operation in ``execute`` for one it could not replay; this scratch is allocated
-    again on every call, replays included)."""
-    def allocate(size, alignment, stream):
+def _scratch(nbytes: int, device) -> torch.Tensor:
+    """A kernel's global scratch from the caching allocator on ``device``, allocated outside
+    any torch dispatch mode (a binding's recording takes a tensor operation in ``execute`` for
+    one it could not replay; this scratch is allocated again on every call, replays
+    included)."""
+    if torch._C._len_torch_dispatch_stack():
         with _disable_current_modes():
-            return torch.empty(size, dtype=torch.uint8, device=device)
-    return _allocator_set_to(allocate)
+            return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def _scratch_allocator(device):
+    """Triton's allocator, for the calls inside the block: ``_scratch`` on ``device``."""
+    return _allocator_set_to(lambda size, alignment, stream: _scratch(size, device))
 
 
 @contextlib.contextmanager

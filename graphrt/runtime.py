@@ -41,7 +41,7 @@ class _BoundCall:
     or the plan. ``given``: the caller passed some outputs, which may overlap the inputs, so the
     binding's overlap check runs (allocated ones cannot overlap anything)."""
 
-    __slots__ = ("plan", "binding", "slots", "_low_bits", "version", "allocations", "given",
+    __slots__ = ("plan", "binding", "slots", "low_bits", "version", "allocations", "given",
                  "nbytes", "results", "make_result", "check_bindable", "backend", "matcher",
                  "stream", "n_inputs", "_run")
 
@@ -50,7 +50,7 @@ class _BoundCall:
         made = list(allocated)
         self.allocations = tuple((tuple(t.shape), t.stride(), t.dtype, t.device)
                                  for t in allocated.values())
-        self._low_bits = tuple(t.data_ptr() & 255 for t in allocated.values())
+        self.low_bits = tuple(t.data_ptr() & 255 for t in allocated.values())
         self.n_inputs = n_inputs
         self.slots = tuple(s if type(s) is int else
                            n_inputs + made.index(s) if s is not None else n_inputs + len(made)
@@ -65,14 +65,6 @@ class _BoundCall:
         self.matcher: binding.CallMatcher | None = None   # calls of its kind, without their key
         self.stream = None   # the current stream its calls run on: the key and matcher fix it
         self._run = None   # the generated function (``_generated``), made at the first call
-
-    @property
-    def low_bits(self) -> tuple:
-        return self._low_bits
-
-    @low_bits.setter
-    def low_bits(self, bits: tuple) -> None:
-        self._low_bits, self._run = tuple(bits), None
 
     def __call__(self, rt: "Runtime", args: tuple, kwargs: dict, inputs: list,
                  ints: list) -> Result | None:
@@ -101,7 +93,7 @@ class _BoundCall:
             lines += [f"    o{k} = torch.empty_strided(_shape{k}, _strides{k}, dtype=_dtype{k}, "
                       f"device=_device{k})", f"    a{k} = o{k}.data_ptr()"]
         if self.allocations:   # nothing launched yet
-            low = " or ".join(f"a{k} & 255 != {b}" for k, b in enumerate(self._low_bits))
+            low = " or ".join(f"a{k} & 255 != {b}" for k, b in enumerate(self.low_bits))
             lines += [f"    if {low}:", "        return None"]
         made = len(self.allocations)
 

@@ -1000,13 +1000,14 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
         recorded = Recorded()
         # the binding takes: input 1, output y, the workspace (if any), input 0, output stats
         sources = (1, "y", *((None,) if nbytes else ()), 0, "stats")
+        given_out = torch.empty(5)
         call = runtime_module._BoundCall(Stand(nbytes), recorded, sources, 0, allocated, given,
                                          n_inputs=2)
-        given_out = torch.empty(5)
         call.low_bits = (0, 16)   # y recorded 16 bytes past a boundary: the full path instead
         assert call(rt, (), {"given": given_out}, [1000, 2000], [7]) is None
         assert not recorded.calls
-        call.low_bits = (0, 0)
+        call = runtime_module._BoundCall(Stand(nbytes), recorded, sources, 0, allocated, given,
+                                         n_inputs=2)   # recorded at the boundary
         result = call(rt, (), {"given": given_out}, [1000, 2000], [7])
         y, stats, out = result
         assert (tuple(y.shape), y.dtype, tuple(stats.shape), stats.dtype) == (
