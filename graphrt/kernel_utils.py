@@ -175,28 +175,43 @@ class DirectRun:
 class ScratchRun(DirectRun):
     """``compiled.run`` of a kernel with global scratch alone (TMA descriptors made on the
     device), calling Triton's C launch itself as ``DirectRun`` does, with the scratch passed
-    in its place: each call takes it from the caching allocator on the kernel's device and
-    current stream (stream-ordered; under CUDA-graph capture, the graph's own memory), so that
-    a binding's replay gets it too, and the caller's ``triton.set_allocator`` is never
-    touched. (Through Triton's own path, two context managers and its Python launcher cost
-    more host time than the launch: docs/perf/capture.md.)"""
+    in its place, from the caching allocator on the kernel's device and stream, and the
+    caller's ``triton.set_allocator`` never touched. (Through Triton's own path, two context
+    managers and its Python launcher cost more host time than the launch:
+    docs/perf/capture.md.)
 
-    __slots__ = ("device", "per_program")
+    A form (one grid and stream: a binding's replayed launch) allocates its scratch once and
+    passes it again on later calls on that stream, which run in order after the earlier ones
+    (a kernel of this kind launched as a programmatic dependent launch must wait for the one
+    before it before it writes its scratch, as the ragged TMA kernel does). Under CUDA-graph
+    capture each call takes fresh scratch, the graph's own memory, since a graph may be
+    replayed on any stream."""
+
+    __slots__ = ("device", "per_program", "on_cuda")
 
     def __init__(self, launcher, packed: bool, device):
         super().__init__(launcher, packed)
         self.device = device
         self.per_program = launcher.global_scratch_size * launcher.num_ctas
+        self.on_cuda = torch.device(device).type == "cuda"
 
     def form(self, grid: tuple, stream: int, function, metadata) -> tuple:
-        """``DirectRun.form``'s, the function taking the scratch for each call itself."""
+        """``DirectRun.form``'s, the function passing the scratch itself."""
         c_launch, leading, packed = super().form(grid, stream, function, metadata)
         slot = 11 if packed else 7   # the global scratch's place in either C launch's call
         before, after = leading[:slot], leading[slot + 1:]
         nbytes, device = grid[0] * grid[1] * grid[2] * self.per_program, self.device
+        capturing = (torch._C._cuda_isCurrentStreamCapturing if self.on_cuda
+                     else lambda: False)
+        kept = []   # the scratch of this form's calls outside capture
 
         def with_scratch(*args):
-            c_launch(*before, _scratch(nbytes, device), *after, *args)
+            if capturing():
+                c_launch(*before, _scratch(nbytes, device), *after, *args)
+                return
+            if not kept:
+                kept.append(_scratch(nbytes, device))
+            c_launch(*before, kept[0], *after, *args)
         return with_scratch, (), packed
 
 

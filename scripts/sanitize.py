@@ -6,8 +6,8 @@ import graphrt
 from graphrt.capture import uniform_
 from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon, kernels_ragged, kernels_tensor2d
-from graphrt.ops.grouped_gemm.kernels import (fp8_config, gemm_config, launch_ragged_padded,
-                                              launch_wgrad, launch_wgrad_fp8, PADDED_CONFIG,
+from graphrt.ops.grouped_gemm.kernels import (fp8_config, launch_ragged_padded,
+                                              launch_wgrad_fp8, PADDED_CONFIG,
                                               PaddedConfig, ragged_padded_bytes,
                                               ragged_padded_views)
 
@@ -69,25 +69,32 @@ for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
         None, torch.bfloat16, error_flags(a.device), hidden=136, inter=72, accumulate=False,
         config=kernels_ragged.RaggedTmaConfig(sorted_experts=False))
     # the padded copy of the experts off multiples of 8 tokens, read by the TMA kernel (both
-    # splits), then the Triton kernel told so
+    # splits)
     scratch = torch.empty(ragged_padded_bytes(tokens, len(counts), 136, 72), dtype=torch.uint8,
                           device="cuda")
     padded = ragged_padded_views(scratch, tokens, len(counts), 136, 72)
+    out = torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda")
     # (two-byte loads and the word form pipelined first, then the plan's, which the TMA
     # kernel reads)
-    for other in (PaddedConfig(aligned_loads=False), PaddedConfig(stages=3)):
-        launch_ragged_padded(other, a, b, *padded, offsets, hidden=136, inter=72)
-    launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets, hidden=136, inter=72)
-    out = torch.empty(len(counts), 136, 72, dtype=torch.bfloat16, device="cuda")
+    for other in (PaddedConfig(aligned_loads=False), PaddedConfig(stages=3), PADDED_CONFIG):
+        launch_ragged_padded(other, a, b, *padded, offsets, out, None, torch.bfloat16,
+                             error_flags(a.device), hidden=136, inter=72, accumulate=False)
     for sorted_experts in (True, False):
         kernels_ragged.launch_wgrad_ragged_tma(
             a, b, offsets, out, None, torch.bfloat16, error_flags(a.device), hidden=136,
             inter=72, accumulate=False,
             config=kernels_ragged.RaggedTmaConfig(sorted_experts=sorted_experts), padded=padded)
-    launch_wgrad(gemm_config(False), a, b, offsets, out, None, torch.bfloat16,
-                 error_flags(a.device), hidden=136, inter=72, a_k_major=True, b_k_major=True,
-                 ragged=True, accumulate=False, dot_fp32=False, skip_tma_taken=True,
-                 tma_took_odd=True)
+    # offsets out of order: the copy's kernel computes the valid odd experts itself
+    # (flagged), accumulating into a discrete output's experts
+    disordered = offsets.clone()
+    disordered[1] = disordered[0] - 1
+    ptrs = torch.tensor([t.data_ptr() for t in out], dtype=torch.int64, device="cuda")
+    launch_ragged_padded(PADDED_CONFIG, a, b, *padded, disordered, out, ptrs, torch.bfloat16,
+                         error_flags(a.device), hidden=136, inter=72, accumulate=True)
+    try:
+        graphrt.check_errors()
+    except graphrt.DeviceCheckError:
+        pass
 # FP8 inputs, both recipes: experts sharing scale blocks, one inside a single block, an empty
 # one; tokens_sum 368 (rows 16-byte aligned), 360 (8 codes a load) and 367
 for counts in ([37, 5, 0, 300, 26], [37, 5, 0, 300, 18], [37, 5, 0, 300, 25]):

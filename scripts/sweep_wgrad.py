@@ -267,17 +267,18 @@ def main_leftovers(first: bool):
             def plan_launches(a, b, offsets=offsets, padded=False,
                               copy_config=kernels.PADDED_CONFIG):
                 if padded:
-                    kernels.launch_ragged_padded(copy_config, a, b, *pad, offsets,
-                                                 hidden=hidden, inter=inter)
+                    kernels.launch_ragged_padded(copy_config, a, b, *pad, offsets, out, None,
+                                                 torch.bfloat16, errors, hidden=hidden,
+                                                 inter=inter, accumulate=False)
                 ragged_tma.launch_wgrad_ragged_tma(a, b, offsets, out, None, torch.bfloat16,
                                                    errors, hidden=hidden, inter=inter,
                                                    accumulate=False,
                                                    padded=pad if padded else None)
-                launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16, errors,
-                             hidden=hidden, inter=inter, a_k_major=True, b_k_major=True,
-                             ragged=True, accumulate=False, dot_fp32=False,
-                             rows=None if padded else ws, skip_tma_taken=True,
-                             tma_took_odd=padded)
+                if not padded:
+                    launch_wgrad(RAGGED_CONFIG, a, b, offsets, out, None, torch.bfloat16,
+                                 errors, hidden=hidden, inter=inter, a_k_major=True,
+                                 b_k_major=True, ragged=True, accumulate=False, dot_fp32=False,
+                                 rows=ws, skip_tma_taken=True)
             runs = [("padded copy, TMA takes every expert (the plan's)",
                      lambda a, b, run=plan_launches: run(a, b, padded=True)),
                     ("rows copy, Triton kernel after TMA", plan_launches),
@@ -288,10 +289,12 @@ def main_leftovers(first: bool):
                     ROWS_CONFIG, a, b, *ragged_rows_views(ws, tokens, hidden, inter), offsets,
                     hidden=hidden, inter=inter, skip_aligned=True)),
                 ("padded copy alone", lambda a, b, offsets=offsets: kernels.launch_ragged_padded(
-                    kernels.PADDED_CONFIG, a, b, *pad, offsets, hidden=hidden, inter=inter)),
+                    kernels.PADDED_CONFIG, a, b, *pad, offsets, out, None, torch.bfloat16,
+                    errors, hidden=hidden, inter=inter, accumulate=False)),
                 ("two-byte copy alone", lambda a, b, offsets=offsets:
-                    kernels.launch_ragged_padded(TWO_BYTE_COPY, a, b, *pad, offsets,
-                                                 hidden=hidden, inter=inter)),
+                    kernels.launch_ragged_padded(TWO_BYTE_COPY, a, b, *pad, offsets, out, None,
+                                                 torch.bfloat16, errors, hidden=hidden,
+                                                 inter=inter, accumulate=False)),
                 ("TMA alone on the padded copy", lambda a, b, offsets=offsets:
                  ragged_tma.launch_wgrad_ragged_tma(
                      a, b, offsets, out, None, torch.bfloat16, errors, hidden=hidden,
@@ -401,6 +404,9 @@ def main_padded(first: bool):
         b = torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda")
         offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
                                device="cuda")
+        # the copy's output argument (computed into only with offsets out of order)
+        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+        errors = error_flags(torch.device("cuda", 0))
         ws = torch.empty(kernels.ragged_padded_bytes(tokens, experts, hidden, inter),
                          dtype=torch.uint8, device="cuda")
         a_pad, b_pad = kernels.ragged_padded_views(ws, tokens, experts, hidden, inter)
@@ -411,8 +417,9 @@ def main_padded(first: bool):
               f"copy, {moved / 1e6:.0f} MB moved", flush=True)
         for cfg in PADDED_CONFIGS:
             def run(cfg=cfg):
-                kernels.launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets,
-                                             hidden=hidden, inter=inter)
+                kernels.launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, out, None,
+                                             torch.bfloat16, errors, hidden=hidden,
+                                             inter=inter, accumulate=False)
             try:
                 ws.fill_(255)
                 run()

@@ -946,12 +946,22 @@ def test_the_direct_c_launch_passes_what_tritons_launcher_passes(monkeypatch):
     def marked(call):
         return [type(a) if isinstance(a, torch.Tensor) else a for a in call]
     assert marked(received[-1]) == marked(received[-2])
-    # a binding's replay calls it whole, so that every replayed launch gets its scratch
+    # a binding's replay calls it whole, so that every replayed launch gets its scratch:
+    # the same on its stream, fresh ones under capture
     from graphrt.binding import _call_form
     function, leading, _ = _call_form(run, (3, 2, 1), 77, "function", "metadata")
-    function(*leading, *kernel_args)
-    replayed = next(a for a in received[-1] if isinstance(a, torch.Tensor))
-    assert replayed.numel() == 3 * 2 * 1 * 128
+
+    def replayed_scratch():
+        function(*leading, *kernel_args)
+        return next(a for a in received[-1] if isinstance(a, torch.Tensor))
+    first = replayed_scratch()
+    assert first.numel() == 3 * 2 * 1 * 128
+    assert replayed_scratch() is first
+    run.on_cuda = True
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: True)
+    function, leading, _ = _call_form(run, (3, 2, 1), 77, "function", "metadata")
+    captured = replayed_scratch(), replayed_scratch()
+    assert captured[0] is not captured[1] and all(c is not first for c in captured)
     assert _allocation._allocator.get() is before
 
 

@@ -149,56 +149,18 @@ def test_triton_kernel_leaves_the_tma_experts_interpreted(with_rows):
             assert rel_l2(w[e], ref[e]) < 1e-5, e
 
 
-@needs_interpreter
-@pytest.mark.parametrize("decreasing_at", [None, 3])
-def test_triton_kernel_after_the_padded_tma_kernel_interpreted(decreasing_at):
-    """Told that the TMA kernel read the padded copy (``tma_took_odd``): with the offsets in
-    order the Triton kernel leaves every expert (all still poisoned); with an expert's end
-    below its begin nothing was copied, so the valid experts off multiples of 8 are its again
-    (two bytes at a time) and exact, the others left."""
+def test_launch_flags_of_the_tma_kernels_share_checked():
+    """Only ragged calls share their experts with Hopper's ragged TMA kernel: a tensor2d
+    launch told to skip its experts raises before anything runs."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad
-    torch.manual_seed(9)
-    counts, hidden, inter = [16, 0, 5, 24, 17, 1, 8, 6], 40, 24
-    a, b, _, _, offsets = _ragged_problem(counts, hidden, inter, "cpu")
-    if decreasing_at is not None:
-        offsets[decreasing_at] = offsets[decreasing_at - 1] - 1
-    w = torch.full((len(counts), hidden, inter), float("nan"))
-    launch_wgrad(gemm_config(True), a, b, offsets, w, None, torch.float32, error_flags(a.device),
-                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
-                 accumulate=False, dot_fp32=True, rows=None, skip_tma_taken=True,
-                 tma_took_odd=True)
-    ref = grouped_gemm_wgrad_reference(a, b, offsets, input_order="tensor_ragged",
-                                       out_dtype=torch.float32)
-    ends = offsets.tolist()
-    for e, end in enumerate(ends):
-        begin = ends[e - 1] if e else 0
-        count = end - begin if 0 <= begin <= end else 0
-        if decreasing_at is None or count % 8 == 0:
-            assert w[e].isnan().all(), e
-        else:
-            assert rel_l2(w[e], ref[e]) < 1e-5, e
-
-
-@pytest.mark.parametrize("ragged,flags,refused", [
-    (False, dict(skip_tma_taken=True), "skip_tma_taken"),
-    (True, dict(tma_took_odd=True), "tma_took_odd")])
-def test_launch_flags_of_the_tma_kernels_share_checked(ragged, flags, refused):
-    """Only ragged calls share their experts with Hopper's ragged TMA kernel, and
-    ``tma_took_odd`` describes that share: a tensor2d launch told to skip its experts, or a
-    ragged one told the TMA kernel read the padded copy without ``skip_tma_taken``, raises
-    before anything runs."""
-    from graphrt.device_checks import error_flags
-    from graphrt.ops.grouped_gemm.kernels import gemm_config, launch_wgrad
-    if ragged:
-        a, b, _, _, offsets = _ragged_problem([8, 3], 16, 16, "cpu")
-    else:
-        a, b, offsets = _problem([8, 8], 16, 16, "k", "k")
+    a, b, offsets = _problem([8, 8], 16, 16, "k", "k")
     w = torch.full((2, 16, 16), float("nan"))
-    with pytest.raises(ValueError, match=refused):
+    with pytest.raises(ValueError, match="skip_tma_taken"):
         launch_wgrad(gemm_config(True), a, b, offsets, w, None, torch.float32,
                      error_flags(a.device), hidden=16, inter=16, a_k_major=True,
-                     b_k_major=True, ragged=ragged, accumulate=False, dot_fp32=True, **flags)
+                     b_k_major=True, ragged=False, accumulate=False, dot_fp32=True,
+                     skip_tma_taken=True)
     assert w.isnan().all()
 
 
@@ -263,11 +225,16 @@ def _check_rows_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
                 assert torch.equal(b_rows[s0:s0 + n], b2d[s0:s0 + n])
 
 
-def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
+def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None,
+                       accumulate=False):
     """_ragged_padded_kernel alone into a poisoned workspace: each expert off multiples of 8
     tokens has its blocks at its slot (begin rounded down to 64, plus 64 e tokens) with rows
     padded to 64 tokens, bit for bit, zeros past its count, the blocks disjoint; the others'
-    slots stay poisoned, and with out-of-order offsets everything does."""
+    slots stay poisoned, and with out-of-order offsets everything does. The FP32 output
+    (poisoned, or random values to accumulate into) is left alone with the offsets in order;
+    out of order, the valid experts off multiples of 8 are computed there (accumulated) and
+    the others left alone."""
+    from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import (launch_ragged_padded, ragged_padded_bytes,
                                                   ragged_padded_views)
     a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, device)
@@ -277,7 +244,21 @@ def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
     scratch = torch.full((ragged_padded_bytes(t, experts, hidden, inter),), 255,
                          dtype=torch.uint8, device=device)
     a_pad, b_pad = ragged_padded_views(scratch, t, experts, hidden, inter)
-    launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, hidden=hidden, inter=inter)
+    w = (torch.randn(experts, hidden, inter, device=device) if accumulate else
+         torch.full((experts, hidden, inter), float("nan"), device=device))
+    before = w.clone()
+    launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, w, None, torch.float32,
+                         error_flags(a.device), hidden=hidden, inter=inter,
+                         accumulate=accumulate)
+    ref = grouped_gemm_wgrad_reference(a, b, offsets, input_order="tensor_ragged",
+                                       out_dtype=torch.float32)
+    ends = offsets.tolist()
+    for e, end in enumerate(ends):
+        begin = ends[e - 1] if e else 0
+        if decreasing_at is None or not 0 <= begin <= end or (end - begin) % 8 == 0:
+            assert torch.equal(w[e].view(torch.int32), before[e].view(torch.int32)), e
+        else:
+            assert rel_l2(w[e], ref[e].to(w.device) + (before[e] if accumulate else 0)) < 1e-5, e
     begins = [0] + list(itertools.accumulate(counts))[:-1]
     written = torch.zeros_like(a_pad, dtype=torch.bool), torch.zeros_like(b_pad, dtype=torch.bool)
     for e, (s0, n) in enumerate(zip(begins, counts)):
@@ -302,12 +283,14 @@ def test_ragged_padded_copy_interpreted(decreasing_at, aligned_loads):
     """The padded copy's persistent loop: 8 x 16 tiles over 2 programs, so that each walks many
     (expert, row tile, token tile) items; odd, aligned, empty and single-token experts, partial
     tiles at both widths, the last expert odd (the aligned loads' last word ends the buffer);
-    out-of-order offsets copy nothing."""
+    out-of-order offsets copy nothing, and the valid odd experts are computed instead (72
+    rows: two 64-row output tiles an expert, over the 2 programs), accumulated with the
+    8-byte word copy."""
     from graphrt.ops.grouped_gemm.kernels import PaddedConfig
     torch.manual_seed(8)
-    _check_padded_copy([16, 0, 5, 33, 17, 1, 8, 3, 63, 65, 127, 1], 40, 24, "cpu",
+    _check_padded_copy([16, 0, 5, 33, 17, 1, 8, 3, 63, 65, 127, 1], 72, 24, "cpu",
                        PaddedConfig(8, 16, 4, 1, aligned_loads=aligned_loads, stages=2),
-                       decreasing_at)
+                       decreasing_at, accumulate=aligned_loads)
 
 
 @needs_interpreter
@@ -739,11 +722,10 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
 @pytest.mark.parametrize("sorted_experts", [False, True])
 def test_gpu_ragged_tma_kernel_reads_the_padded_copy(seed, sorted_experts):
     """Given the padded copy of the experts off multiples of 8 tokens (made into a poisoned
-    workspace), the TMA kernel launched directly computes every expert, in each work split,
-    and the Triton kernel after it (told so) writes nothing; FP32 output poisoned."""
+    workspace), the TMA kernel launched directly computes every expert, in each work split;
+    FP32 output poisoned."""
     from graphrt.device_checks import error_flags
-    from graphrt.ops.grouped_gemm.kernels import (gemm_config, launch_ragged_padded,
-                                                  launch_wgrad, PADDED_CONFIG,
+    from graphrt.ops.grouped_gemm.kernels import (launch_ragged_padded, PADDED_CONFIG,
                                                   ragged_padded_bytes, ragged_padded_views)
     from graphrt.ops.grouped_gemm.kernels_ragged import (launch_wgrad_ragged_tma,
                                                          RaggedTmaConfig)
@@ -752,20 +734,15 @@ def test_gpu_ragged_tma_kernel_reads_the_padded_copy(seed, sorted_experts):
     scratch = torch.full((ragged_padded_bytes(t, experts, hidden, inter),), 255,
                          dtype=torch.uint8, device="cuda")
     padded = ragged_padded_views(scratch, t, experts, hidden, inter)
-    launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets, hidden=hidden, inter=inter)
     w = torch.full((experts, hidden, inter), float("nan"), device="cuda")
     errors = error_flags(a.device)
+    launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets, w, None, torch.float32, errors,
+                         hidden=hidden, inter=inter, accumulate=False)
     launch_wgrad_ragged_tma(a, b, offsets, w, None, torch.float32, errors, hidden=hidden,
                             inter=inter, accumulate=False,
                             config=RaggedTmaConfig(sorted_experts=sorted_experts), padded=padded)
     ref = _expected(a2d, b2d, offsets, "tensor2d", torch.float32)
     _close(w, ref, torch.float32)
-    w[:, 0, 0] = float("inf")   # marks the Triton kernel would overwrite
-    launch_wgrad(gemm_config(False), a, b, offsets, w, None, torch.float32, errors,
-                 hidden=hidden, inter=inter, a_k_major=True, b_k_major=True, ragged=True,
-                 accumulate=False, dot_fp32=False, rows=None, skip_tma_taken=True,
-                 tma_took_odd=True)
-    assert w[:, 0, 0].isinf().all()
 
 
 @pytest.mark.gpu
@@ -778,6 +755,19 @@ def test_gpu_ragged_padded_copy_alone(seed, cfg):
     from graphrt.ops.grouped_gemm.kernels import PaddedConfig
     _check_padded_copy([1501, 2049, 0, 1, 1024, 1733, 7, 1875], 264, 136, "cuda",
                        PaddedConfig(*cfg))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_gpu_ragged_padded_copy_out_of_order(seed, accumulate):
+    """With an expert's end below its begin the copy's kernel copies nothing and computes the
+    valid experts off multiples of 8 itself, into a poisoned output or accumulated into
+    random values, and flags the call; the others are left alone."""
+    from graphrt.ops.grouped_gemm.kernels import PADDED_CONFIG
+    _check_padded_copy([1501, 2049, 0, 1, 1024, 1733, 7, 1875], 264, 136, "cuda",
+                       PADDED_CONFIG, decreasing_at=4, accumulate=accumulate)
+    with pytest.raises(graphrt.DeviceCheckError):
+        graphrt.check_errors("cuda")
 
 
 @pytest.mark.gpu

@@ -33,6 +33,8 @@ EVERY_EXPERT, TMA_FIRST, TMA_LEFT = tl.constexpr(0), tl.constexpr(1), tl.constex
 # the padded copy's rows and slots: multiples of 64 tokens (128 bytes), so that every TMA box
 # of it starts on a 128-byte line (boxes 16 bytes off one were 1.35-1.51x slower, 2026-12-03)
 PAD_TOKENS = tl.constexpr(64)
+# the output tile of the experts _ragged_padded_kernel computes (out-of-order offsets)
+ODD_TILE = tl.constexpr(64)
 
 
 @dataclass(frozen=True)
@@ -269,17 +271,6 @@ def _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2: tl.constexpr):
 
 
 @triton.jit
-def _tma_took_odd(OFFSETS, experts, tokens_sum, TMA_TOOK_ODD: tl.constexpr,
-                  EXPERTS_POW2: tl.constexpr):
-    """Whether Hopper's ragged TMA kernel, given the padded copy (TMA_TOOK_ODD), took the
-    experts off multiples of 8 tokens too: when every expert's bounds are valid, the copy's
-    condition."""
-    if TMA_TOOK_ODD:
-        return _offsets_in_order(OFFSETS, experts, tokens_sum, EXPERTS_POW2)
-    return False
-
-
-@triton.jit
 def _ragged_rows_aligned(begin, count, HIDDEN: tl.constexpr, INTER: tl.constexpr):
     """Whether every row of the expert's ragged blocks starts 16-byte aligned (in buffers that
     do): its count and both blocks' offsets are multiples of 8 tokens."""
@@ -423,19 +414,25 @@ def _aligned_item(A, B, A_PAD, B_PAD, item, total, i, items, items_end, token_ti
 
 
 @triton.jit(do_not_specialize=["tokens_sum", "experts"])
-def _ragged_padded_kernel(A, B, A_PAD, B_PAD, OFFSETS, tokens_sum, experts,
-                          HIDDEN: tl.constexpr, INTER: tl.constexpr, EXPERTS_POW2: tl.constexpr,
-                          BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr,
-                          ALIGNED: tl.constexpr, STAGES: tl.constexpr):
-    """The ragged blocks of the experts whose counts are off multiples of 8 copied with rows
-    padded to PAD_TOKENS: expert e's A_e [HIDDEN, n] to A_PAD + HIDDEN * _padded_slot(begin, e)
-    as [HIDDEN, n rounded up to PAD_TOKENS] (B likewise), so that TMA can read them (rows 128
-    bytes apart, the slots disjoint). Persistent over items (expert, row tile,
-    token tile) as _ragged_rows_kernel; nothing is copied unless every expert's bounds are
-    valid (``_offsets_in_order``), which is when Hopper's ragged TMA kernel reads the copy.
-    PDL: that kernel, a programmatic dependent launch, may start as this one's programs end (it
-    waits for this grid before it reads the copy). ALIGNED: the tiles are moved 8 bytes at a
-    time (_tile_padded_aligned), the loads pipelined STAGES items ahead."""
+def _ragged_padded_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum,
+                          experts, HIDDEN: tl.constexpr, INTER: tl.constexpr,
+                          EXPERTS_POW2: tl.constexpr, BLOCK_R: tl.constexpr,
+                          BLOCK_T: tl.constexpr, PDL: tl.constexpr, ALIGNED: tl.constexpr,
+                          STAGES: tl.constexpr, DISCRETE: tl.constexpr,
+                          ACCUMULATE: tl.constexpr, OUT_DTYPE: tl.constexpr,
+                          DOT_FP32: tl.constexpr):
+    """What Hopper's ragged TMA kernel needs done for the experts whose counts are off
+    multiples of 8, whose rows it cannot read. When every expert's bounds are valid
+    (``_offsets_in_order``) their ragged blocks are copied with rows padded to PAD_TOKENS:
+    expert e's A_e [HIDDEN, n] to A_PAD + HIDDEN * _padded_slot(begin, e) as [HIDDEN, n rounded
+    up to PAD_TOKENS] (B likewise), so that TMA can read them (rows 128 bytes apart, the slots
+    disjoint). Persistent over items (expert, row tile, token tile) as _ragged_rows_kernel.
+    Otherwise (the slots could overlap) nothing is copied and the valid ones among them are
+    computed here into OUT (``_odd_experts_computed``): a flagged call, so no launch after the
+    TMA kernel is kept for it. PDL: that kernel, a programmatic dependent launch, may start as
+    this one's programs end (it waits for this grid before it reads the copy). ALIGNED: the
+    tiles are moved 8 bytes at a time (_tile_padded_aligned), the loads pipelined STAGES items
+    ahead."""
     allow_dependent_launch(PDL)
     TILES_A: tl.constexpr = (HIDDEN + BLOCK_R - 1) // BLOCK_R
     TILES: tl.constexpr = TILES_A + (INTER + BLOCK_R - 1) // BLOCK_R
@@ -464,6 +461,31 @@ def _ragged_padded_kernel(A, B, A_PAD, B_PAD, OFFSETS, tokens_sum, experts,
             else:
                 _tile_padded(B + INTER * begin, B_PAD + INTER * slot, (col - TILES_A) * BLOCK_R,
                              tile_t * BLOCK_T, count, INTER, BLOCK_R, BLOCK_T)
+    if in_order == 0:
+        _odd_experts_computed(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum, experts, i,
+                              HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, DOT_FP32,
+                              EXPERTS_POW2)
+
+
+@triton.jit
+def _odd_experts_computed(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum, experts, i,
+                          HIDDEN: tl.constexpr, INTER: tl.constexpr, DISCRETE: tl.constexpr,
+                          ACCUMULATE: tl.constexpr, OUT_DTYPE: tl.constexpr,
+                          DOT_FP32: tl.constexpr, EXPERTS_POW2: tl.constexpr):
+    """The wgrad of the valid experts the ragged TMA kernel leaves (``_tma_takes``) when the
+    offsets are out of order: 64 x 64 tiles over the program's share, two-byte loads, 16
+    tokens a step (few registers and no shared-memory stages beside the copy's loop; only
+    flagged calls come here)."""
+    TILES: tl.constexpr = ((HIDDEN + ODD_TILE - 1) // ODD_TILE) * ((INTER + ODD_TILE - 1) //
+                                                                    ODD_TILE)
+    ranks, taken = _ranks_and_taken(OFFSETS, i, tl.arange(0, 8), experts, tokens_sum, TMA_LEFT)
+    for start in range(0, taken * TILES, tl.num_programs(0)):
+        position = start + tl.program_id(0)
+        if position < taken * TILES:
+            _wgrad_tile(A, B, A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum, position % TILES,
+                        _expert_at_rank(ranks, i, position // TILES), experts, HIDDEN, INTER,
+                        True, True, True, DISCRETE, ACCUMULATE, DOT_FP32, OUT_DTYPE, False,
+                        False, False, False, EXPERTS_POW2, ODD_TILE, ODD_TILE, 16, 1, 8)
 
 
 @triton.jit
@@ -568,8 +590,8 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
                   ACCUMULATE: tl.constexpr, DOT_FP32: tl.constexpr, OUT_DTYPE: tl.constexpr,
                   K_ALIGNED: tl.constexpr, RAGGED_ALIGNED: tl.constexpr,
                   RAGGED_PREFETCH: tl.constexpr, RAGGED_ROWS: tl.constexpr,
-                  SKIP_TMA_TAKEN: tl.constexpr, TMA_TOOK_ODD: tl.constexpr,
-                  PDL: tl.constexpr, EXPERTS_POW2: tl.constexpr,
+                  SKIP_TMA_TAKEN: tl.constexpr, PDL: tl.constexpr,
+                  EXPERTS_POW2: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
     """Program (tile, expert) computes that tile. SKIP_TMA_TAKEN: after Hopper's ragged TMA
@@ -586,9 +608,8 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
         TILES: tl.constexpr = ((HIDDEN + BLOCK_M - 1) // BLOCK_M) * ((INTER + BLOCK_N - 1) //
                                                                       BLOCK_N)
         idx = tl.arange(0, EXPERTS_POW2)
-        odd_taken = _tma_took_odd(OFFSETS, experts, tokens_sum, TMA_TOOK_ODD, EXPERTS_POW2)
         ranks, taken = _ranks_and_taken(OFFSETS, idx, tl.arange(0, 8), experts, tokens_sum,
-                                        TMA_LEFT, odd_taken)
+                                        TMA_LEFT)
         if (taken > 0) | (tl.program_id(0) == 0):
             wait_for_prior_kernel(PDL)
         for round_ in range(0, tl.cdiv(taken * TILES, tl.num_programs(0))):
@@ -860,7 +881,13 @@ def _grid_and_outputs(cfg: GemmConfig, hidden: int, inter: int, a, offsets, out,
     if experts == 0:
         return None
     grid = (cdiv(hidden, cfg.block_m) * cdiv(inter, cfg.block_n), experts)
-    return (grid, a, out_ptrs) if out_ptrs is not None else (grid, out, offsets)
+    return (grid, *output_arguments(a, offsets, out, out_ptrs))
+
+
+def output_arguments(a, offsets, out, out_ptrs) -> tuple:
+    """A wgrad kernel's (OUT, OUT_PTRS): the dense output or the address table, the unused
+    argument a valid tensor."""
+    return (a, out_ptrs) if out_ptrs is not None else (out, offsets)
 
 
 @dataclass(frozen=True)
@@ -948,20 +975,28 @@ def ragged_padded_views(scratch: torch.Tensor, tokens_sum: int, experts: int, hi
             scratch[b_start:b_start + inter * slots * 2].view(torch.bfloat16))
 
 
-def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, offsets, *, hidden: int,
-                         inter: int) -> None:
+def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, offsets, out, out_ptrs,
+                         out_dtype, errors, *, hidden: int, inter: int,
+                         accumulate: bool) -> None:
     """The ragged blocks of a (hidden, T) and b (intermediate, T) whose counts are off
     multiples of 8 copied into a_pad and b_pad (``ragged_padded_views``) with rows padded to
-    PAD_TOKENS, when every expert's bounds are valid; a persistent grid of at most
-    ``programs_per_sm`` programs an SM."""
+    PAD_TOKENS, when every expert's bounds are valid; otherwise the valid ones among those
+    experts computed into the output (``out``, ``out_ptrs``, ``out_dtype``, ``errors`` and
+    ``accumulate`` as ``launch_wgrad`` takes them), which Hopper's ragged TMA kernel then
+    leaves. A persistent grid of at most ``programs_per_sm`` programs an SM."""
     tokens_sum, experts = a.shape[1], offsets.shape[0]
+    if experts == 0:
+        return
+    out_arg, ptrs_arg = output_arguments(a, offsets, out, out_ptrs)
     tiles = cdiv(hidden, cfg.block_r) + cdiv(inter, cfg.block_r)
     items = (cdiv(tokens_sum, cfg.block_t) + 2 * experts) * tiles
     programs = persistent_grid(items, sm_count(a.device) * cfg.programs_per_sm)
-    launch(_ragged_padded_kernel, (programs,), a, b, a_pad, b_pad, offsets, tokens_sum,
-           experts, HIDDEN=hidden, INTER=inter, EXPERTS_POW2=experts_vector(experts),
-           BLOCK_R=cfg.block_r, BLOCK_T=cfg.block_t, PDL=use_pdl(a), ALIGNED=cfg.aligned_loads,
-           STAGES=cfg.stages, num_warps=cfg.num_warps)
+    launch(_ragged_padded_kernel, (programs,), a, b, a_pad, b_pad, offsets, out_arg, ptrs_arg,
+           errors, tokens_sum, experts, HIDDEN=hidden, INTER=inter,
+           EXPERTS_POW2=experts_vector(experts), BLOCK_R=cfg.block_r, BLOCK_T=cfg.block_t,
+           PDL=use_pdl(a), ALIGNED=cfg.aligned_loads, STAGES=cfg.stages,
+           DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
+           OUT_DTYPE=TL_DTYPES[out_dtype], DOT_FP32=not a.is_cuda, num_warps=cfg.num_warps)
 
 
 def experts_vector(experts: int) -> int:
@@ -988,7 +1023,7 @@ def launch_ragged_rows(cfg: RowsConfig, a, b, a_rows, b_rows, offsets, *, hidden
 def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, errors, *,
                  hidden: int, inter: int, a_k_major: bool, b_k_major: bool, ragged: bool,
                  accumulate: bool, dot_fp32: bool, rows=None,
-                 skip_tma_taken: bool = False, tma_took_odd: bool = False) -> None:
+                 skip_tma_taken: bool = False) -> None:
     """out: the dense output; with ``out_ptrs`` (discrete) the addresses are read from it;
     ``errors``: the device's error flags (graphrt.device_checks.error_flags). ``rows``
     (ragged): a uint8 scratch of ``ragged_rows_bytes`` into which the experts whose blocks are
@@ -997,13 +1032,10 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
     experts that Hopper's ragged TMA kernel takes (``_tma_takes``: counts in multiples of 8,
     and invalid bounds) are left alone, the others taken by a persistent grid of one program
     an SM, as a programmatic dependent launch where ``use_pdl`` allows (it starts while the
-    kernel before it drains).
-    ``tma_took_odd``: that kernel read the padded copy (``launch_ragged_padded``) of the
-    experts off multiples of 8 tokens, so it took every expert when the offsets are in order."""
+    kernel before it drains). (Where that kernel reads the padded copy, ``launch_ragged_padded``
+    takes the others and this launch is not needed.)"""
     if skip_tma_taken and not ragged:
         raise ValueError("skip_tma_taken: only ragged calls share their experts with a TMA kernel")
-    if tma_took_odd and not skip_tma_taken:
-        raise ValueError("tma_took_odd: only with skip_tma_taken")
     launch_args = _grid_and_outputs(cfg, hidden, inter, a, offsets, out, out_ptrs)
     if launch_args is None:
         return
@@ -1032,8 +1064,7 @@ def launch_wgrad(cfg: GemmConfig, a, b, offsets, out, out_ptrs, out_dtype, error
         RAGGED_ALIGNED=ragged and aligned_bases,
         # with the rows, two-byte loads remain only for out-of-order offsets
         RAGGED_PREFETCH=ragged and cfg.ragged_prefetch and rows is None,
-        RAGGED_ROWS=ragged and rows is not None, SKIP_TMA_TAKEN=skip_tma_taken,
-        TMA_TOOK_ODD=tma_took_odd, PDL=pdl,
+        RAGGED_ROWS=ragged and rows is not None, SKIP_TMA_TAKEN=skip_tma_taken, PDL=pdl,
         EXPERTS_POW2=experts_pow2,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, launch_pdl=pdl,
@@ -1078,7 +1109,7 @@ def compile_cases() -> list[CompileCase]:
                 OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", experts="i32",
                 HIDDEN=c, INTER=c, A_K_MAJOR=c, B_K_MAJOR=c, RAGGED=c, DISCRETE=c, ACCUMULATE=c,
                 DOT_FP32=c, OUT_DTYPE=c, K_ALIGNED=c, RAGGED_ALIGNED=c, RAGGED_PREFETCH=c,
-                RAGGED_ROWS=c, SKIP_TMA_TAKEN=c, TMA_TOOK_ODD=c, PDL=c,
+                RAGGED_ROWS=c, SKIP_TMA_TAKEN=c, PDL=c,
                 EXPERTS_POW2=c,
                 BLOCK_M=c, BLOCK_N=c, BLOCK_K=c, NUM_STAGES=c, GROUP_M=c)
     plan_cfg = gemm_config(False)
@@ -1091,7 +1122,7 @@ def compile_cases() -> list[CompileCase]:
                    DISCRETE=discrete, ACCUMULATE=acc, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
                    K_ALIGNED=aligned and not ragged, RAGGED_ALIGNED=aligned and ragged,
                    RAGGED_PREFETCH=prefetch, RAGGED_ROWS=rows, SKIP_TMA_TAKEN=skip,
-                   TMA_TOOK_ODD=False, PDL=skip, EXPERTS_POW2=8, BLOCK_M=128,
+                   PDL=skip, EXPERTS_POW2=8, BLOCK_M=128,
                    BLOCK_N=plan_cfg.block_n if prefetch or rows else 128, BLOCK_K=64,
                    NUM_STAGES=3, GROUP_M=8), num_warps=8)
         for a_k, b_k, ragged, discrete, acc, aligned, prefetch, rows, skip in (
@@ -1107,15 +1138,6 @@ def compile_cases() -> list[CompileCase]:
                 (True, True, True, False, False, True, False, True, False),
                 (True, True, True, False, False, True, False, True, True))]
     cases.append(CompileCase(
-        "wgrad ragged: the share of Hopper's TMA kernel reading the padded copy skipped",
-        _wgrad_kernel, bf16,
-        dict(HIDDEN=hidden, INTER=inter, A_K_MAJOR=True, B_K_MAJOR=True, RAGGED=True,
-             DISCRETE=False, ACCUMULATE=False, DOT_FP32=False, OUT_DTYPE=tl.bfloat16,
-             K_ALIGNED=False, RAGGED_ALIGNED=True, RAGGED_PREFETCH=True, RAGGED_ROWS=False,
-             SKIP_TMA_TAKEN=True, TMA_TOOK_ODD=True, PDL=True,
-             EXPERTS_POW2=8, BLOCK_M=128, BLOCK_N=plan_cfg.block_n, BLOCK_K=64, NUM_STAGES=3,
-             GROUP_M=8), num_warps=8))
-    cases.append(CompileCase(
         "wgrad ragged blocks to rows", _ragged_rows_kernel,
         dict(A="*bf16", B="*bf16", A_ROWS="*bf16", B_ROWS="*bf16", OFFSETS="*i32",
              tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, SKIP_ALIGNED=c,
@@ -1128,10 +1150,13 @@ def compile_cases() -> list[CompileCase]:
             "wgrad ragged blocks padded to 64 tokens"
             + (f", aligned loads, {stages} stages" if aligned else ""), _ragged_padded_kernel,
             dict(A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32",
-                 tokens_sum="i32", experts="i32", HIDDEN=c, INTER=c, EXPERTS_POW2=c, BLOCK_R=c,
-                 BLOCK_T=c, PDL=c, ALIGNED=c, STAGES=c),
+                 OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", experts="i32",
+                 HIDDEN=c, INTER=c, EXPERTS_POW2=c, BLOCK_R=c, BLOCK_T=c, PDL=c, ALIGNED=c,
+                 STAGES=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, DOT_FP32=c),
             dict(HIDDEN=hidden, INTER=inter, EXPERTS_POW2=8, BLOCK_R=PADDED_CONFIG.block_r,
-                 BLOCK_T=PADDED_CONFIG.block_t, PDL=True, ALIGNED=aligned, STAGES=stages),
+                 BLOCK_T=PADDED_CONFIG.block_t, PDL=True, ALIGNED=aligned, STAGES=stages,
+                 DISCRETE=stages == 3, ACCUMULATE=stages == 3, OUT_DTYPE=tl.bfloat16,
+                 DOT_FP32=False),
             num_warps=PADDED_CONFIG.num_warps))
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                ERRORS="*i32", tokens_sum="i32", sa_m="i64", sa_k="i64", sb_k="i64", sb_n="i64",

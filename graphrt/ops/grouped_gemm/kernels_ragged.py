@@ -43,7 +43,7 @@ from ...kernel_utils import (CompileCase, CONSTEXPR, launch_with_scratch, ON_TES
                              register_share, TL_DTYPES, untested_triton_case, use_pdl)
 from ...validate import sm_count
 from . import kernels as _triton_kernels
-from .kernels import experts_vector
+from .kernels import experts_vector, output_arguments
 from .kernels_gluon import (_expert_ranks, _release, _sorted_rounds, _sorted_tile_work,
                             _offsets_in_order, _stage_barriers, _store_item, _store_layout,
                             _tile_count, _tma_takes, _work, BLOCK_M, TMA_FIRST)
@@ -331,7 +331,7 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
         return
     work = _tile_count(hidden, inter, BLOCK_N.value) * experts
     sort = config.sorts(experts)
-    out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
+    out_arg, ptrs_arg = output_arguments(a, offsets, out, out_ptrs)
     a_pad, b_pad = padded if padded is not None else (a, b)
     after_copy = padded is not None and use_pdl(a)
     launch_with_scratch(_wgrad_ragged_tma_kernel, (min(work, sm_count(a.device)),), a, b,

@@ -330,16 +330,21 @@ class GroupedGemmWgrad(Plan):
             padded = None
             if tma is not None:   # the experts kernels._tma_takes gives it
                 if scratch is not None and tma.RAGGED_TMA_CONFIG.padded_odd:
-                    # and the others, from their copy with rows padded to 64 tokens
+                    # and the others, from their copy with rows padded to 64 tokens (with the
+                    # offsets out of order, the copy's kernel computes them itself)
                     from .kernels import launch_ragged_padded, PADDED_CONFIG, ragged_padded_views
                     padded = ragged_padded_views(scratch, tokens_sum, self.experts, self.hidden,
                                                  self.inter)
-                    launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets,
-                                         hidden=self.hidden, inter=self.inter)
+                    launch_ragged_padded(PADDED_CONFIG, a, b, *padded, offsets, wgrad,
+                                         wgrad_ptrs if discrete else None, out_dtype, errors,
+                                         hidden=self.hidden, inter=self.inter,
+                                         accumulate=accumulate)
                 tma.launch_wgrad_ragged_tma(
                     a, b, offsets, wgrad, wgrad_ptrs if discrete else None, out_dtype, errors,
                     hidden=self.hidden, inter=self.inter, accumulate=accumulate,
                     config=tma.RAGGED_TMA_CONFIG, padded=padded)
+                if padded is not None:
+                    return
             if self.fp8:
                 launch_wgrad_fp8(self.config, a, b, a_scale, b_scale, offsets, wgrad,
                                  wgrad_ptrs if discrete else None, out_dtype, errors,
@@ -350,8 +355,8 @@ class GroupedGemmWgrad(Plan):
                          out_dtype, errors, hidden=self.hidden, inter=self.inter,
                          a_k_major=c.spec("a").layout == "k", b_k_major=c.spec("b").layout == "k",
                          ragged=c.flag("input_order") == "tensor_ragged", accumulate=accumulate,
-                         dot_fp32=self.interpreted, rows=scratch if padded is None else None,
-                         skip_tma_taken=tma is not None, tma_took_odd=padded is not None)
+                         dot_fp32=self.interpreted, rows=scratch,
+                         skip_tma_taken=tma is not None)
 
     def _run_mx_values(self, a, b, a_scale, b_scale, offsets, wgrad, wgrad_ptrs, out_dtype,
                        errors, accumulate, scratch) -> bool:

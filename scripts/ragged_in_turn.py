@@ -1,0 +1,57 @@
+"""Ragged wgrad against the other layouts and against itself at odd counts, at the benchmark
+cases: every layout timed in turn at counts in multiples of 256 (``layouts_in_turn``: each
+layout's median over the rounds, the ragged plan's fraction of the fastest), then the ragged
+plan at odd counts and at those counts in turn (the odd / x256 ratio). The counts are
+``graphrt bench wgrad``'s. Run it on two trees in turn to compare them on one GPU.
+
+    python scripts/ragged_in_turn.py
+"""
+import itertools
+
+import torch
+
+from graphrt.bench.timing import rotating, stream_time_us
+from graphrt.bench.wgrad import (_operands, call_workspace, CASES, layouts_in_turn, odd_counts,
+                                  random_counts)
+from graphrt.ops import GroupedGemmWgrad
+
+
+def ragged_odd_and_x256(experts, hidden, inter, tokens, aligned, odd, rounds=5):
+    """The ragged plan's median time at ``odd`` and at ``aligned`` counts, timed in turn."""
+    sets = [_operands(tokens, hidden, inter, "k", "k") for _ in range(2)]
+    out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+    runs = {}
+    for name, counts in (("odd", odd), ("x256", aligned)):
+        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
+                               device="cuda")
+        plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets,
+                                input_order="tensor_ragged").compile()
+        ws = call_workspace(plan, tokens)
+        runs[name] = rotating(lambda a, b, plan=plan, ws=ws, offsets=offsets: plan.execute(
+            a, b, offsets, wgrad=out, workspace=ws), sets)
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, f in runs.items():
+            times[name].append(stream_time_us(f))
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def main():
+    gen = torch.Generator().manual_seed(0)
+    for experts, hidden, inter, tokens in CASES:
+        aligned = random_counts(experts, tokens, gen)
+        odd = odd_counts(aligned, gen)
+        layouts = layouts_in_turn(experts, hidden, inter, tokens, aligned)
+        fastest = min(layouts.values())
+        cells = ", ".join(f"{'/'.join(k)} {us:.1f}" for k, us in layouts.items())
+        ragged = layouts["k", "k", "tensor_ragged"]
+        print(f"E{experts} {hidden}x{inter} T{tokens} x256, us: {cells}; ragged "
+              f"{fastest / ragged:.3f} of the fastest", flush=True)
+        both = ragged_odd_and_x256(experts, hidden, inter, tokens, aligned, odd)
+        print(f"E{experts} {hidden}x{inter} T{tokens} ragged: odd {both['odd']:.1f} us, x256 "
+              f"{both['x256']:.1f} us, odd / x256 {both['odd'] / both['x256']:.3f}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
