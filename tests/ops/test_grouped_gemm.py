@@ -762,12 +762,11 @@ def test_gpu_ragged_padded_copy_alone(seed, cfg):
 def test_gpu_ragged_padded_copy_out_of_order(seed, accumulate):
     """With an expert's end below its begin the copy's kernel copies nothing and computes the
     valid experts off multiples of 8 itself, into a poisoned output or accumulated into
-    random values, and flags the call; the others are left alone."""
+    random values; the others are left alone (the invalid one to the TMA kernel, which
+    flags it)."""
     from graphrt.ops.grouped_gemm.kernels import PADDED_CONFIG
     _check_padded_copy([1501, 2049, 0, 1, 1024, 1733, 7, 1875], 264, 136, "cuda",
                        PADDED_CONFIG, decreasing_at=4, accumulate=accumulate)
-    with pytest.raises(graphrt.DeviceCheckError):
-        graphrt.check_errors("cuda")
 
 
 @pytest.mark.gpu
