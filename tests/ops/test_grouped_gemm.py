@@ -284,7 +284,7 @@ def test_ragged_padded_copy_interpreted(decreasing_at, aligned_loads):
     (expert, row tile, token tile) items; odd, aligned, empty and single-token experts, partial
     tiles at both widths, the last expert odd (the aligned loads' last word ends the buffer);
     out-of-order offsets copy nothing, and the valid odd experts are computed instead (72
-    rows: two 64-row output tiles an expert, over the 2 programs), accumulated with the
+    rows: three 32-row output tiles an expert, over the 2 programs), accumulated with the
     8-byte word copy."""
     from graphrt.ops.grouped_gemm.kernels import PaddedConfig
     torch.manual_seed(8)

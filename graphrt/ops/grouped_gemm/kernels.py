@@ -33,8 +33,10 @@ EVERY_EXPERT, TMA_FIRST, TMA_LEFT = tl.constexpr(0), tl.constexpr(1), tl.constex
 # the padded copy's rows and slots: multiples of 64 tokens (128 bytes), so that every TMA box
 # of it starts on a 128-byte line (boxes 16 bytes off one were 1.35-1.51x slower, 2026-12-03)
 PAD_TOKENS = tl.constexpr(64)
-# the output tile of the experts _ragged_padded_kernel computes (out-of-order offsets)
-ODD_TILE = tl.constexpr(64)
+# the output tile of the experts _ragged_padded_kernel computes (out-of-order offsets): at 64
+# its registers cost that kernel's copy loop 9% more time on an H100 (docs/perf/wgrad.md,
+# 2026-12-06)
+ODD_TILE = tl.constexpr(32)
 
 
 @dataclass(frozen=True)
@@ -419,8 +421,7 @@ def _ragged_padded_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS, to
                           EXPERTS_POW2: tl.constexpr, BLOCK_R: tl.constexpr,
                           BLOCK_T: tl.constexpr, PDL: tl.constexpr, ALIGNED: tl.constexpr,
                           STAGES: tl.constexpr, DISCRETE: tl.constexpr,
-                          ACCUMULATE: tl.constexpr, OUT_DTYPE: tl.constexpr,
-                          DOT_FP32: tl.constexpr):
+                          ACCUMULATE: tl.constexpr, OUT_DTYPE: tl.constexpr):
     """What Hopper's ragged TMA kernel needs done for the experts whose counts are off
     multiples of 8, whose rows it cannot read. When every expert's bounds are valid
     (``_offsets_in_order``) their ragged blocks are copied with rows padded to PAD_TOKENS:
@@ -462,30 +463,39 @@ def _ragged_padded_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS, to
                 _tile_padded(B + INTER * begin, B_PAD + INTER * slot, (col - TILES_A) * BLOCK_R,
                              tile_t * BLOCK_T, count, INTER, BLOCK_R, BLOCK_T)
     if in_order == 0:
-        _odd_experts_computed(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum, experts, i,
-                              HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, DOT_FP32,
-                              EXPERTS_POW2)
+        _odd_experts_computed(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum, experts,
+                              HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
 
 
 @triton.jit
-def _odd_experts_computed(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum, experts, i,
+def _odd_experts_computed(A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum, experts,
                           HIDDEN: tl.constexpr, INTER: tl.constexpr, DISCRETE: tl.constexpr,
-                          ACCUMULATE: tl.constexpr, OUT_DTYPE: tl.constexpr,
-                          DOT_FP32: tl.constexpr, EXPERTS_POW2: tl.constexpr):
+                          ACCUMULATE: tl.constexpr, OUT_DTYPE: tl.constexpr):
     """The wgrad of the valid experts the ragged TMA kernel leaves (``_tma_takes``) when the
-    offsets are out of order: 64 x 64 tiles over the program's share, two-byte loads, 16
-    tokens a step (few registers and no shared-memory stages beside the copy's loop; only
-    flagged calls come here)."""
+    offsets are out of order: every expert's ODD_TILE x ODD_TILE tiles dealt over the
+    programs, those of the others skipped; one token at a time, an outer product of two-byte
+    loads added in FP32. Only flagged calls come here; a tensor-core product here, or larger
+    tiles, cost the copy's loop its speed."""
     TILES: tl.constexpr = ((HIDDEN + ODD_TILE - 1) // ODD_TILE) * ((INTER + ODD_TILE - 1) //
                                                                     ODD_TILE)
-    ranks, taken = _ranks_and_taken(OFFSETS, i, tl.arange(0, 8), experts, tokens_sum, TMA_LEFT)
-    for start in range(0, taken * TILES, tl.num_programs(0)):
-        position = start + tl.program_id(0)
-        if position < taken * TILES:
-            _wgrad_tile(A, B, A, B, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_sum, position % TILES,
-                        _expert_at_rank(ranks, i, position // TILES), experts, HIDDEN, INTER,
-                        True, True, True, DISCRETE, ACCUMULATE, DOT_FP32, OUT_DTYPE, False,
-                        False, False, False, EXPERTS_POW2, ODD_TILE, ODD_TILE, 16, 1, 8)
+    for start in range(0, experts * TILES, tl.num_programs(0)):
+        position = start + tl.program_id(0)   # a tensor in the interpreter too
+        if position < experts * TILES:
+            tile = position % TILES
+            expert = position // TILES
+            begin, count = _expert_tokens(OFFSETS, ERRORS, expert, experts, False, tokens_sum)
+            if _tma_takes(count) == 0:
+                m, n = _tile_rows_cols(tile, HIDDEN, INTER, ODD_TILE, ODD_TILE, 8)
+                # its blocks: A_e (HIDDEN, count), B_e (INTER, count), tokens unit-stride
+                a_rows = A + HIDDEN * begin + m.to(tl.int64) * count
+                b_rows = B + INTER * begin + n.to(tl.int64) * count
+                acc = tl.zeros([ODD_TILE, ODD_TILE], dtype=tl.float32)
+                for k in range(0, count):
+                    a = tl.load(a_rows + k, mask=m < HIDDEN, other=0.0).to(tl.float32)
+                    b = tl.load(b_rows + k, mask=n < INTER, other=0.0).to(tl.float32)
+                    acc += a[:, None] * b[None, :]
+                _store_tile(acc, OUT, OUT_PTRS, expert, m, n, HIDDEN, INTER, DISCRETE,
+                            ACCUMULATE, OUT_DTYPE)
 
 
 @triton.jit
@@ -996,7 +1006,7 @@ def launch_ragged_padded(cfg: PaddedConfig, a, b, a_pad, b_pad, offsets, out, ou
            EXPERTS_POW2=experts_vector(experts), BLOCK_R=cfg.block_r, BLOCK_T=cfg.block_t,
            PDL=use_pdl(a), ALIGNED=cfg.aligned_loads, STAGES=cfg.stages,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
-           OUT_DTYPE=TL_DTYPES[out_dtype], DOT_FP32=not a.is_cuda, num_warps=cfg.num_warps)
+           OUT_DTYPE=TL_DTYPES[out_dtype], num_warps=cfg.num_warps)
 
 
 def experts_vector(experts: int) -> int:
@@ -1152,11 +1162,10 @@ def compile_cases() -> list[CompileCase]:
             dict(A="*bf16", B="*bf16", A_PAD="*bf16", B_PAD="*bf16", OFFSETS="*i32",
                  OUT="*bf16", OUT_PTRS="*i64", ERRORS="*i32", tokens_sum="i32", experts="i32",
                  HIDDEN=c, INTER=c, EXPERTS_POW2=c, BLOCK_R=c, BLOCK_T=c, PDL=c, ALIGNED=c,
-                 STAGES=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, DOT_FP32=c),
+                 STAGES=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c),
             dict(HIDDEN=hidden, INTER=inter, EXPERTS_POW2=8, BLOCK_R=PADDED_CONFIG.block_r,
                  BLOCK_T=PADDED_CONFIG.block_t, PDL=True, ALIGNED=aligned, STAGES=stages,
-                 DISCRETE=stages == 3, ACCUMULATE=stages == 3, OUT_DTYPE=tl.bfloat16,
-                 DOT_FP32=False),
+                 DISCRETE=stages == 3, ACCUMULATE=stages == 3, OUT_DTYPE=tl.bfloat16),
             num_warps=PADDED_CONFIG.num_warps))
     fp8 = dict(A="*fp8e4nv", B="*fp8e4nv", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
                ERRORS="*i32", tokens_sum="i32", sa_m="i64", sa_k="i64", sb_k="i64", sb_n="i64",
