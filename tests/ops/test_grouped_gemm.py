@@ -226,12 +226,13 @@ def _check_rows_copy(counts, hidden, inter, device, cfg, decreasing_at=None):
 
 
 def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None,
-                       accumulate=False):
+                       accumulate=False, discrete=False):
     """_ragged_padded_kernel alone into a poisoned workspace: each expert off multiples of 8
     tokens has its blocks at its slot (begin rounded down to 64, plus 64 e tokens) with rows
     padded to 64 tokens, bit for bit, zeros past its count, the blocks disjoint; the others'
     slots stay poisoned, and with out-of-order offsets everything does. The FP32 output
-    (poisoned, or random values to accumulate into) is left alone with the offsets in order;
+    (poisoned, or random values to accumulate into; dense, or its experts' addresses passed
+    as a discrete output's) is left alone with the offsets in order;
     out of order, the valid experts off multiples of 8 are computed there (accumulated) and
     the others left alone."""
     from graphrt.device_checks import error_flags
@@ -247,7 +248,9 @@ def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None,
     w = (torch.randn(experts, hidden, inter, device=device) if accumulate else
          torch.full((experts, hidden, inter), float("nan"), device=device))
     before = w.clone()
-    launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, w, None, torch.float32,
+    ptrs = (torch.tensor([w[e].data_ptr() for e in range(experts)], dtype=torch.int64,
+                         device=device) if discrete else None)
+    launch_ragged_padded(cfg, a, b, a_pad, b_pad, offsets, w, ptrs, torch.float32,
                          error_flags(a.device), hidden=hidden, inter=inter,
                          accumulate=accumulate)
     ref = grouped_gemm_wgrad_reference(a, b, offsets, input_order="tensor_ragged",
@@ -284,13 +287,13 @@ def test_ragged_padded_copy_interpreted(decreasing_at, aligned_loads):
     (expert, row tile, token tile) items; odd, aligned, empty and single-token experts, partial
     tiles at both widths, the last expert odd (the aligned loads' last word ends the buffer);
     out-of-order offsets copy nothing, and the valid odd experts are computed instead (72
-    rows: three 32-row output tiles an expert, over the 2 programs), accumulated with the
-    8-byte word copy."""
+    rows: three 32-row output tiles an expert, over the 2 programs): into a discrete output
+    with the two-byte copy, accumulated into a dense one with the 8-byte word copy."""
     from graphrt.ops.grouped_gemm.kernels import PaddedConfig
     torch.manual_seed(8)
     _check_padded_copy([16, 0, 5, 33, 17, 1, 8, 3, 63, 65, 127, 1], 72, 24, "cpu",
                        PaddedConfig(8, 16, 4, 1, aligned_loads=aligned_loads, stages=2),
-                       decreasing_at, accumulate=aligned_loads)
+                       decreasing_at, accumulate=aligned_loads, discrete=not aligned_loads)
 
 
 @needs_interpreter
