@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|optests|ptests|sanitize|memcheck|sweep|sweep_mhc|
-#                                          sweep_wgrad|bench|mhc|lmsd|
+#                                          sweep_wgrad|ragged_in_turn|bench|mhc|lmsd|
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|demo ...]
 # optests runs the GPU tests under $TEST_PATHS (files; $TEST_K: a -k expression, spaces and all);
@@ -49,6 +49,7 @@ for step in $steps; do
       echo "memcheck rc=$?: $(grep -E 'ERROR SUMMARY|sanitize run done' "$OUT/memcheck.log" | tr '\n' ' ')" ;;
     sweep) python3 scripts/sweep_rmsnorm.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep.log" ;;
     sweep_wgrad) python3 scripts/sweep_wgrad.py ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep_wgrad.log" ;;
+    ragged_in_turn) python3 scripts/ragged_in_turn.py 2>&1 | tee "$OUT/ragged_in_turn.log" ;;
     sweep_mhc) python3 scripts/sweep_mhc.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep_mhc.log" ;;
     ptests)   # the ';'-separated groups of test paths in $TEST_GROUPS, in parallel processes
       IFS=';' read -ra groups <<< "${TEST_GROUPS:-tests}"
