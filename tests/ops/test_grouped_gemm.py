@@ -232,9 +232,8 @@ def _check_padded_copy(counts, hidden, inter, device, cfg, decreasing_at=None,
     padded to 64 tokens, bit for bit, zeros past its count, the blocks disjoint; the others'
     slots stay poisoned, and with out-of-order offsets everything does. The FP32 output
     (poisoned, or random values to accumulate into; dense, or its experts' addresses passed
-    as a discrete output's) is left alone with the offsets in order;
-    out of order, the valid experts off multiples of 8 are computed there (accumulated) and
-    the others left alone."""
+    as a discrete output's) is left alone with the offsets in order; out of order, the valid
+    experts off multiples of 8 are computed there (accumulated) and the others left alone."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm.kernels import (launch_ragged_padded, ragged_padded_bytes,
                                                   ragged_padded_views)
