@@ -605,9 +605,8 @@ def _wgrad_kernel(A, B, A_ROWS, B_ROWS, OFFSETS, OUT, OUT_PTRS, ERRORS, tokens_s
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   NUM_STAGES: tl.constexpr, GROUP_M: tl.constexpr):
     """Program (tile, expert) computes that tile. SKIP_TMA_TAKEN: after Hopper's ragged TMA
-    kernel (kernels_ragged.py), the experts it takes are left alone (TMA_TOOK_ODD: it read the
-    padded copy of those off multiples of 8 tokens, so it took every expert when the offsets
-    are in order), and a grid of one program an SM walks the items of the others, sorted by
+    kernel (kernels_ragged.py) without the padded copy, the experts it takes are left alone,
+    and a grid of one program an SM walks the items of the others, sorted by
     count, largest first, the programs' order reversed every round (1-10% faster than one
     program per tile at odd counts on the H200, docs/perf/wgrad.md). PDL: launched as a
     programmatic dependent launch right after that kernel or the rows copy; the offsets
