@@ -10,9 +10,9 @@ import itertools
 
 import torch
 
-from graphrt.bench.timing import rotating, stream_time_us
-from graphrt.bench.wgrad import (_operands, call_workspace, CASES, layouts_in_turn, odd_counts,
-                                  random_counts)
+from graphrt.bench.timing import rotating
+from graphrt.bench.wgrad import (_operands, call_workspace, CASES, layouts_in_turn,
+                                  medians_in_turn, odd_counts, random_counts)
 from graphrt.ops import GroupedGemmWgrad
 
 
@@ -29,11 +29,7 @@ def ragged_odd_and_x256(experts, hidden, inter, tokens, aligned, odd, rounds=5):
         ws = call_workspace(plan, tokens)
         runs[name] = rotating(lambda a, b, plan=plan, ws=ws, offsets=offsets: plan.execute(
             a, b, offsets, wgrad=out, workspace=ws), sets)
-    times = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, f in runs.items():
-            times[name].append(stream_time_us(f))
-    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+    return medians_in_turn(runs, rounds)
 
 
 def main():

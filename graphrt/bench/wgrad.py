@@ -128,11 +128,17 @@ def layouts_in_turn(experts: int, hidden: int, inter: int, tokens: int, counts: 
         runs[a_major, b_major, order] = rotating(
             lambda a, b, plan=plan, ws=ws: plan.execute(a, b, offsets, wgrad=out, workspace=ws),
             sets)
-    times = {layout: [] for layout in runs}
+    return medians_in_turn(runs, rounds)
+
+
+def medians_in_turn(runs: dict, rounds: int = 5) -> dict:
+    """Each run's median ``stream_time_us`` over ``rounds`` rounds, the runs timed in turn
+    within each round."""
+    times = {name: [] for name in runs}
     for _ in range(rounds):
-        for layout, f in runs.items():
-            times[layout].append(stream_time_us(f))
-    return {layout: sorted(t)[len(t) // 2] for layout, t in times.items()}
+        for name, f in runs.items():
+            times[name].append(stream_time_us(f))
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
 def run(progress=print) -> list[dict]:
