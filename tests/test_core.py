@@ -182,6 +182,41 @@ def test_arena_lent_regions_are_given_back_by_their_caller_unless_a_capture_hold
     assert arena.stats()["live_regions"] == 0
 
 
+def test_arena_hold_released_by_the_garbage_collector_inside_a_take():
+    """A fragment's finalizer gives its hold back; the garbage collector may run it on a thread
+    that is inside the arena's lock, between finding a gap and filling it. The regions then go
+    back at the next take: the take neither hangs nor fills a gap that moved under it (which
+    later let a region overlap a live one)."""
+    arena = WorkspaceArena(1 << 16, "cpu")
+    a = arena.lend(256, None)[1]                       # [0, 256)
+    with arena.hold() as hold:
+        arena.lend(256, None)                          # [256, 512), the hold's
+    filler = arena.lend(512, None)[1]                  # [512, 1024)
+    b = arena.lend(256, None)[1]                       # [1024, 1280)
+    arena.give_back(filler)
+    active_hold = arena._active_hold
+
+    def collector_runs_the_finalizer():   # as fragment.py's finalizer does
+        arena._active_hold = active_hold
+        hold.release(from_finalizer=True)
+        return active_hold()
+    arena._active_hold = collector_runs_the_finalizer
+    taken = []
+    worker = threading.Thread(target=lambda: taken.append(arena.lend(256, None)))
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "a finalizer inside the arena's lock hung the take"
+    address, n = taken[0]
+    assert (n.start, n.end) == (512, 768) and arena.stats()["live_regions"] == 3   # hold's gone
+    m = arena.lend(600, None)[1]                       # the hold's bytes, free again, too few
+    live = [a, n, b, m]
+    assert all(x.end <= y.start or y.end <= x.start for x in live for y in live if x is not y)
+    assert [r.start for r in arena._regions] == sorted(r.start for r in arena._regions)
+    for region in live:
+        arena.give_back(region)
+    assert arena.stats()["live_regions"] == 0
+
+
 def test_arena_nested_scopes_release_their_own_regions():
     """An inner scope that took nothing closes itself, not the outer one (both lists are
     empty and equal then): the outer scope's later region is released when it closes."""

@@ -72,15 +72,20 @@ class ArenaHold:
     def nbytes(self) -> int:
         return sum(r.end - r.start for r in self.regions)
 
-    def release(self, last_stream=None) -> None:
+    def release(self, last_stream=None, *, from_finalizer: bool = False) -> None:
         """Give the regions back; ``last_stream`` is where their last user ran (a graph's
-        replays), so that a later taker on another stream waits for it."""
+        replays), so that a later taker on another stream waits for it. ``from_finalizer``:
+        called by the garbage collector, which may run anywhere, inside the arena's lock too,
+        so the regions may go back at the arena's next take instead."""
         if not self.released:
             self.released = True
             if last_stream is not None:
                 for r in self.regions:
                     r.stream = last_stream
-            self.arena._release(self.regions)
+            if from_finalizer:
+                self.arena._release_soon(self.regions)
+            else:
+                self.arena._release(self.regions)
             self.regions = []
 
 
@@ -113,13 +118,14 @@ class WorkspaceArena:
         self._buffer = torch.empty(self.capacity + ALIGNMENT, dtype=torch.uint8, device=self.device)
         self._base = align_up(self._buffer.data_ptr()) - self._buffer.data_ptr()
         self._address = self._buffer.data_ptr() + self._base   # offset 0's address
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()   # never taken twice by one thread
         self._regions: list[_Region] = []   # live regions in address order; the last is the top
         self._last_use: list[tuple[int, int, object]] = []
         self._holds: list[ArenaHold] = []
         # regions taken while a stream captures with no hold open (a plain torch.cuda.graph
         # around graphrt calls): the graph may replay any time, so they are never given back
         self._pinned = ArenaHold(self)
+        self._deferred: list = []   # region lists given back by finalizers, for the next take
         self._local = threading.local()     # .scopes: this thread's open scopes, innermost last
         self._high_water = 0
         self._takes = 0
@@ -157,7 +163,8 @@ class WorkspaceArena:
     def give_back(self, region: _Region) -> None:
         """Releases a region from ``lend``, unless a hold (a capture) keeps it."""
         if region.hold is None:
-            self._release((region,))
+            with self._lock:
+                self._release_locked((region,))
 
     def _take(self, nbytes: int, stream, scoped: bool = True) -> _Region:
         """A new region (see ``take``), in this thread's innermost scope when ``scoped``."""
@@ -165,7 +172,12 @@ class WorkspaceArena:
             raise ContractError(f"nbytes: expected a size >= 0, got {nbytes}")
         scopes = self._scopes() if scoped else None
         with self._lock:
-            index, start = self._first_fit(nbytes)
+            if self._deferred:
+                self._release_deferred()
+            if self._regions:
+                index, start = self._first_fit(nbytes)
+            else:   # an idle arena: its start, as _first_fit would find
+                index, start = (0, 0) if nbytes <= self.capacity else (None, 0)
             if index is None:
                 live = sum(r.end - r.start for r in self._regions)
                 raise ArenaExhausted(
@@ -174,7 +186,8 @@ class WorkspaceArena:
                     f"regions up to {self._top}, high water {self._high_water}); make a Runtime "
                     f"with a larger arena_bytes")
             end = start + nbytes
-            self._wait_for_other_streams(start, end, stream)
+            if self._last_use:
+                self._wait_for_other_streams(start, end, stream)
             hold = self._active_hold()
             region = _Region(start, end, stream, hold)
             self._regions.insert(index, region)
@@ -240,21 +253,41 @@ class WorkspaceArena:
                 self._holds.remove(h)
 
     def _release(self, regions: list[_Region]) -> None:
-        if not regions:
-            return
-        with self._lock:
-            for r in regions:
-                if not r.released:
-                    r.released = True
-                    self._regions.remove(r)
-                    # a later taker on another stream waits for this one (no stream: nothing
-                    # to wait for, and nothing kept)
-                    if r.stream is not None:
-                        self._last_use.append((r.start, r.end, r.stream))
+        if regions:
+            with self._lock:
+                self._release_locked(regions)
+
+    def _release_soon(self, regions: list[_Region]) -> None:
+        """``_release`` for a finalizer, which the garbage collector may run on a thread that
+        holds the lock (inside ``_take``, between finding a gap and filling it): the regions go
+        back now if the lock is free, else at the next take."""
+        self._deferred.append(regions)   # one list operation: atomic without the lock
+        if self._lock.acquire(blocking=False):
+            try:
+                self._release_deferred()
+            finally:
+                self._lock.release()
+
+    def _release_deferred(self) -> None:
+        """Under the lock: the regions that ``_release_soon`` could not give back at once."""
+        while self._deferred:
+            self._release_locked(self._deferred.pop())
+
+    def _release_locked(self, regions) -> None:
+        for r in regions:
+            if not r.released:
+                r.released = True
+                self._regions.remove(r)
+                # a later taker on another stream waits for this one (no stream: nothing to
+                # wait for, and nothing kept)
+                if r.stream is not None:
+                    self._last_use.append((r.start, r.end, r.stream))
 
     # -- reporting -----------------------------------------------------------------------------
     def stats(self) -> dict:
         with self._lock:
+            if self._deferred:
+                self._release_deferred()
             return {"device": str(self.device), "capacity": self.capacity, "in_use": self._top,
                     "high_water": self._high_water, "takes": self._takes,
                     "live_regions": sum(not r.released for r in self._regions),

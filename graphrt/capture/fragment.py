@@ -153,7 +153,7 @@ def _capture_failure(error: BaseException) -> BaseException:
 
 
 def _release_hold(hold, last_stream: list) -> None:
-    hold.release(last_stream[0])
+    hold.release(last_stream[0], from_finalizer=True)
 
 
 class Fragment:
