@@ -202,9 +202,9 @@ def test_arena_hold_released_by_the_garbage_collector_inside_a_take():
         return active_hold()
     arena._active_hold = collector_runs_the_finalizer
     taken = []
-    worker = threading.Thread(target=lambda: taken.append(arena.lend(256, None)))
+    worker = threading.Thread(target=lambda: taken.append(arena.lend(256, None)), daemon=True)
     worker.start()
-    worker.join(timeout=30)
+    worker.join(timeout=10)
     assert not worker.is_alive(), "a finalizer inside the arena's lock hung the take"
     address, n = taken[0]
     assert (n.start, n.end) == (512, 768) and arena.stats()["live_regions"] == 3   # hold's gone
