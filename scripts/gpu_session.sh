@@ -8,7 +8,9 @@
 # ptests runs the groups of $TEST_GROUPS (';' between groups) side by side;
 # sweep and sweep_mhc take $SWEEP_CASES,
 # sweep_wgrad $SWEEP_ARGS (--fp8); profile
-# runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; stalls samples where the
+# runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; sanitize checks only the
+# kernels whose names hold $SANITIZE_KERNELS, when set (all of scripts/sanitize.py still runs;
+# memcheck and racecheck over every kernel took about 4 minutes on an H100); stalls samples where the
 # warps of the kernels matching $PROFILE_KERNELS (a regex) wait, per SASS instruction.
 # With .cute/ carried alone (scripts/cute_bundle.sh; too big to travel with .whl/), the CuTe DSL
 # comes from its tarball and cachetools from the wheel the bundle script copies beside it.
@@ -41,7 +43,9 @@ for step in $steps; do
       python3 -m pytest -q -m "not gpu" tests/test_jax.py -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_jax_tests.log" | tail -5 ;;
     sanitize)
       for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool $([ $tool = memcheck ] && echo --report-api-errors no) python3 scripts/sanitize.py > "$OUT/$tool.log" 2>&1
+        compute-sanitizer --tool $tool $([ $tool = memcheck ] && echo --report-api-errors no) \
+          ${SANITIZE_KERNELS:+--kernel-name "kns=$SANITIZE_KERNELS"} \
+          python3 scripts/sanitize.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' "$OUT/$tool.log" | tr '\n' ' ')"
       done ;;
     memcheck)   # sanitize's first tool alone
