@@ -406,7 +406,7 @@ def main_padded(first: bool):
                                device="cuda")
         # the copy's output argument (computed into only with offsets out of order)
         out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
-        errors = error_flags(torch.device("cuda", 0))
+        errors = error_flags(a.device)
         ws = torch.empty(kernels.ragged_padded_bytes(tokens, experts, hidden, inter),
                          dtype=torch.uint8, device="cuda")
         a_pad, b_pad = kernels.ragged_padded_views(ws, tokens, experts, hidden, inter)

@@ -174,10 +174,7 @@ class WorkspaceArena:
         with self._lock:
             if self._deferred:
                 self._release_deferred()
-            if self._regions:
-                index, start = self._first_fit(nbytes)
-            else:   # an idle arena: its start, as _first_fit would find
-                index, start = (0, 0) if nbytes <= self.capacity else (None, 0)
+            index, start = self._first_fit(nbytes)
             if index is None:
                 live = sum(r.end - r.start for r in self._regions)
                 raise ArenaExhausted(
@@ -186,8 +183,7 @@ class WorkspaceArena:
                     f"regions up to {self._top}, high water {self._high_water}); make a Runtime "
                     f"with a larger arena_bytes")
             end = start + nbytes
-            if self._last_use:
-                self._wait_for_other_streams(start, end, stream)
+            self._wait_for_other_streams(start, end, stream)
             hold = self._active_hold()
             region = _Region(start, end, stream, hold)
             self._regions.insert(index, region)
@@ -209,6 +205,8 @@ class WorkspaceArena:
         """(index in the address-ordered live regions, aligned start) of the lowest gap that
         holds ``nbytes``, or (None, 0). Threads release in any order, so gaps open below live
         regions; a stack that only grew from the top crept up to exhaustion under 8 threads."""
+        if not self._regions:   # an idle arena, the usual eager case: no pass
+            return (0, 0) if nbytes <= self.capacity else (None, 0)
         previous_end = 0
         for index, region in enumerate(self._regions):
             start = align_up(previous_end)
@@ -219,7 +217,7 @@ class WorkspaceArena:
         return (len(self._regions), start) if start + nbytes <= self.capacity else (None, 0)
 
     def _wait_for_other_streams(self, start: int, end: int, stream) -> None:
-        if stream is None or not self._on_cuda:
+        if stream is None or not self._on_cuda or not self._last_use:
             return
         keep = []
         for (lo, hi, prior) in self._last_use:
