@@ -10,6 +10,9 @@ as rows first) against Hopper's TMA kernel;
 the E8 cases; ``--tensor2d-tma`` times every tensor2d layout, counts in multiples of 256 and
 odd, through the Triton kernel against Hopper's tensor2d TMA kernel (kernels_tensor2d.py, the
 plan's) per Tensor2dTmaConfig;
+``--layout-configs`` (``--case I``: only CASES[I]) times Hopper's tensor2d TMA kernel on every
+layout at x256 counts, each with the tiles, stages and tile orders of LAYOUT_TMA_CONFIGS, all
+in turn as fractions of the plan's config on M-N;
 ``--leftovers`` times the plan's ragged launches (padded copy, TMA kernel, Triton kernel for the
 experts the TMA kernel leaves) against the rows copy with the Triton kernel for the experts off
 multiples of 8, and the TMA kernel alone;
@@ -28,7 +31,7 @@ import torch
 
 from graphrt.bench.timing import rotating, stream_time_us
 from graphrt.bench.wgrad import (CASES, FP8_RECIPES, _fp8_operands, _operands, odd_counts,
-                                  random_counts, call_workspace)
+                                  medians_in_turn, random_counts, call_workspace)
 from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
 from graphrt.ops import GroupedGemmWgrad
@@ -63,6 +66,9 @@ RAGGED_TMA_CONFIGS = [RAGGED_TMA_CONFIG, RaggedTmaConfig(stages=3),
 TENSOR2D_TMA_CONFIGS = [tensor2d_tma.TENSOR2D_TMA_CONFIG, tensor2d_tma.Tensor2dTmaConfig(128, 6),
                         tensor2d_tma.Tensor2dTmaConfig(sorted_experts=False)]
 MANY_EXPERTS_CASES = [(128, 2048, 1024, 32768), (256, 2048, 1024, 65536)]
+LAYOUT_TMA_CONFIGS = [tensor2d_tma.TENSOR2D_TMA_CONFIG] + [
+    tensor2d_tma.Tensor2dTmaConfig(block_n=n, stages=s, group=g)
+    for n, s, g in ((256, 4, 4), (256, 4, 16), (256, 3, 8), (128, 6, 8), (128, 6, 16))]
 # the plan's copy first: (block_w, block_t, num_warps, programs_per_sm)
 ROWS_CONFIGS = [ROWS_CONFIG] + [RowsConfig(*c) for c in [
     (64, 64, 4, 16), (64, 64, 4, 8), (64, 64, 8, 8), (64, 128, 8, 4), (128, 64, 8, 4),
@@ -481,6 +487,33 @@ def main_tensor2d_tma(first: bool):
             del sets
 
 
+def main_layout_configs(case):
+    gen = torch.Generator().manual_seed(0)
+    errors = error_flags(torch.device("cuda", 0))
+    for experts, hidden, inter, tokens in CASES if case is None else CASES[case:case + 1]:
+        counts = random_counts(experts, tokens, gen)
+        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
+                               device="cuda")
+        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+        print(f"E={experts} {hidden}x{inter} tokens={tokens} x256, in turn, us", flush=True)
+        runs = {}
+        for a_major, b_major in ALL_LAYOUTS:
+            sets = [_operands(tokens, hidden, inter, a_major.lower(), b_major.lower())
+                    for _ in range(2)]
+            for tcfg in LAYOUT_TMA_CONFIGS:
+                def tma(a, b, tcfg=tcfg):
+                    tensor2d_tma.launch_wgrad_tensor2d_tma(
+                        a, b, offsets, out, None, torch.bfloat16, errors, hidden=hidden,
+                        inter=inter, accumulate=False, config=tcfg)
+                runs[f"{a_major}-{b_major} n{tcfg.block_n} s{tcfg.stages} g{tcfg.group}"] = (
+                    rotating(tma, sets))
+        medians = medians_in_turn(runs)
+        first = next(iter(medians.values()))
+        for name, us in medians.items():
+            print(f"  {name}: {us:.1f} ({first / us:.3f} of the first)", flush=True)
+        del runs, sets
+
+
 def main_discrete():
     """Dense against discrete output through the plan (K-K and M-N tensor2d, ragged; x256
     counts), timed in turn: pointers 16-byte aligned (16-byte stores) and 8 bytes off (stores
@@ -597,6 +630,9 @@ if __name__ == "__main__":
         main_mx_values()
     elif "--discrete" in sys.argv[1:]:
         main_discrete()
+    elif "--layout-configs" in sys.argv[1:]:
+        args = sys.argv[1:]
+        main_layout_configs(int(args[args.index("--case") + 1]) if "--case" in args else None)
     elif "--leftovers" in sys.argv[1:]:
         main_leftovers("--first" in sys.argv[1:])
     elif "--padded" in sys.argv[1:]:

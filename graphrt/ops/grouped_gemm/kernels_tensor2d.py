@@ -48,7 +48,8 @@ LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
 @dataclass(frozen=True)
 class Tensor2dTmaConfig:
     """Output columns per tile (128 output rows) and shared-memory stages (a stage holds
-    (128 + block_n) x 64 BF16: 48 KB at 256 columns); ``sorted_experts``: the sorted split up
+    (128 + block_n) x 64 BF16: 48 KB at 256 columns); ``group``: row tiles an expert's tile
+    order walks before its next column tile; ``sorted_experts``: the sorted split up
     to ``sorted_max_experts`` experts; ``plan_layouts``: the (A, B) layouts ("k" or "mn", as
     contracts spell them) whose plans run this kernel, for calls of up to
     ``sorted_max_experts`` experts. All four: on the H200 (docs/perf/wgrad.md, 2026-12-03)
@@ -61,6 +62,7 @@ class Tensor2dTmaConfig:
     stages: int = 4
     sorted_experts: bool = True
     sorted_max_experts: int = 64
+    group: int = GROUP_M
     plan_layouts: frozenset = frozenset({("mn", "mn"), ("k", "mn"), ("k", "k"), ("mn", "k")})
 
     def sorts(self, experts: int) -> bool:
@@ -212,7 +214,7 @@ def launch_wgrad_tensor2d_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *
     launch(_wgrad_tensor2d_tma_kernel, (min(tiles * experts, sm_count(a.device)),), a_desc,
            b_desc, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], HIDDEN=hidden,
            INTER=inter, DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate,
-           OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=GROUP_M,
+           OUT_DTYPE=TL_DTYPES[out_dtype], STAGES=config.stages, GROUP=config.group,
            A_K_MAJOR=a_k_major, B_K_MAJOR=b_k_major, SORTED=sort,
            EXPERTS_POW2=experts_vector(experts) if sort else 2, num_warps=4,
            maxnreg=LAUNCH_REGS)
@@ -241,7 +243,8 @@ def compile_cases() -> list[CompileCase]:
             tokens_sum="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c,
             STAGES=c, GROUP=c, A_K_MAJOR=c, B_K_MAJOR=c, SORTED=c, EXPERTS_POW2=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=discrete,
-                 OUT_DTYPE=gl.bfloat16, STAGES=TENSOR2D_TMA_CONFIG.stages, GROUP=GROUP_M,
+                 OUT_DTYPE=gl.bfloat16, STAGES=TENSOR2D_TMA_CONFIG.stages,
+                 GROUP=TENSOR2D_TMA_CONFIG.group,
                  A_K_MAJOR=a_k, B_K_MAJOR=b_k, SORTED=not discrete,
                  EXPERTS_POW2=2 if discrete else 8),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
