@@ -500,13 +500,21 @@ def main_layout_configs(case):
         for a_major, b_major in ALL_LAYOUTS:
             sets = [_operands(tokens, hidden, inter, a_major.lower(), b_major.lower())
                     for _ in range(2)]
+            a0, b0 = sets[0]
+            ref = torch.stack([a0[:, s:e].float() @ b0[s:e].float()
+                               for s, e in expert_bounds(offsets, tokens)])
             for tcfg in LAYOUT_TMA_CONFIGS:
                 def tma(a, b, tcfg=tcfg):
                     tensor2d_tma.launch_wgrad_tensor2d_tma(
                         a, b, offsets, out, None, torch.bfloat16, errors, hidden=hidden,
                         inter=inter, accumulate=False, config=tcfg)
-                runs[f"{a_major}-{b_major} n{tcfg.block_n} s{tcfg.stages} g{tcfg.group}"] = (
-                    rotating(tma, sets))
+                name = f"{a_major}-{b_major} n{tcfg.block_n} s{tcfg.stages} g{tcfg.group}"
+                out.fill_(float("nan"))   # an expert left unwritten reads as err=nan
+                tma(a0, b0)
+                print(f"  {name}: err={((out.float() - ref).norm() / ref.norm()).item():.1e}",
+                      flush=True)
+                runs[name] = rotating(tma, sets)
+            del ref
         medians = medians_in_turn(runs)
         first = next(iter(medians.values()))
         for name, us in medians.items():
