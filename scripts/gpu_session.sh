@@ -10,7 +10,8 @@
 # sweep_wgrad $SWEEP_ARGS (--fp8); profile
 # runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; sanitize checks only the
 # kernels whose names hold $SANITIZE_KERNELS, when set (all of scripts/sanitize.py still runs;
-# memcheck and racecheck over every kernel took about 4 minutes on an H100); stalls samples where the
+# memcheck and racecheck over every kernel took about 4 minutes on an H100, over
+# _ragged_padded's about 2); stalls samples where the
 # warps of the kernels matching $PROFILE_KERNELS (a regex) wait, per SASS instruction.
 # With .cute/ carried alone (scripts/cute_bundle.sh; too big to travel with .whl/), the CuTe DSL
 # comes from its tarball and cachetools from the wheel the bundle script copies beside it.
