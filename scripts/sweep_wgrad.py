@@ -489,20 +489,16 @@ def main_tensor2d_tma(first: bool):
 
 def main_layout_configs(case):
     gen = torch.Generator().manual_seed(0)
-    errors = error_flags(torch.device("cuda", 0))
     for experts, hidden, inter, tokens in CASES if case is None else CASES[case:case + 1]:
-        counts = random_counts(experts, tokens, gen)
-        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                               device="cuda")
-        out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
+        offsets, bounds, out, _ = _case(experts, hidden, inter, tokens, gen)
+        errors = error_flags(offsets.device)
         print(f"E={experts} {hidden}x{inter} tokens={tokens} x256, in turn, us", flush=True)
         runs = {}
         for a_major, b_major in ALL_LAYOUTS:
             sets = [_operands(tokens, hidden, inter, a_major.lower(), b_major.lower())
                     for _ in range(2)]
             a0, b0 = sets[0]
-            ref = torch.stack([a0[:, s:e].float() @ b0[s:e].float()
-                               for s, e in expert_bounds(offsets, tokens)])
+            ref = torch.stack([a0[:, s:e].float() @ b0[s:e].float() for s, e in bounds])
             for tcfg in LAYOUT_TMA_CONFIGS:
                 def tma(a, b, tcfg=tcfg):
                     tensor2d_tma.launch_wgrad_tensor2d_tma(
