@@ -18,12 +18,10 @@ experts the TMA kernel leaves) against the rows copy with the Triton kernel for 
 multiples of 8, and the TMA kernel alone;
 ``--rows`` times the copy of ragged experts as rows alone per RowsConfig, ``--padded`` the
 padded copy alone per PaddedConfig; ``--discrete``
-times dense against discrete output through the plan; ``--gluon-configs`` times the 1x128
-Gluon kernel's block schedules (GLUON_IN_TURN) in turn, each checked against FP64 first;
-``--fp8-choice`` times the plan's 1x128 call with the Gluon kernel and with the Triton kernel
-in its place, in turn, at the benchmark cases and shapes with 128-4096 tokens an expert (the
-Triton kernel was the faster below 2048 until the Gluon kernel read its items' bounds and
-scales ahead, 2026-12-06);
+times dense against discrete output through the plan; ``--fp8-choice`` times the plan's 1x128
+call with the Gluon kernel and with the Triton kernel in its place, in turn, at the benchmark
+cases and shapes with 128-4096 tokens an expert (the Triton kernel was the faster below 2048
+until the Gluon kernel read its items' bounds and scales ahead, 2026-12-06);
 ``--mx-values`` MXFP8 through the plan with and without the workspace for the codes' BF16
 values; ``--first`` only the first benchmark case."""
 import itertools
@@ -58,8 +56,6 @@ FP8_CONFIGS = {
         (128, 64, 128, 4, 3, 8), (128, 64, 128, 4, 4, 8), (64, 128, 128, 4, 3, 8),
         (128, 128, 128, 8, 4, 8), (256, 64, 128, 8, 3, 8), (128, 64, 128, 4, 3, 8, 168)]]}
 GLUON_CONFIGS = [gluon.GluonConfig(*c) for c in [(128, 6), (128, 5), (128, 4), (64, 6)]]
-# --gluon-configs: the plan's 1x128 kernel against each block in two products (halves)
-GLUON_IN_TURN = [gluon.GLUON_CONFIG, gluon.GluonConfig(halves=True)]
 # the Triton kernel's tile for ragged inputs off Hopper (the plan's), and the TMA kernel's stages
 RAGGED_CONFIG = gemm_config(False)
 # (three stages would leave shared memory for a copy staged beside the product: 1.00-1.10x
@@ -631,50 +627,8 @@ def main_fp8_choice():
                   ("1x128 Triton", lambda i: fp8(i, triton_plan))], [(0,), (1,)])
 
 
-def main_gluon_configs():
-    """The 1x128 Gluon kernel launched directly with each of GLUON_IN_TURN, checked against
-    FP64 per expert (output NaN-poisoned), then timed in turn beside the BF16 K-K plan: the
-    benchmark cases at x256 and odd counts, and two shapes of short experts at x256."""
-    gen = torch.Generator().manual_seed(0)
-    errors = error_flags(torch.device("cuda", 0))
-    shapes = [(c, odd) for c in CASES for odd in (False, True)]
-    shapes += [((8, 2048, 1024, 4096), False), ((32, 2048, 1024, 8192), False)]
-    for (experts, hidden, inter, tokens), odd in shapes:
-        offsets, bounds, out, flops = _case(experts, hidden, inter, tokens, gen)
-        if odd:
-            counts = odd_counts(random_counts(experts, tokens, gen), gen)
-            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                                   device="cuda")
-            bounds = expert_bounds(offsets, tokens)
-        fsets = [_fp8_operands(tokens, hidden, inter, torch.float32, 128) for _ in range(2)]
-        bsets = [_operands(tokens, hidden, inter, "k", "k") for _ in range(2)]
-        bf16_plan = GroupedGemmWgrad(*bsets[0], offsets).compile()
-        a, b, sa, sb = fsets[0]
-        a_val, b_val = dequantize_blocks(a, sa, 1, 128), dequantize_blocks(b, sb, 0, 128)
-        ref = torch.stack([a_val[:, s:e].double() @ b_val[s:e].double() for s, e in bounds])
-        print(f"E={experts} {hidden}x{inter} tokens={tokens} {'odd' if odd else 'x256'}",
-              flush=True)
-
-        def run(i, cfg):
-            a, b, sa, sb = fsets[i]
-            gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, out, None, torch.bfloat16,
-                                         errors, hidden=hidden, inter=inter, accumulate=False,
-                                         config=cfg)
-        for cfg in GLUON_IN_TURN:
-            out.fill_(float("nan"))
-            run(0, cfg)
-            err = ((out.double() - ref).norm() / ref.norm()).item()
-            print(f"  {cfg} err={err:.1e}", flush=True)
-        del a_val, b_val, ref
-        _in_turn([("bf16 K-K", lambda i: bf16_plan.execute(*bsets[i], offsets, wgrad=out))]
-                 + [(f"1x128 halves={cfg.halves} stages={cfg.stages}",
-                     lambda i, cfg=cfg: run(i, cfg)) for cfg in GLUON_IN_TURN], [(0,), (1,)])
-
-
 if __name__ == "__main__":
-    if "--gluon-configs" in sys.argv[1:]:
-        main_gluon_configs()
-    elif "--fp8-choice" in sys.argv[1:]:
+    if "--fp8-choice" in sys.argv[1:]:
         main_fp8_choice()
     elif "--mx-values" in sys.argv[1:]:
         main_mx_values()

@@ -459,14 +459,12 @@ def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
                                                        (torch.bfloat16, "discrete", True),
                                                        (torch.float16, "dense", True)])
 @pytest.mark.parametrize("scales_mn_major", [False, True])
-@pytest.mark.parametrize("halves", [False, True])
 def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate,
-                                       scales_mn_major, halves):
+                                       scales_mn_major):
     """The warp-specialized 1x128 kernel (kernels_gluon.py), called directly, both scale
-    layouts, each block as one product or two halves: experts starting and ending inside
-    scale blocks, one inside a single block, empty ones, a hidden and an intermediate size
-    that are no multiple of the tile, NaN codes in the neighbours' tokens of shared blocks,
-    and more tiles than SMs (programs take several)."""
+    layouts: experts starting and ending inside scale blocks, one inside a single block, empty
+    ones, a hidden and an intermediate size that are no multiple of the tile, NaN codes in the
+    neighbours' tokens of shared blocks, and more tiles than SMs (programs take several)."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm import kernels_gluon
     hidden, inter = 1160, 1000
@@ -483,8 +481,7 @@ def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate
             if mode == "discrete" else None)
     kernels_gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, w, ptrs, out_dtype,
                                          error_flags(a.device), hidden=hidden, inter=inter,
-                                         accumulate=accumulate,
-                                         config=kernels_gluon.GluonConfig(halves=halves))
+                                         accumulate=accumulate)
     want = _fp64(a, b, sa, sb, counts)
     for e, n in enumerate(counts):
         expected = want[e] + init[e].double().cpu() if accumulate else want[e]

@@ -53,13 +53,10 @@ LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
 
 @dataclass(frozen=True)
 class GluonConfig:
-    """Output columns per tile (128 output rows) and shared-memory stages; ``halves``: each
-    warpgroup multiplies a block as two products of block_n / 2 columns and scales one while
-    the other runs (``_item_halves``), instead of one product waited for whole."""
+    """Output columns per tile (128 output rows) and shared-memory stages."""
 
     block_n: int = 128
     stages: int = 6
-    halves: bool = False
 
 
 GLUON_CONFIG = GluonConfig()
@@ -357,106 +354,12 @@ def _first_scales(A_SCALE, B_SCALE, m0, n0, begin, end, live, m_rows, n_cols, sa
 
 
 @gluon.jit
-def _item_whole(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, i, z, first, last,
-                scaled, begin, end, m_flat, n_flat, sa_first, sb_first, sa_m, sa_k, sb_k, sb_n,
-                HIDDEN: gl.constexpr, INTER: gl.constexpr, ROW0: gl.constexpr):
-    """One item's blocks ``first`` .. ``last`` - 1, each one product waited for, then scaled
-    into the sum: (the sum, stages used, zeroings)."""
-    BN: gl.constexpr = b_bufs.shape[1]
-    layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
-    total = gl.zeros([64, BN], gl.float32, layout)
-    sa_next, sb_next = sa_first, sb_first
-    for block in range(first, last):
-        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
-        issued = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
-                               b_bufs.index(s).permute((1, 0)),
-                               gl.zeros([64, BN], gl.float32, layout), use_acc=False,
-                               is_async=True)
-        sa_flat, sb_flat = sa_next, sb_next
-        sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1, block + 1 < scaled,
-                                         m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-        sa, sb = _spread(sa_flat, sb_flat, layout)
-        done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
-        _release(empty, i)
-        total += done * sa[:, None] * sb[None, :]
-        i += 1
-    return total, i, z
-
-
-@gluon.jit
-def _spread_halves(buf, sa_flat, sb_flat, layout: gl.constexpr):
-    """A block's scales, loaded one value a thread, in a half product's row layout and column
-    layouts (both halves), through this warpgroup's shared buffer ``buf`` (A's at its start,
-    B's from its middle) and one barrier."""
-    BN: gl.constexpr = sb_flat.shape[0]
-    HALF: gl.constexpr = BN // 2
-    buf.slice(0, 64).store(sa_flat)
-    buf.slice(BN, BN).store(sb_flat)
-    cta_barrier()
-    return (buf.slice(0, 64).load(gl.SliceLayout(1, layout)),
-            buf.slice(BN, HALF).load(gl.SliceLayout(0, layout)),
-            buf.slice(BN + HALF, HALF).load(gl.SliceLayout(0, layout)))
-
-
-@gluon.jit
-def _item_halves(a_bufs, b_bufs, ready, empty, zeroed, scale_buf, A_SCALE, B_SCALE, i, z,
-                 first, last, scaled, begin, end, m_flat, n_flat, sa_first, sb_first, sa_m,
-                 sa_k, sb_k, sb_n, HIDDEN: gl.constexpr, INTER: gl.constexpr,
-                 ROW0: gl.constexpr):
-    """``_item_whole`` with each block as two products of half the columns, so that each half
-    is scaled while a product runs: block j's low half is issued, block j - 1's high half
-    (finished) scaled, block j's high half issued, its low half waited for and scaled, its
-    high half waited for and its stage given back. No product is in flight across the loop's
-    back edge (ptxas then serializes every product). (low sum, high sum, stages used,
-    zeroings)."""
-    BN: gl.constexpr = b_bufs.shape[1]
-    HALF: gl.constexpr = BN // 2
-    layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 32])
-    total_lo = gl.zeros([64, HALF], gl.float32, layout)
-    total_hi = gl.zeros([64, HALF], gl.float32, layout)
-    # Each product is issued into the registers of its half's last product (use_acc=False
-    # ignores their values): a zeroed accumulator would be written by other instructions
-    # while the other half's product runs, and ptxas then serializes the products (C7515).
-    # The previous block's high half and its scales: none before the first block (zeros).
-    low_done = gl.zeros([64, HALF], gl.float32, layout)
-    high_done = gl.zeros([64, HALF], gl.float32, layout)
-    sa_high = gl.zeros([64], gl.float32, gl.SliceLayout(1, layout))
-    sb_high = gl.zeros([HALF], gl.float32, gl.SliceLayout(0, layout))
-    sa_next, sb_next = sa_first, sb_first
-    for block in range(first, last):
-        s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
-        a_rows = a_bufs.index(s).slice(ROW0, 64, dim=0)
-        low = warpgroup_mma(a_rows, b_bufs.index(s).slice(0, HALF, dim=0).permute((1, 0)),
-                            low_done, use_acc=False, is_async=True)
-        total_hi += high_done * sa_high[:, None] * sb_high[None, :]
-        high = warpgroup_mma(a_rows, b_bufs.index(s).slice(HALF, HALF, dim=0).permute((1, 0)),
-                             high_done, use_acc=False, is_async=True)
-        sa_flat, sb_flat = sa_next, sb_next
-        sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1, block + 1 < scaled,
-                                         m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
-        sa, sb_low, sb_high = _spread_halves(scale_buf, sa_flat, sb_flat, layout)
-        sa_high = sa
-        low_done = warpgroup_mma_wait(num_outstanding=1, deps=(low,))
-        total_lo += low_done * sa[:, None] * sb_low[None, :]
-        # a branch (a wait that passes: the stage's barrier has completed) keeps ptxas from
-        # moving the scaling after the next wait, where no product runs beside it
-        mbarrier.wait(ready.index(s), (i // ready.shape[0]) & 1)
-        high_done = warpgroup_mma_wait(num_outstanding=0, deps=(high,))
-        _release(empty, i)
-        i += 1
-    total_hi += high_done * sa_high[:, None] * sb_high[None, :]
-    return total_lo, total_hi, i, z
-
-
-@gluon.jit
 def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                    ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
-                   ROW0: gl.constexpr, HALVES: gl.constexpr = False):
-    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile (HALVES: ``_item_halves``).
+                   ROW0: gl.constexpr):
+    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile.
 
     A block's scales are loaded one value a thread (64 + BLOCK_N values over 128 threads) and
     spread through shared memory to the threads that scale the product: each thread loading
@@ -466,12 +369,9 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
     first block's scales one item ahead: loaded at its start, one after the other, they kept
     the tensor cores idle there, which cost short experts most."""
     BN: gl.constexpr = b_bufs.shape[1]
-    out_layout: gl.constexpr = _store_layout(BN // 2 if HALVES else BN)
-    if HALVES:   # this warpgroup's block scales on their way to the products' layouts
-        scale_buf = gl.allocate_shared_memory(gl.float32, [2 * BN],   # powers of two
-                                              gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    else:
-        scale_buf = None
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+    out_layout: gl.constexpr = _store_layout(BN)
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     m_rows = ROW0 + gl.arange(0, 64, layout=flat)
     n_cols = gl.arange(0, BN, layout=flat)
@@ -497,32 +397,33 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                                                sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
         m_flat = m0 + m_rows
         n_flat = n0 + n_cols
+        total = gl.zeros([64, BN], gl.float32, layout)
         first = begin // BLOCK_K
         last = (end + BLOCK_K - 1) // BLOCK_K
         # blocks first .. scaled - 1 hold the expert's tokens (none when it is empty: an empty
         # expert inside a block still runs that block, on zeroed tokens, and its scales load
         # as 0, so that a neighbour's NaN or infinite scale leaves its zeros alone)
         scaled = gl.where(end > begin, last, first)
+        sa_next, sb_next = sa_first, sb_first
+        for block in range(first, last):
+            s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
+            issued = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
+                                   b_bufs.index(s).permute((1, 0)),
+                                   gl.zeros([64, BN], gl.float32, layout), use_acc=False,
+                                   is_async=True)
+            sa_flat, sb_flat = sa_next, sb_next
+            sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1, block + 1 < scaled,
+                                             m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN,
+                                             INTER)
+            sa, sb = _spread(sa_flat, sb_flat, layout)
+            done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
+            _release(empty, i)
+            total += done * sa[:, None] * sb[None, :]
+            i += 1
         m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
-        if HALVES:
-            total_lo, total_hi, i, z = _item_halves(
-                a_bufs, b_bufs, ready, empty, zeroed, scale_buf, A_SCALE, B_SCALE, i, z, first,
-                last, scaled, begin, end, m_flat, n_flat, sa_first, sb_first, sa_m, sa_k,
-                sb_k, sb_n, HIDDEN, INTER, ROW0)
-            n = n0 + gl.arange(0, BN // 2, layout=gl.SliceLayout(0, out_layout))
-            _store_item(gl.convert_layout(total_lo, out_layout), OUT, OUT_PTRS, expert, m, n,
-                        end > begin, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
-            _store_item(gl.convert_layout(total_hi, out_layout), OUT, OUT_PTRS, expert, m,
-                        n + BN // 2, end > begin, HIDDEN, INTER, DISCRETE, ACCUMULATE,
-                        OUT_DTYPE)
-        else:
-            total, i, z = _item_whole(
-                a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, i, z, first, last,
-                scaled, begin, end, m_flat, n_flat, sa_first, sb_first, sa_m, sa_k, sb_k, sb_n,
-                HIDDEN, INTER, ROW0)
-            n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, out_layout))
-            _store_item(gl.convert_layout(total, out_layout), OUT, OUT_PTRS, expert, m, n,
-                        end > begin, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
+        n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, out_layout))
+        _store_item(gl.convert_layout(total, out_layout), OUT, OUT_PTRS, expert, m, n,
+                    end > begin, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
         expert, m0, n0, begin, end = expert_1, m0_1, n0_1, begin_1, end_1
         expert_1, m0_1, n0_1, begin_1, end_1 = expert_2, m0_2, n0_2, begin_2, end_2
         sa_first, sb_first = sa_first_1, sb_first_1
@@ -559,18 +460,17 @@ def _stage_ring(a_desc, b_desc, STAGES: gl.constexpr):
 def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS,
                          experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
                          INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-                         HALVES: gl.constexpr = False):
+                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):
     a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES)
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0, HALVES)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN, INTER, GROUP)),
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 64, HALVES)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 64)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -601,8 +501,7 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
            b_scale, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], a_scale.stride(0),
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
-           STAGES=config.stages, GROUP=GROUP_M, HALVES=config.halves, num_warps=4,
-           maxnreg=LAUNCH_REGS)
+           STAGES=config.stages, GROUP=GROUP_M, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
@@ -612,8 +511,8 @@ def compile_cases() -> list[CompileCase]:
     _, hidden, inter, _ = op("grouped_gemm_wgrad").cases[0]
     c = CONSTEXPR
     cases = []
-    for discrete, halves in ((False, False), (True, False), (False, True)):
-        name = f"wgrad fp8 1x128 (Gluon) discrete={discrete}" + (" halves" if halves else "")
+    for discrete in (False, True):
+        name = f"wgrad fp8 1x128 (Gluon) discrete={discrete}"
         if not GLUON_API_OK:
             cases.append(untested_triton_case(name))
             continue
@@ -624,9 +523,8 @@ def compile_cases() -> list[CompileCase]:
             A_SCALE="*fp32", B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
             ERRORS="*i32", experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32",
             sb_n="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c,
-            GROUP=c, HALVES=c),
+            GROUP=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
-                 OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M,
-                 HALVES=halves),
+                 OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
