@@ -488,6 +488,9 @@ def main_tensor2d_tma(first: bool):
 
 
 def main_layout_configs(case):
+    """Hopper's tensor2d TMA kernel launched directly on every layout with each of
+    LAYOUT_TMA_CONFIGS at x256 counts (CASES, or CASES[case] alone): each first checked
+    against FP32 per expert with the output NaN-poisoned, then all timed in turn."""
     gen = torch.Generator().manual_seed(0)
     for experts, hidden, inter, tokens in CASES if case is None else CASES[case:case + 1]:
         offsets, bounds, out, _ = _case(experts, hidden, inter, tokens, gen)
