@@ -48,6 +48,19 @@ def test_a_launch_not_through_launch_gives_no_rows():
     assert same_kernels("other", plan, (torch.zeros(1),), {}, None) == {}
 
 
+def test_a_recorded_launch_not_through_launch_gives_no_rows():
+    """Likewise for another DSL's launch that a binding can replay (graphrt.cute_launch)."""
+    from graphrt.cute_launch import launch, PackedLaunch, POINTER
+    from graphrt.plan import Plan
+
+    class RecordedDsl(Plan):
+        def execute(self, x, *, workspace=None, stream=None):
+            launch(PackedLaunch(lambda packed: 0, (POINTER, POINTER), (), True), 0, (x,), ())
+
+    plan = object.__new__(RecordedDsl)
+    assert captured_launches(plan, (torch.zeros(1),), {}, None) is None
+
+
 def test_plan_rows_carry_the_goal_and_the_same_kernels_bare():
     from types import SimpleNamespace
 

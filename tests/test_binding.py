@@ -717,10 +717,33 @@ def test_bound_mhc_backward_rebuilds_its_tensor_descriptors(seed):
     assert torch.equal(inputs["x"], before)
 
 
+def _projection_kernel(kernel: str, monkeypatch) -> None:
+    """Makes the projection's plans take ``kernel``: "cute" (the CuTe DSL kernel, skipped
+    where nvidia-cutlass-dsl is missing) or "gluon" (the DSL hidden from the plan, so it takes
+    the Gluon kernel, whose launches pass host tensor descriptors)."""
+    from graphrt.ops.proj_rope import plan as proj_plan
+    if kernel == "cute":
+        pytest.importorskip("graphrt.ops.proj_rope.kernels_cute",
+                            reason="nvidia-cutlass-dsl is not installed")
+        return
+    from graphrt.ops.proj_rope.kernels_ws import GLUON_API_OK
+    if not GLUON_API_OK:
+        pytest.skip("the Gluon kernel needs a tested Triton")
+    real = proj_plan.hopper_module
+    monkeypatch.setattr(proj_plan, "hopper_module", lambda package, module, capability: (
+        None if module == "kernels_cute" else real(package, module, capability)))
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["gluon", "cute"])
 @pytest.mark.parametrize("mx", [False, True])
-def test_bound_projection_rebuilds_its_tensor_descriptors(seed, mx):
+def test_bound_projection_equals_unbound(seed, mx, kernel, monkeypatch):
+    """The Gluon kernel's launches rebuild their tensor descriptors; the CuTe DSL kernel's are
+    replayed through its packed launch (graphrt.cute_launch)."""
     from graphrt.ops import GemmProjRopeMxfp8
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("both kernels run on Hopper")
+    _projection_kernel(kernel, monkeypatch)
     t, k, heads, nope, rope = 256, 1024, 4, 128, 64
     d = nope + rope
     operand = torch.float8_e4m3fn if mx else torch.bfloat16
@@ -738,8 +761,10 @@ def test_bound_projection_rebuilds_its_tensor_descriptors(seed, mx):
         out_scales_row=torch.empty(t, heads, d // 32, dtype=torch.uint8, device="cuda"),
         out_fp8_col=torch.empty(t, heads, d, dtype=torch.float8_e4m3fn, device="cuda"),
         out_scales_col=torch.empty(t // 32, heads, d, dtype=torch.uint8, device="cuda"))
-    _bound_equals_unbound(GemmProjRopeMxfp8, inputs, outputs,
-                          dict(qk_nope_dim=nope, qk_rope_dim=rope), keywords)
+    plan, _, _ = _bound_equals_unbound(GemmProjRopeMxfp8, inputs, outputs,
+                                       dict(qk_nope_dim=nope, qk_rope_dim=rope), keywords)
+    described = {"gluon": "warp-specialized", "cute": "CuTe DSL"}[kernel]
+    assert plan.describe()["kernel"].startswith(described), plan.describe()["kernel"]
 
 
 def _new_routing(tokens: int):

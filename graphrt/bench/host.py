@@ -109,8 +109,8 @@ def op_cases(device) -> dict:
 def captured_launches(plan, inputs: tuple, keywords: dict, workspace) -> list | None:
     """(kernel, grid, args, kwargs) of every launch one ``execute`` of ``plan`` makes through
     ``kernel_utils.launch``, from a full execute (its checks and argument computation; no
-    binding replay); None when it also launched otherwise (another DSL's kernels), so that the
-    captured launches are not all of its work."""
+    binding replay); None when it also launched otherwise (another DSL's kernels, recorded or
+    not), so that the captured launches are not all of its work."""
     from .. import binding, kernel_utils
     real = kernel_utils._launcher
     launches = []
@@ -119,11 +119,12 @@ def captured_launches(plan, inputs: tuple, keywords: dict, workspace) -> list | 
     class Capture:
         def __call__(self, kernel, grid, args, kwargs):
             launches.append((kernel, grid, args, kwargs))
-            complete = recording.complete
+            complete, recorded = recording.complete, len(recording.launches)
             try:
                 return real(kernel, grid, args, kwargs)
-            finally:   # what a launch through ``launch`` marks does not count
+            finally:   # what a launch through ``launch`` marks or records does not count
                 recording.complete = complete
+                del recording.launches[recorded:]
 
         def __getattr__(self, name):
             return getattr(real, name)
@@ -134,7 +135,8 @@ def captured_launches(plan, inputs: tuple, keywords: dict, workspace) -> list | 
             type(plan).execute.__wrapped__(plan, *inputs, **keywords, workspace=workspace)
     finally:
         kernel_utils._launcher = real
-    return launches if recording.complete else None
+    # left in the recording: launches not through ``launch`` (graphrt.cute_launch's)
+    return launches if recording.complete and not recording.launches else None
 
 
 def same_kernels(name: str, plan, inputs: tuple, keywords: dict, workspace) -> dict:

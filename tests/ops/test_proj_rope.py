@@ -259,6 +259,56 @@ def test_gpu_cute_kernel_agrees_with_head_kernel(seed, tokens):
 
 
 @pytest.mark.gpu
+def test_gpu_cute_packed_launch_equals_the_dsl_call(seed):
+    """The installed DSL packs the kernel's arguments as graphrt's packed launch expects (so
+    that launch is the one taken), and the two launches give the same bytes, from threads
+    that launch side by side on their own streams, each with its own buffers."""
+    import threading
+
+    from graphrt.cute_launch import DslLaunch, PackedLaunch
+    kernels = _cute_kernels()
+    packed = kernels.launcher(torch.cuda.current_device())
+    assert isinstance(packed, PackedLaunch)
+    dsl = DslLaunch(kernels.compiled(torch.cuda.current_device()).to(torch.cuda.current_device()),
+                    kernels.ARGUMENT_KINDS, kernels._pointer_types())
+    tokens, k, heads = 288, 1536, 3
+    shapes = [(tokens, heads * 192), (tokens, heads * 6), (tokens, heads * 192),
+              (tokens // 32, heads * 192)]
+    clusters = min(torch.cuda.get_device_properties(0).multi_processor_count // kernels.CLUSTER_M,
+                   -(-tokens // (kernels.BLOCK_M * kernels.CLUSTER_M)) * heads)
+
+    def run(launcher, operands, stream):
+        outs = [torch.full(sh, 0xAB, dtype=torch.uint8, device="cuda") for sh in shapes]
+        launcher(stream.cuda_stream, *(t.data_ptr() for t in (*operands, *outs)), tokens, k,
+                 heads, clusters)
+        return outs
+
+    problems = [_problem(tokens, k, heads, device="cuda")[:4] for _ in range(4)]
+    want = [run(dsl, p, torch.cuda.current_stream()) for p in problems]
+    torch.cuda.synchronize()
+    got, errors = [None] * len(problems), []
+
+    def worker(i):
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for _ in range(5):
+                    got[i] = run(packed, problems[i], stream)
+            stream.synchronize()
+        except Exception as error:  # reported below, on the test's thread
+            errors.append(error)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(problems))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    for mine, theirs in zip(got, want):
+        for a, b in zip(mine, theirs):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
 def test_gpu_plan_takes_cute_kernel(seed):
     """On Hopper with the DSL the plan runs the CuTe kernel for W stored [N, K] (and the Triton
     kernels for [K, N])."""

@@ -31,7 +31,8 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.cute.runtime import make_ptr
 from cutlass.tensor_utils import LayoutEnum
 
-from ...kernel_utils import mark_unrecorded_launch, PDL_ENABLED
+from ...cute_launch import INT32, launch, launcher_for, POINTER
+from ...kernel_utils import PDL_ENABLED
 from ...streams import current_stream
 from ...validate import sm_count
 
@@ -426,43 +427,36 @@ def fits_cute_kernel(k: int, nope: int, rope: int, w_out_in: bool) -> bool:
 ALIGNMENT = (16, 16, 8, 8, 4, 1, 4, 4)
 
 
-_CUTE_DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.uint8: cutlass.Uint8}
+def _pointer_types() -> tuple:
+    """Each pointer argument's (cutlass dtype, alignment in bytes), in order."""
+    return tuple(zip((cutlass.BFloat16,) * 4 + (cutlass.Uint8,) * 4, ALIGNMENT))
 
 
-@lru_cache(maxsize=512)
-def _pointer(dtype: torch.dtype, address: int, align: int):
-    """A cute pointer (an immutable description): training loops pass the same buffers again
-    and again, and a lookup costs less host time than ``make_ptr``."""
-    return make_ptr(_CUTE_DTYPES[dtype], address, cute.AddressSpace.gmem, assumed_align=align)
+# The compiled function's arguments: eight pointers, four extents, the stream
+ARGUMENT_KINDS = (POINTER,) * 8 + (INT32,) * 4 + (POINTER,)
 
 
-def _pointers(tensors):
-    """cute pointers to the operands' first elements, with the alignment ``ALIGNMENT`` names."""
-    return [_pointer(t.dtype, t.data_ptr(), a) for t, a in zip(tensors, ALIGNMENT)]
-
-
-@lru_cache(maxsize=64)
-def _cu_stream(handle: int) -> cuda_driver.CUstream:
-    return cuda_driver.CUstream(handle)
+def compile_kernel(stream: int):
+    """The kernel compiled for every shape (all extents are run-time values), about 1-2 s;
+    ``stream``: a stream handle of the device (on a machine without a GPU, any value, with
+    CUTE_DSL_ARCH=sm_90a set)."""
+    # Compiling needs the operands' types and alignments, not memory: null pointers stand in.
+    args = [make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=align)
+            for dtype, align in _pointer_types()]
+    return cute.compile(ProjRopeKernel(STAGES), *args, cutlass.Int32(32), cutlass.Int32(64),
+                        cutlass.Int32(1), cutlass.Int32(1), cuda_driver.CUstream(stream))
 
 
 @lru_cache(maxsize=None)
 def compiled(device_index: int):
-    """The kernel compiled for every shape (all extents are run-time values): about 1-2 s, once
-    per process and device."""
-    # Compiling needs the operands' types and alignments, not memory: null pointers stand in.
-    dtypes = (torch.bfloat16,) * 4 + (torch.uint8,) * 4
-    args = [_pointer(dtype, 0, align) for dtype, align in zip(dtypes, ALIGNMENT)]
-    stream = torch.cuda.current_stream(torch.device("cuda", device_index)).cuda_stream
-    return cute.compile(ProjRopeKernel(STAGES), *args, cutlass.Int32(32), cutlass.Int32(64),
-                        cutlass.Int32(1), cutlass.Int32(1), _cu_stream(stream))
+    """``compile_kernel`` once per process and device."""
+    return compile_kernel(torch.cuda.current_stream(torch.device("cuda", device_index)).cuda_stream)
 
 
-@lru_cache(maxsize=1024)
-def _extents(tokens: int, k: int, heads: int, clusters: int) -> tuple:
-    """The kernel's run-time extents as DSL integers (building them costs more host time than
-    looking them up)."""
-    return cutlass.Int32(tokens), cutlass.Int32(k), cutlass.Int32(heads), cutlass.Int32(clusters)
+@lru_cache(maxsize=None)
+def launcher(device_index: int):
+    """The compiled kernel's launch on that device (graphrt.cute_launch)."""
+    return launcher_for(compiled(device_index), device_index, ARGUMENT_KINDS, _pointer_types())
 
 
 def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: int) -> None:
@@ -471,8 +465,6 @@ def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: i
     ``ALIGNMENT`` says."""
     if tokens == 0:
         return
-    mark_unrecorded_launch()
     clusters = min(sm_count(x.device) // CLUSTER_M, -(-tokens // (BLOCK_M * CLUSTER_M)) * heads)
-    args = _pointers((x, w, cos, sin, row, row_s, col, col_s))
-    compiled(x.device.index)(*args, *_extents(tokens, x.shape[1], heads, clusters),
-                             _cu_stream(current_stream(x.device).cuda_stream))
+    launch(launcher(x.device.index), current_stream(x.device).cuda_stream,
+           (x, w, cos, sin, row, row_s, col, col_s), (tokens, x.shape[1], heads, clusters))
