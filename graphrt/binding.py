@@ -19,10 +19,10 @@ A binding holds no tensors, so it keeps no memory alive. Anything a key cannot d
 objects), a CPU tensor, an active launch hook (a profiler), an operation other than a kernel
 launch while recording (a copy, a fill, an allocation), a launch that goes through neither
 ``launch`` nor ``graphrt.cute_launch.launch`` (another DSL's kernels) or with Triton objects
-other than tensors, scalars and host tensor descriptors, or an address that is not inside exactly one argument (nor inside a
-buffer kept for the process: ``keep_address``) leaves the call unbound: it runs ``execute``
-in full. A tensor descriptor is recorded as its base's "argument i plus d bytes" and its other
-fields, and rebuilt over the new address on replay.
+other than tensors, scalars and host tensor descriptors, or an address that is not inside
+exactly one argument (nor inside a buffer kept for the process: ``keep_address``) leaves the
+call unbound: it runs ``execute`` in full. A tensor descriptor is recorded as its base's
+"argument i plus d bytes" and its other fields, and rebuilt over the new address on replay.
 """
 from __future__ import annotations
 

@@ -159,6 +159,15 @@ MUTATIONS = [
      "            self.recording.complete = False",
      "            pass",
      ["tests/test_binding.py"]),
+    ("cute-launch-storage-shared-by-threads", "graphrt/cute_launch.py",
+     "storage = getattr(self._local, \"storage\", None) or self._storage()",
+     "storage = getattr(self, \"_shared\", None) or setattr(self, \"_shared\", "
+     "self._storage()) or self._shared",
+     ["tests/test_cute_launch.py"]),
+    ("cute-launch-packing-unchecked", "graphrt/cute_launch.py",
+     "        if _STORAGE[kind].from_address(address).value != want:",
+     "        if False:",
+     ["tests/test_cute_launch.py"]),
 ]
 
 

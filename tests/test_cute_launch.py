@@ -26,7 +26,8 @@ def _stand_in_entry(calls: list, error: int = 0, pause: float = 0.0):
         ints = [ctypes.c_int32.from_address(packed[i]).value for i in (3, 4)]
         stream = ctypes.c_void_p.from_address(packed[5]).value
         ctypes.c_int32.from_address(packed[6]).value = error
-        calls.append((pointers, ints, stream, [packed[7], packed[8]]))
+        calls.append((pointers, ints, stream, [packed[7], packed[8]],
+                      threading.current_thread().name))
         return 0
     return _ENTRY(entry)
 
@@ -37,8 +38,9 @@ def test_packed_launch_passes_each_value_where_the_entry_reads_it():
     launcher = PackedLaunch(entry, KINDS, tuple(ctypes.c_void_p(p) for p in KERNEL_SLOTS), True)
     launcher(0x77, 0x1000, 0x2000, 0x3000, 5, -7)
     launcher(0x78, 0x1100, 0x2100, 0x3100, 6, 1 << 30)
-    assert calls == [([0x1000, 0x2000, 0x3000], [5, -7], 0x77, list(KERNEL_SLOTS)),
-                     ([0x1100, 0x2100, 0x3100], [6, 1 << 30], 0x78, list(KERNEL_SLOTS))]
+    assert [c[:4] for c in calls] == [
+        ([0x1000, 0x2000, 0x3000], [5, -7], 0x77, list(KERNEL_SLOTS)),
+        ([0x1100, 0x2100, 0x3100], [6, 1 << 30], 0x78, list(KERNEL_SLOTS))]
 
 
 def test_packed_launch_raises_the_entrys_cuda_error_and_then_launches_again():
@@ -60,15 +62,16 @@ def test_threads_launch_their_own_values():
     def worker(i):
         for j in range(20):
             launcher(i, 16 * i, 16 * (j + 1), 16 * (i + j), i, j)
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(1, 5)]
+    threads = [threading.Thread(target=worker, args=(i,), name=str(i)) for i in range(1, 5)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert len(calls) == 80
-    for pointers, ints, stream, _ in calls:
+    for pointers, ints, stream, _, thread in calls:
         i, j = ints
-        assert (pointers, stream) == ([16 * i, 16 * (j + 1), 16 * (i + j)], i)
+        assert (i, stream) == (int(thread), int(thread))
+        assert pointers == [16 * i, 16 * (j + 1), 16 * (i + j)]
 
 
 def test_launch_records_addresses_for_a_binding():
@@ -109,3 +112,12 @@ def test_the_installed_dsl_packs_the_projection_kernels_arguments_as_expected(mo
             return [ctypes.c_int64.from_address(getattr(e, "value", e)).value
                     for e in packed], adapted
     assert not packs_as_expected(ValuesPacked, kinds, pointers)
+
+    class OrderChanged:   # pointers to the values, two of them in each other's place
+        signature = function.execution_args.signature
+
+        @staticmethod
+        def generate_execution_args(args, kwargs):
+            packed, adapted = function.execution_args.generate_execution_args(args, kwargs)
+            return [packed[1], packed[0], *packed[2:]], adapted
+    assert not packs_as_expected(OrderChanged, kinds, pointers)
