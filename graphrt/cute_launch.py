@@ -39,22 +39,35 @@ class PackedLaunch:
         self._local = threading.local()
 
     def _storage(self) -> tuple:
-        values = [_STORAGE[kind]() for kind in self._kinds]
-        result = ctypes.c_int32()
-        slots = [ctypes.addressof(v) for v in values]
+        """This thread's storage: one array per run of arguments of a kind, the stream's and
+        the result's values, and the packed array of pointers to them all."""
+        kinds, runs, slots = self._kinds[:-1], [], []
+        start = 0
+        while start < len(kinds):
+            stop = start
+            while stop < len(kinds) and kinds[stop] == kinds[start]:
+                stop += 1
+            ctype = _STORAGE[kinds[start]]
+            array = (ctype * (stop - start))()
+            runs.append((array, start, stop))
+            slots.extend(ctypes.addressof(array) + i * ctypes.sizeof(ctype)
+                         for i in range(stop - start))
+            start = stop
+        stream, result = ctypes.c_void_p(), ctypes.c_int32()
+        slots.append(ctypes.addressof(stream))
         if self._has_result:
             slots.append(ctypes.addressof(result))
         slots.extend(self._kernel_pointers)
-        storage = (values, result, (ctypes.c_void_p * len(slots))(*slots))
+        storage = (tuple(runs), stream, result, (ctypes.c_void_p * len(slots))(*slots))
         self._local.storage = storage
         return storage
 
     def __call__(self, stream: int, *values) -> None:
         storage = getattr(self._local, "storage", None) or self._storage()
-        slots, result, packed = storage
-        for slot, value in zip(slots, values):
-            slot.value = value
-        slots[-1].value = stream
+        runs, stream_slot, result, packed = storage
+        for array, start, stop in runs:
+            array[:] = values[start:stop]
+        stream_slot.value = stream
         result.value = 0
         self._capi(packed)
         if result.value:
