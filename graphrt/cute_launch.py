@@ -30,12 +30,12 @@ class PackedLaunch:
     in this thread's storage, for arguments of ``kinds`` (the stream's last)."""
 
     def __init__(self, capi_func, kinds: tuple, kernel_pointers: tuple, has_result: bool,
-                 keep=None):
+                 owner=None):
         self._capi = capi_func
         self._kinds = kinds
         self._kernel_pointers = tuple(int(getattr(p, "value", p) or 0) for p in kernel_pointers)
         self._has_result = has_result
-        self._keep = keep   # what owns the loaded kernels (the DSL's executor)
+        self._owner = owner   # kept alive: it owns the loaded kernels (the DSL's executor)
         self._local = threading.local()
 
     def _storage(self) -> tuple:
