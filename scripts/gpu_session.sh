@@ -18,7 +18,9 @@
 # With .t39/triton.tar.xz carried (scripts/triton_bundle.sh: CI's Triton for the image's Python,
 # trimmed to fit the carry limit), that Triton runs instead of the image's.
 set -u
-python3 -m pip install -q --no-index --no-deps --upgrade --target .site $(ls .whl/*.whl .cute/*.whl 2>/dev/null)
+# a warm machine keeps an earlier call's .cute/ beside .whl/: each wheel once (pip refuses twins)
+python3 -m pip install -q --no-index --no-deps --upgrade --target .site \
+  $(ls .whl/*.whl .cute/*.whl 2>/dev/null | awk -F/ '!seen[$NF]++')
 cute_path=""
 if [ -f .cute/cs_all.tar.xz ]; then
   mkdir -p /tmp/cs && tar xJf .cute/cs_all.tar.xz -C /tmp/cs
