@@ -86,11 +86,7 @@ class DslLaunch:
         self._executor, self._kinds, self._pointers = executor, kinds, pointers
 
     def __call__(self, stream: int, *values) -> None:
-        import cutlass
-        types = iter(self._pointers)
-        args = [_pointer(*next(types), v) if kind == POINTER else cutlass.Int32(v)
-                for kind, v in zip(self._kinds, values)]
-        self._executor(*args, _stream(stream))
+        self._executor(*_dsl_arguments(self._kinds, self._pointers, values), _stream(stream))
 
     form = PackedLaunch.form
 
@@ -102,6 +98,15 @@ def _pointer(dtype, align: int, address: int):
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_ptr
     return make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=align)
+
+
+def _dsl_arguments(kinds: tuple, pointers: tuple, values) -> list:
+    """``values`` (the stream's left out) as the DSL's call takes them: cute pointers of
+    ``pointers``' dtypes and alignments, and DSL 32-bit integers."""
+    import cutlass
+    types = iter(pointers)
+    return [_pointer(*next(types), v) if kind == POINTER else cutlass.Int32(v)
+            for kind, v in zip(kinds, values)]
 
 
 @lru_cache(maxsize=64)
@@ -129,11 +134,8 @@ def packs_as_expected(execution_args, kinds: tuple, pointers: tuple) -> bool:
         return False
     # addresses above 32 bits and negative integers: a value stored at another width differs
     samples = [(i + 1) << 32 if kind == POINTER else -(i + 1) for i, kind in enumerate(kinds)]
-    types = iter(pointers)
     try:
-        args = [_pointer(*next(types), v) if kind == POINTER else cutlass.Int32(v)
-                for kind, v in zip(kinds[:-1], samples)]
-        args.append(_stream(samples[-1]))
+        args = [*_dsl_arguments(kinds, pointers, samples[:-1]), _stream(samples[-1])]
         packed, _ = execution_args.generate_execution_args(tuple(args), {})
     except Exception:   # another DSL release, another marshalling
         return False

@@ -95,7 +95,7 @@ def test_the_installed_dsl_packs_the_projection_kernels_arguments_as_expected(mo
     kernels = pytest.importorskip("graphrt.ops.proj_rope.kernels_cute",
                                   reason="nvidia-cutlass-dsl is not installed")
     function = kernels.compile_kernel(0)
-    kinds, pointers = kernels.ARGUMENT_KINDS, kernels._pointer_types()
+    kinds, pointers = kernels.ARGUMENT_KINDS, kernels.POINTER_TYPES
     assert packs_as_expected(function.execution_args, kinds, pointers)
     # argument kinds other than the compiled signature's are refused
     assert not packs_as_expected(function.execution_args, (INT32,) + kinds[1:], pointers[1:])

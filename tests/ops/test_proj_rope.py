@@ -270,12 +270,11 @@ def test_gpu_cute_packed_launch_equals_the_dsl_call(seed):
     packed = kernels.launcher(torch.cuda.current_device())
     assert isinstance(packed, PackedLaunch)
     dsl = DslLaunch(kernels.compiled(torch.cuda.current_device()).to(torch.cuda.current_device()),
-                    kernels.ARGUMENT_KINDS, kernels._pointer_types())
+                    kernels.ARGUMENT_KINDS, kernels.POINTER_TYPES)
     tokens, k, heads = 288, 1536, 3
     shapes = [(tokens, heads * 192), (tokens, heads * 6), (tokens, heads * 192),
               (tokens // 32, heads * 192)]
-    clusters = min(torch.cuda.get_device_properties(0).multi_processor_count // kernels.CLUSTER_M,
-                   -(-tokens // (kernels.BLOCK_M * kernels.CLUSTER_M)) * heads)
+    clusters = kernels.clusters(torch.device("cuda"), tokens, heads)
 
     def run(launcher, operands, stream):
         outs = [torch.full(sh, 0xAB, dtype=torch.uint8, device="cuda") for sh in shapes]

@@ -427,9 +427,8 @@ def fits_cute_kernel(k: int, nope: int, rope: int, w_out_in: bool) -> bool:
 ALIGNMENT = (16, 16, 8, 8, 4, 1, 4, 4)
 
 
-def _pointer_types() -> tuple:
-    """Each pointer argument's (cutlass dtype, alignment in bytes), in order."""
-    return tuple(zip((cutlass.BFloat16,) * 4 + (cutlass.Uint8,) * 4, ALIGNMENT))
+# Each pointer argument's (cutlass dtype, alignment in bytes), in order
+POINTER_TYPES = tuple(zip((cutlass.BFloat16,) * 4 + (cutlass.Uint8,) * 4, ALIGNMENT))
 
 
 # The compiled function's arguments: eight pointers, four extents, the stream
@@ -442,7 +441,7 @@ def compile_kernel(stream: int):
     CUTE_DSL_ARCH=sm_90a set)."""
     # Compiling needs the operands' types and alignments, not memory: null pointers stand in.
     args = [make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=align)
-            for dtype, align in _pointer_types()]
+            for dtype, align in POINTER_TYPES]
     return cute.compile(ProjRopeKernel(STAGES), *args, cutlass.Int32(32), cutlass.Int32(64),
                         cutlass.Int32(1), cutlass.Int32(1), cuda_driver.CUstream(stream))
 
@@ -456,7 +455,13 @@ def compiled(device_index: int):
 @lru_cache(maxsize=None)
 def launcher(device_index: int):
     """The compiled kernel's launch on that device (graphrt.cute_launch)."""
-    return launcher_for(compiled(device_index), device_index, ARGUMENT_KINDS, _pointer_types())
+    return launcher_for(compiled(device_index), device_index, ARGUMENT_KINDS, POINTER_TYPES)
+
+
+def clusters(device, tokens: int, heads: int) -> int:
+    """The persistent grid's clusters: one per (two 128-token tiles, head), at most one per
+    two SMs."""
+    return min(sm_count(device) // CLUSTER_M, -(-tokens // (BLOCK_M * CLUSTER_M)) * heads)
 
 
 def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: int) -> None:
@@ -465,6 +470,6 @@ def launch_cute(x, w, cos, sin, row, row_s, col, col_s, *, tokens: int, heads: i
     ``ALIGNMENT`` says."""
     if tokens == 0:
         return
-    clusters = min(sm_count(x.device) // CLUSTER_M, -(-tokens // (BLOCK_M * CLUSTER_M)) * heads)
     launch(launcher(x.device.index), current_stream(x.device).cuda_stream,
-           (x, w, cos, sin, row, row_s, col, col_s), (tokens, x.shape[1], heads, clusters))
+           (x, w, cos, sin, row, row_s, col, col_s),
+           (tokens, x.shape[1], heads, clusters(x.device, tokens, heads)))
