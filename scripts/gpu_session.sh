@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
-# Usage there: bash scripts/gpu_session.sh [tests|optests|ptests|sanitize|memcheck|sweep|sweep_mhc|
+# Usage there: bash scripts/gpu_session.sh [tests|optests|ptests|jax_tests|sanitize|memcheck|sweep|sweep_mhc|
 #                                          sweep_wgrad|ragged_in_turn|bench|mhc|lmsd|
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|demo ...]
@@ -44,6 +44,7 @@ for step in $steps; do
     tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
       # the JAX tests run on the image's jax with CUDA here, marked gpu or not
       python3 -m pytest -q -m "not gpu" tests/test_jax.py -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_jax_tests.log" | tail -5 ;;
+    jax_tests) python3 -m pytest -q -m "not gpu" tests/test_jax.py -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_jax_tests.log" | tail -5 ;;
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool $([ $tool = memcheck ] && echo --report-api-errors no) \
