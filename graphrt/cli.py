@@ -63,7 +63,7 @@ def _fast_paths() -> dict:
     import importlib.util
 
     import torch
-    from graphrt.plan import triton_available
+    from graphrt.plan import hopper_module, import_failure, triton_available
 
     if not triton_available():
         return {"kernels": "no Triton: every op runs the PyTorch reference"}
@@ -80,15 +80,21 @@ def _fast_paths() -> dict:
         return facts
     pdl = kernel_utils.PDL_ENABLED and torch.cuda.get_device_capability()[0] >= 9
     facts["programmatic launch"] = "on" if pdl else "off (GRAPHRT_PDL=0, or before compute capability 9.0)"
-    cute = importlib.util.find_spec("cutlass") is not None
     gluon = kernel_utils.ON_TESTED_TRITON
+    # the module the plan imports, so that a DSL that is installed but does not import shows
+    cute = hopper_module("graphrt.ops.proj_rope", "kernels_cute",
+                         torch.cuda.get_device_capability()) is not None
+    cute_note = ""
+    if on_hopper and not cute:
+        cute_note = (" (nvidia-cutlass-dsl is not installed: the fastest one needs it)"
+                     if importlib.util.find_spec("cutlass") is None else " (the CuTe DSL kernel "
+                     f"did not import: {import_failure('graphrt.ops.proj_rope', 'kernels_cute')})")
     if on_hopper and cute:
         proj = "CuTe DSL kernel (nvidia-cutlass-dsl)"
     elif on_hopper and gluon:
-        proj = "warp-specialized Gluon kernel"
+        proj = "warp-specialized Gluon kernel" + cute_note
     else:
-        proj = "portable Triton kernel" + (" (nvidia-cutlass-dsl is not installed: the fast one needs it)"
-                                          if on_hopper else "")
+        proj = "portable Triton kernel" + cute_note
     wgrad = ("Triton, TMA kernels in Gluon; FP8 with 1x128 scales: warp-specialized Gluon kernel"
              if on_hopper and gluon else "Triton")
     facts["kernels"] = f"rmsnorm, mhc, lmsd: Triton; wgrad: {wgrad}; proj: {proj}"

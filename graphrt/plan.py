@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import functools
 import importlib
+import importlib.util
 import inspect
 import os
 import threading
@@ -44,16 +45,44 @@ def triton_available() -> bool:
     return _triton_available()
 
 
+_import_failures: dict[str, str] = {}   # Hopper kernel module -> why it did not import
+
+
 def hopper_module(package: str, module: str, capability):
     """The Hopper-only kernel module ``package.module`` (a plan's own package), or None off
     Hopper or when it does not import (Gluon kernels need a CUDA build of Triton, CuTe DSL ones
-    nvidia-cutlass-dsl)."""
+    nvidia-cutlass-dsl). A module whose dependencies are installed but fail to import (two
+    native libraries that clash, a broken install) warns once, with the error: its op runs a
+    slower kernel."""
     if capability is None or capability[0] != 9:
         return None
     try:
         return importlib.import_module(f".{module}", package)
-    except ImportError:
+    except ImportError as err:
+        name = f"{package}.{module}"
+        why = f"{type(err).__name__}: {err}"
+        _import_failures[name] = why
+        if not _not_installed(err):
+            from .notices import warn_once
+            warn_once(f"import-{name}", f"graphrt: {name} did not import ({why}); its op runs a "
+                      f"slower kernel on this Hopper GPU (`graphrt info` says which)")
         return None
+
+
+def _not_installed(err: ImportError) -> bool:
+    """Whether ``err`` says only that a module is absent (an optional dependency, or a Triton
+    without Gluon, which ``kernel_utils`` already tells of): nothing to warn about."""
+    if not isinstance(err, ModuleNotFoundError) or not err.name:
+        return False
+    try:
+        return importlib.util.find_spec(err.name) is None
+    except (ImportError, ValueError):   # its parent package is absent as well
+        return True
+
+
+def import_failure(package: str, module: str) -> str | None:
+    """Why ``hopper_module(package, module, ...)`` found no module, if it tried and failed."""
+    return _import_failures.get(f"{package}.{module}")
 
 
 # os.environ.get encodes the name and, for an unset variable, raises and catches a KeyError on

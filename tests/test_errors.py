@@ -211,3 +211,38 @@ def test_slower_paths_are_said_once():
         for _ in range(3):
             warn_once("test-key", "a slower path")
     assert [w.category for w in seen] == [SlowerPathWarning]
+
+
+def test_a_hopper_module_that_fails_to_import_says_why(tmp_path, monkeypatch):
+    """A kernel module whose dependency is installed but does not import (two native libraries
+    that clash) warns once with the error and says why for `graphrt info`; one that imports a
+    module that is not there stays quiet. Off Hopper nothing is imported."""
+    import warnings
+
+    from graphrt.notices import SlowerPathWarning
+    from graphrt.plan import hopper_module, import_failure
+    package = tmp_path / "fake_kernels_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "clashing.py").write_text("raise ImportError('generic_type: already registered')\n")
+    (package / "absent.py").write_text("import graphrt_no_such_dependency\n")
+    (package / "broken.py").write_text("import fake_kernels_pkg.no_such_part\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert hopper_module("fake_kernels_pkg", "clashing", (8, 0)) is None
+        assert import_failure("fake_kernels_pkg", "clashing") is None   # not tried off Hopper
+        for _ in range(2):
+            assert hopper_module("fake_kernels_pkg", "clashing", (9, 0)) is None
+        assert hopper_module("fake_kernels_pkg", "absent", (9, 0)) is None
+    said = [str(w.message) for w in seen if issubclass(w.category, SlowerPathWarning)]
+    assert len(said) == 1 and "fake_kernels_pkg.clashing" in said[0] \
+        and "already registered" in said[0]
+    assert "already registered" in import_failure("fake_kernels_pkg", "clashing")
+    assert "graphrt_no_such_dependency" in import_failure("fake_kernels_pkg", "absent")
+    # a module that is not there, inside a package that is (a Triton without Gluon): quiet,
+    # but told to `graphrt info`
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert hopper_module("fake_kernels_pkg", "broken", (9, 0)) is None
+    assert "no_such_part" in import_failure("fake_kernels_pkg", "broken")
