@@ -403,19 +403,20 @@ def _expanding_form(form: tuple, template) -> tuple:
     """(function, leading arguments, packed, expand) of a recorded launch. ``expand`` is None,
     or, where the launch's function is Triton's tensor-descriptor wrapper (the inner function
     that expands each descriptor argument into a tensor map, shape and strides, then calls the
-    C launch: 3.6's, with the arguments spread, or 3.9's, packed) and every descriptor argument
-    is a top-level one the binding rebuilds: (the wrapper's own expansion function, each
-    descriptor's TMA metadata), with the C launch as the function, so that a replay passes
-    expansions it kept per address."""
+    C launch: 3.6's, with the arguments spread, or 3.7's and 3.9's, packed) and every
+    descriptor argument is a top-level one the binding rebuilds: (the wrapper's own expansion
+    function, each descriptor's TMA metadata), with the C launch as the function, so that a
+    replay passes expansions it kept per address."""
     function, leading, packed = form
     code, closure = getattr(function, "__code__", None), getattr(function, "__closure__", None)
     if code is None or closure is None:
         return (*form, None)
     cells = dict(zip(code.co_freevars, (cell.cell_contents for cell in closure)))
     names = set(cells)
-    if not packed and names == {"launcher", "tensordesc_indices", "tensordesc_meta"}:   # 3.6
+    if names == {"launcher", "tensordesc_indices", "tensordesc_meta"}:   # 3.6 spread, 3.7 packed
         make = function.__globals__.get("make_tensordesc_arg")
-        if make is None or function.__globals__.get("_BASE_ARGS_FORMAT_LEN") != len(leading):
+        if make is None or not packed and (function.__globals__.get("_BASE_ARGS_FORMAT_LEN")
+                                           != len(leading)):
             return (*form, None)
         positions = sorted(cells["tensordesc_indices"])
     elif packed and names == {"launcher", "make_tensordesc_arg", "relevant_paths", "signature",

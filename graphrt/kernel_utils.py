@@ -110,16 +110,20 @@ def _direct_launch_supported() -> bool:
 # Triton's compiled kernel launches through ``CudaLauncher.__call__``, Python that allocates the
 # kernel's scratch buffers and passes them with its fixed fields to a C launch. For a kernel
 # that needs no scratch, ``DirectRun`` calls that C launch itself (less host time a launch:
-# docs/perf/capture.md). The two layouts of the call it knows (Triton 3.6's arguments spread,
-# 3.9's packed in a tuple) are checked in Triton's source; any other takes ``compiled.run``.
-_C_LAUNCH_CALLS = {
-    False: "self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, "
-           "self.launch_pdl, global_scratch, profile_scratch, *args)",
-    True: "self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, "
-          "self.launch_pdl, kernel_metadata, launch_metadata, launch_enter_hook, "
-          "launch_exit_hook, global_scratch, profile_scratch, self.arg_annotations, "
-          "self.kernel_signature, kernel_args)",
-}
+# docs/perf/capture.md). The layouts of the call it knows (Triton 3.6's arguments spread, 3.7's
+# and 3.9's packed in a tuple) are checked in Triton's source; any other takes ``compiled.run``.
+_PACKED_CALL = ("self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, "
+                "self.launch_pdl, kernel_metadata, launch_metadata, launch_enter_hook, "
+                "launch_exit_hook, global_scratch, profile_scratch, self.arg_annotations, "
+                "self.kernel_signature, {args})")
+# (packed, the C launch's call in the launcher's source, a line it must also hold)
+_C_LAUNCH_CALLS = (
+    (False, "self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, "
+            "self.launch_pdl, global_scratch, profile_scratch, *args)", ""),   # 3.6
+    (True, _PACKED_CALL.format(args="args"), ""),   # 3.7
+    # 3.9: kernel_args is args unless GSan adds its own (direct_run takes no GSan launcher)
+    (True, _PACKED_CALL.format(args="kernel_args"), "kernel_args = args "),
+)
 _c_launch_layouts: dict = {}
 
 
@@ -133,8 +137,8 @@ def c_launch_layout(kind: type) -> bool | None:
         source = " ".join(inspect.getsource(kind.__call__).split())
     except (TypeError, OSError, AttributeError):
         source = ""
-    layout = next((packed for packed, call in _C_LAUNCH_CALLS.items() if call in source
-                   and (not packed or "kernel_args = args " in source)), None)
+    layout = next((packed for packed, call, also in _C_LAUNCH_CALLS
+                   if call in source and also in source), None)
     _c_launch_layouts[kind] = layout
     return layout
 

@@ -15,8 +15,9 @@
 # warps of the kernels matching $PROFILE_KERNELS (a regex) wait, per SASS instruction.
 # With .cute/ carried alone (scripts/cute_bundle.sh; too big to travel with .whl/), the CuTe DSL
 # comes from its tarball and cachetools from the wheel the bundle script copies beside it.
-# With .t39/triton.tar.xz carried (scripts/triton_bundle.sh: CI's Triton for the image's Python,
-# trimmed to fit the carry limit), that Triton runs instead of the image's.
+# With .t39/triton.tar.xz or .t37/triton.tar.xz carried (scripts/triton_bundle.sh: CI's Triton, or
+# the one torch 2.13's CUDA wheels pin, for the image's Python, trimmed to fit the carry limit),
+# that Triton runs instead of the image's.
 set -u
 # a warm machine keeps an earlier call's .cute/ beside .whl/: each wheel once (pip refuses twins)
 python3 -m pip install -q --no-index --no-deps --upgrade --target .site \
@@ -27,8 +28,14 @@ if [ -f .cute/cs_all.tar.xz ]; then
   cute_path=":/tmp/cs:/tmp/cs/nvidia_cutlass_dsl/dsl_packages"
 fi
 triton_path=""
-if [ -f .t39/triton.tar.xz ]; then
-  mkdir -p /tmp/t39 && tar xJf .t39/triton.tar.xz -C /tmp/t39 && triton_path="/tmp/t39:"
+# $TRITON_BUNDLE names the folder when a warm machine holds more than one (an earlier call's)
+bundles=$(ls ${TRITON_BUNDLE:-.t3*}/triton.tar.xz 2>/dev/null)
+if [ "$(echo "$bundles" | grep -c .)" -gt 1 ]; then
+  echo "several Triton bundles here ($bundles): set TRITON_BUNDLE" >&2; exit 2
+fi
+bundle=$bundles
+if [ -n "$bundle" ]; then
+  rm -rf /tmp/tb && mkdir -p /tmp/tb && tar xJf "$bundle" -C /tmp/tb && triton_path="/tmp/tb:"
   # its backends from its own tree: the image's Triton also declares an AMD one, left out here
   export TRITON_BACKENDS_IN_TREE=1
 fi

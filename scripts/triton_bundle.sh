@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Packs a Triton release for the device image's Python into .t39/triton.tar.xz, small enough to
-# carry to the GPU machine (gpu_session.sh unpacks it ahead of the image's Triton): the wheel
+# Packs a Triton release for the device image's Python into .tXY/triton.tar.xz (.t39 for 3.9.0,
+# .t37 for 3.7.1: torch 2.13's CUDA wheels pin that one), small enough to carry to the GPU
+# machine (gpu_session.sh unpacks it ahead of the image's Triton): the wheel
 # without the AMD backend, CUPTI, the profiler library, the tools Triton does not run for sm_90
 # and libtriton's debug sections.
 # Usage: bash scripts/triton_bundle.sh [version (3.9.0)] [python version (3.12)]
@@ -19,6 +20,9 @@ rm -rf triton/backends/amd triton/backends/nvidia/lib/cupti* triton/_C/libproton
        triton/backends/nvidia/bin/{ptxas,cuobjdump,nvdisasm}
 chmod +x triton/backends/nvidia/bin/*
 strip --strip-debug triton/_C/libtriton.so
-mkdir -p "$OLDPWD/.t39"
-tar -cf - triton triton-*.dist-info | xz -9e -T2 > "$OLDPWD/.t39/triton.tar.xz"
-ls -la "$OLDPWD/.t39/triton.tar.xz"
+out="$OLDPWD/.t$(echo "$version" | cut -d. -f1,2 | tr -d .)"
+mkdir -p "$out"
+grep -qx "/$(basename "$out")/" "$OLDPWD/.git/info/exclude" 2>/dev/null \
+    || echo "/$(basename "$out")/" >> "$OLDPWD/.git/info/exclude"
+tar -cf - triton triton-*.dist-info | xz -9e -T2 > "$out/triton.tar.xz"
+ls -la "$out/triton.tar.xz"

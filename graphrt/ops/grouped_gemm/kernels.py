@@ -137,7 +137,8 @@ def _tile_origin(tile, HIDDEN: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl.co
     tiles_n: tl.constexpr = (INTER + BLOCK_N - 1) // BLOCK_N
     group = tile // (GROUP_M * tiles_n)
     first_m = group * GROUP_M
-    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
+    left = tiles_m - first_m
+    rows_in_group = tl.where(left < GROUP_M, left, GROUP_M)   # tl.minimum: 3.7's interpreter fails
     tile_m = first_m + (tile % (GROUP_M * tiles_n)) % rows_in_group
     tile_n = (tile % (GROUP_M * tiles_n)) // rows_in_group
     return tile_m * BLOCK_M, tile_n * BLOCK_N
