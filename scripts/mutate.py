@@ -168,6 +168,9 @@ MUTATIONS = [
      "        if _STORAGE[kind].from_address(address).value != want:",
      "        if False:",
      ["tests/test_cute_launch.py"]),
+    ("hopper-module-import-error-silent", "graphrt/plan.py",
+     "        if not _not_installed(err):", "        if False:",
+     ["tests/test_errors.py", "-k", "hopper_module"]),
 ]
 
 
