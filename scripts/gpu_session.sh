@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
-# Usage there: bash scripts/gpu_session.sh [tests|optests|ptests|jax_tests|sanitize|memcheck|sweep|sweep_mhc|
+# Usage there: bash scripts/gpu_session.sh [tests|optests|ptests|suite|jax_tests|sanitize|memcheck|sweep|sweep_mhc|
 #                                          sweep_wgrad|ragged_in_turn|bench|mhc|lmsd|
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|demo ...]
 # optests runs the GPU tests under $TEST_PATHS (files; $TEST_K: a -k expression, spaces and all);
-# ptests runs the groups of $TEST_GROUPS (';' between groups) side by side;
+# ptests runs the groups of $TEST_GROUPS (';' between groups) side by side, suite every GPU test
+# that way (the JAX tests not marked gpu are jax_tests);
 # sweep and sweep_mhc take $SWEEP_CASES,
 # sweep_wgrad $SWEEP_ARGS (--fp8); profile
 # runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; sanitize checks only the
@@ -66,7 +67,9 @@ for step in $steps; do
     sweep_wgrad) python3 scripts/sweep_wgrad.py ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep_wgrad.log" ;;
     ragged_in_turn) python3 scripts/ragged_in_turn.py 2>&1 | tee "$OUT/ragged_in_turn.log" ;;
     sweep_mhc) python3 scripts/sweep_mhc.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep_mhc.log" ;;
-    ptests)   # the ';'-separated groups of test paths in $TEST_GROUPS, in parallel processes
+    ptests|suite)   # the ';'-separated groups of test paths in $TEST_GROUPS, in parallel processes
+      # suite: every GPU test, in six groups of about equal time (about 200 s on an H100)
+      [ "$step" = suite ] && TEST_GROUPS="tests/ops/test_grouped_gemm.py -k ragged;tests/ops/test_grouped_gemm.py -k 'not ragged';tests/ops/test_grouped_gemm_fp8.py;tests/ops/test_rmsnorm.py tests/ops/test_proj_rope.py tests/ops/test_adamw.py;tests/ops/test_hstu.py tests/ops/test_mhc.py tests/ops/test_library.py tests/nn tests/test_jax.py tests/test_core.py tests/test_cute_launch.py tests/test_errors.py tests/test_kernels_compile.py tests/test_properties.py tests/test_registry.py tests/test_bench_host.py tests/test_bench_hf.py tests/test_plot.py;tests/capture tests/hf tests/test_binding.py tests/test_launch_gpu.py tests/test_threads_gpu.py tests/test_arena_gpu.py"
       IFS=';' read -ra groups <<< "${TEST_GROUPS:-tests}"
       for i in "${!groups[@]}"; do   # each stops after $PTESTS_S seconds (one line a test)
         eval timeout "${PTESTS_S:-540}" python3 -m pytest -v -m gpu ${groups[$i]} \
