@@ -45,14 +45,15 @@ python3 -c "import triton, torch, graphrt.kernel_utils as k; print('triton', tri
   triton.__file__, 'torch', torch.__version__, 'gluon kernels on:', k.ON_TESTED_TRITON)" \
   | tee "$OUT/versions.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/smi.txt" 2>&1
+# the JAX tests run on the image's jax with CUDA here, marked gpu or not: those not marked gpu
+jax_tests() { python3 -m pytest -q -m "not gpu" tests/test_jax.py -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_jax_tests.log" | tail -5; }
 steps=${*:-tests sanitize bench demo}
 for step in $steps; do
   echo "=== $step"
   case $step in
     tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
-      # the JAX tests run on the image's jax with CUDA here, marked gpu or not
-      python3 -m pytest -q -m "not gpu" tests/test_jax.py -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_jax_tests.log" | tail -5 ;;
-    jax_tests) python3 -m pytest -q -m "not gpu" tests/test_jax.py -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_jax_tests.log" | tail -5 ;;
+      jax_tests ;;
+    jax_tests) jax_tests ;;
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool $([ $tool = memcheck ] && echo --report-api-errors no) \
