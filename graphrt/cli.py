@@ -73,7 +73,9 @@ def _fast_paths() -> dict:
     facts = {"direct launch": "on" if kernel_utils.direct_launch_enabled() else
              f"off (Triton {triton_version} launches kernels in a way graphrt does not know)",
              "tested Triton": f"{kernel_utils.TESTED_TRITONS_TEXT} on the GPU (every fast "
-                              f"path), 3.9 on the CPU (interpreter)"}
+                              f"path), 3.9 on the CPU (interpreter)"
+                              + ("; GRAPHRT_TRUST_TRITON=1 runs the Gluon kernels on any"
+                                 if kernel_utils.TRITON_TRUSTED else "")}
     on_hopper = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
     if not torch.cuda.is_available():
         facts["kernels"] = "rmsnorm, mhc, lmsd, wgrad, proj: Triton (interpreted with TRITON_INTERPRET=1)"

@@ -37,6 +37,10 @@ fi
 bundle=$bundles
 if [ -n "$bundle" ]; then
   rm -rf /tmp/tb && mkdir -p /tmp/tb && tar xJf "$bundle" -C /tmp/tb && triton_path="/tmp/tb:"
+  # the bundles leave ptxas out (3.9 compiles sm_90 with its ptxas-blackwell); 3.7.1 runs the
+  # image's Triton's, the same release (CUDA 12.8.93) as the one its wheel ships
+  [ -e /tmp/tb/triton/backends/nvidia/bin/ptxas ] || export TRITON_PTXAS_PATH=$(python3 -c \
+    "import os, triton; print(os.path.dirname(triton.__file__) + '/backends/nvidia/bin/ptxas')")
   # its backends from its own tree: the image's Triton also declares an AMD one, left out here
   export TRITON_BACKENDS_IN_TREE=1
 fi
@@ -44,6 +48,7 @@ export PYTHONPATH=$triton_path$PWD:$PWD/.site$cute_path PYTHONUNBUFFERED=1 GRAPH
 python3 -c "import triton, torch, graphrt.kernel_utils as k; print('triton', triton.__version__,
   triton.__file__, 'torch', torch.__version__, 'gluon kernels on:', k.ON_TESTED_TRITON)" \
   | tee "$OUT/versions.txt"
+[ -n "${TRITON_PTXAS_PATH:-}" ] && "$TRITON_PTXAS_PATH" --version | tail -1 | tee -a "$OUT/versions.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/smi.txt" 2>&1
 # the JAX tests run on the image's jax with CUDA here, marked gpu or not: those not marked gpu
 jax_tests() { python3 -m pytest -q -m "not gpu" tests/test_jax.py -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_jax_tests.log" | tail -5; }

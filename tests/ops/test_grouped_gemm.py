@@ -1278,6 +1278,23 @@ def test_experts_ranked_by_count_interpreted(counts, bad_at, chunk, share):
     assert positions[1].tolist() == [2 * programs - 1 - p for p in range(programs)]
 
 
+@pytest.mark.parametrize("trust", ["1", "0", None])
+def test_the_gluon_gate_reads_the_triton_version_and_graphrt_trust_triton(trust):
+    """Under a Triton the Gluon kernels were not tested with, they are off unless
+    GRAPHRT_TRUST_TRITON=1 (read at import); in a fresh interpreter with the version set."""
+    import os
+    import subprocess
+    import sys
+    script = ("import triton; triton.__version__ = '3.1.0'\n"
+              "import graphrt.kernel_utils as k; print(k.ON_TESTED_TRITON, k.TRITON_TRUSTED)")
+    environment = {k: v for k, v in os.environ.items() if k != "GRAPHRT_TRUST_TRITON"}
+    if trust is not None:
+        environment["GRAPHRT_TRUST_TRITON"] = trust
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=environment, check=True)
+    assert out.stdout.split() == [str(trust == "1")] * 2
+
+
 @pytest.mark.parametrize("tested", [True, False])
 def test_hopper_plans_say_once_when_this_triton_takes_the_portable_kernels(tested,
                                                                            monkeypatch):
