@@ -18,13 +18,14 @@ from .binding import Address, active_recording, RecordedDescriptor
 from .notices import warn_once
 
 # The Tritons that graphrt's Gluon kernels were tested and measured with (graphrt.gluon_api
-# spells the builtins both name differently); other versions take the portable kernels.
+# spells the builtins they name differently); other versions take the portable kernels.
 # GRAPHRT_TRUST_TRITON=1 (read at import) runs them on any Triton, for testing a new release.
-TESTED_TRITONS = ((3, 6), (3, 9))
+TESTED_TRITONS = ((3, 6), (3, 7), (3, 9))
 TRITON_TRUSTED = os.environ.get("GRAPHRT_TRUST_TRITON", "0") == "1"
 ON_TESTED_TRITON = (TRITON_TRUSTED
                     or tuple(int(v) for v in triton.__version__.split(".")[:2]) in TESTED_TRITONS)
-TESTED_TRITONS_TEXT = " and ".join(f"{major}.{minor}" for major, minor in TESTED_TRITONS)
+_TESTED_NAMES = [f"{major}.{minor}" for major, minor in TESTED_TRITONS]
+TESTED_TRITONS_TEXT = ", ".join(_TESTED_NAMES[:-1]) + " and " + _TESTED_NAMES[-1]
 
 
 # Programmatic dependent launch (compute capability 9.0 and later): a kernel launched with it may
@@ -86,7 +87,7 @@ def _is_descriptor(a) -> bool:
 def _descriptor_classes(a) -> tuple | None:
     """A host tensor descriptor's key (Triton's or Gluon's): its type, dtype, block shape,
     layout, padding and whether its base is 16-byte aligned. Triton specializes on the dtype,
-    block shape and layout alone (3.6 and 3.9); shape and strides are run-time values, left out
+    block shape and layout alone (3.6, 3.7 and 3.9); shape and strides are run-time values, left out
     so that the key stays bounded when a run-time extent changes every call. None for anything
     other than a descriptor."""
     if not _is_descriptor(a):
@@ -393,7 +394,7 @@ binding.launch_hooks_active = _launch_hooks_active
 
 
 # Compile options every launch asks for. FP fusion (a multiply and an add as one FMA) is how the
-# kernels were tested and measured: Triton 3.6 and 3.9 fuse by default, and asking gives the same
+# kernels were tested and measured: Tritons 3.6 to 3.9 fuse by default, and asking gives the same
 # PTX for every compile case, but 3.9 warns that its default turns fusion off from 3.10 on.
 LAUNCH_OPTIONS = {"enable_fp_fusion": True}
 

@@ -1,4 +1,4 @@
-"""Hopper kernel (Gluon; Triton 3.6 and 3.9) for the 1x128 FP8 grouped wgrad: the tensor cores
+"""Hopper kernel (Gluon; Triton 3.6, 3.7 and 3.9) for the 1x128 FP8 grouped wgrad: the tensor cores
 multiply one block of 128 tokens while the CUDA cores scale another.
 
 Triton keeps a dot asynchronous only when its result feeds nothing but the next dot, so the
