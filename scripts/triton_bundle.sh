@@ -2,8 +2,9 @@
 # Packs a Triton release for the device image's Python into .tXY/triton.tar.xz (.t39 for 3.9.0,
 # .t37 for 3.7.1: torch 2.13's CUDA wheels pin that one), small enough to carry to the GPU
 # machine (gpu_session.sh unpacks it ahead of the image's Triton): the wheel
-# without the AMD backend, CUPTI, the profiler library, the tools Triton does not run for sm_90
-# and libtriton's debug sections.
+# without the AMD backend, CUPTI, the profiler library, the tools Triton 3.9 does not run for
+# sm_90 and libtriton's debug sections. 3.7.1 does run ptxas for sm_90 (3.9 runs ptxas-blackwell):
+# gpu_session.sh then points it at the image's Triton's, the same CUDA 12.8.93 release.
 # Usage: bash scripts/triton_bundle.sh [version (3.9.0)] [python version (3.12)]
 set -euo pipefail
 version=${1:-3.9.0}
