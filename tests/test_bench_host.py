@@ -73,3 +73,15 @@ def test_plan_rows_carry_the_goal_and_the_same_kernels_bare():
     assert _launch_goal("op: plan.execute", case, best) == {
         "kernels": 2, "goal us": 16.0, "same kernels us": 30.0}
     assert _launch_goal("op: functional", SimpleNamespace(), best) == {}
+
+
+def test_full_path_calls_counts_the_calls_that_reach_the_runtimes_full_path():
+    """On the CPU no call is bound, so every functional call takes the full path; a call that
+    does not reach the runtime counts none; the runtime is left as it was."""
+    import graphrt
+    from graphrt.bench.host import full_path_calls
+    rt = graphrt.runtime("cpu")
+    x, w = torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(8)
+    assert full_path_calls(lambda: graphrt.ops.rmsnorm_forward(x, w), rt, calls=5) == "5/5"
+    assert full_path_calls(lambda: torch.add(x, x), rt, calls=5) == "0/5"
+    assert "_run" not in vars(rt)

@@ -231,6 +231,26 @@ BARE_LAUNCH = "bare Triton launch, 3 arguments"
 PER_FURTHER_KERNEL_US = 5.0
 
 
+def full_path_calls(fn, rt, calls: int = 20) -> str:
+    """How many of ``calls`` calls of ``fn`` took ``rt``'s full path (plan lookup, checks and
+    allocation in ``Runtime._run``) rather than a bound call, as "n/calls": a functional row
+    that reads slow with every call on the full path lost its binding, not its speed."""
+    real = rt._run
+    taken = 0
+
+    def counted(*args, **kwargs):
+        nonlocal taken
+        taken += 1
+        return real(*args, **kwargs)
+    rt._run = counted
+    try:
+        for _ in range(calls):
+            fn()
+    finally:
+        del rt._run
+    return f"{taken}/{calls}"
+
+
 def _launch_goal(name: str, case, best: dict) -> dict:
     """For a plan.execute case: its kernels (the launches its binding replays), the goal of
     issue 26 (a bare launch plus 5 us per further kernel, from this run's bare 3-argument
@@ -268,7 +288,11 @@ def run(progress=print, rounds: int = 5, match: str = "") -> list[dict]:
     for _ in range(rounds):
         for name, fn in cases.items():
             best[name] = min(best[name], host_us(fn))
-    table = [{"call": name, "host us": us, **_launch_goal(name, cases[name], best)}
+    import graphrt
+    rt = graphrt.runtime(device)
+    table = [{"call": name, "host us": us, **_launch_goal(name, cases[name], best),
+              **({"full path": full_path_calls(cases[name], rt)} if ": functional" in name
+                 else {})}
              for name, us in best.items()]
     if match:
         return table
@@ -330,11 +354,14 @@ def trace(name: str, progress=print) -> None:
 
 def main(progress=print, match: str = "") -> list[dict]:
     return report.publish("host", run(progress, match=match), progress,
-                          columns=["call", "host us", "kernels", "goal us", "same kernels us"],
+                          columns=["call", "host us", "kernels", "goal us", "same kernels us",
+                                   "full path"],
                           legend="goal us (plan.execute rows): issue 26's goal, this run's bare "
                                  "3-argument launch plus 5 us per further kernel; same kernels "
                                  "us: the plan's own kernels launched bare through Triton's "
-                                 "kernel[grid]")
+                                 "kernel[grid]; full path (functional rows): of 20 calls after "
+                                 "the timing, those that took the runtime's full path instead "
+                                 "of a bound call")
 
 
 if __name__ == "__main__":
