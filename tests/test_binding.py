@@ -649,6 +649,24 @@ def test_functional_dropout_with_a_new_int_seed_each_call_replays_one_binding(se
     assert rt.plans.stats()["compiles"] == 1
 
 
+@pytest.mark.gpu
+def test_every_functional_call_of_the_host_bench_is_served_bound():
+    """Each functional case `graphrt bench host` times (every op's sample call, and the
+    wgrad's ragged, MXFP8 and K-K variants), after two calls, is served by a bound call: none
+    of three more takes the runtime's full path. A Triton whose launches cannot be bound
+    would leave these calls 10-15 us slower, with every result still right."""
+    from graphrt.bench.host import full_path_calls, op_cases
+    device = torch.device("cuda", torch.cuda.current_device())
+    cases = {name: fn for name, fn in op_cases(device).items()
+             if ": functional" in name and not name.startswith("adamw_step")}   # never bound
+    for fn in cases.values():
+        fn()
+        fn()
+    rt = graphrt.runtime(device)
+    taken = {name: full_path_calls(fn, rt, calls=3) for name, fn in cases.items()}
+    assert all(n == "0/3" for n in taken.values()), taken
+
+
 def _fill_fresh(t):
     if t.dtype == torch.uint8:   # E8M0 scales near 2^0
         t.copy_(torch.randint(124, 130, t.shape, device=t.device))
