@@ -30,11 +30,10 @@ if [ -f .cute/cs_all.tar.xz ]; then
 fi
 triton_path=""
 # $TRITON_BUNDLE names the folder when a warm machine holds more than one (an earlier call's)
-bundles=$(ls ${TRITON_BUNDLE:-.t3*}/triton.tar.xz 2>/dev/null)
-if [ "$(echo "$bundles" | grep -c .)" -gt 1 ]; then
-  echo "several Triton bundles here ($bundles): set TRITON_BUNDLE" >&2; exit 2
+bundle=$(ls ${TRITON_BUNDLE:-.t3*}/triton.tar.xz 2>/dev/null)
+if [ "$(echo "$bundle" | grep -c .)" -gt 1 ]; then
+  echo "several Triton bundles here ($bundle): set TRITON_BUNDLE" >&2; exit 2
 fi
-bundle=$bundles
 if [ -n "$bundle" ]; then
   rm -rf /tmp/tb && mkdir -p /tmp/tb && tar xJf "$bundle" -C /tmp/tb && triton_path="/tmp/tb:"
   # the bundles leave ptxas out (3.9 compiles sm_90 with its ptxas-blackwell); 3.7.1 runs the

@@ -1,8 +1,9 @@
 """How much of a kernel launch's host time is the driver's: the bare 3-argument kernel launched
 by Triton's JIT, by Triton's C launch with its arguments ready, by cuLaunchKernelEx through
 ctypes, and by cuLaunchKernelEx in a C loop (compiled here with gcc against Triton's cuda.h),
-each 200 times behind a GPU sleep, the minimum over five rounds. Kernel parameters as Triton
-3.6 passes them (the arguments, then the global and profile scratch).
+each 200 times behind a GPU sleep (`graphrt.bench.host.host_us`; the C loop times itself), the
+minimum over five rounds. Kernel parameters as Triton 3.6 passes them (the arguments, then the
+global and profile scratch).
 
     python scripts/launch_floor.py
 """
@@ -10,12 +11,11 @@ import ctypes
 import os
 import subprocess
 import tempfile
-import time
 
 import torch
 import triton
 
-from graphrt.bench.host import _add_one_kernel
+from graphrt.bench.host import _add_one_kernel, host_us
 from graphrt.kernel_utils import direct_run
 
 CALLS = 200
@@ -79,18 +79,6 @@ def _library():
     return lib
 
 
-def _behind_sleep(fn) -> float:
-    """us a call of ``fn`` (CALLS calls) enqueued behind a GPU sleep."""
-    torch.cuda.synchronize()
-    torch.cuda._sleep(int(6e8))
-    t0 = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    us = (time.perf_counter() - t0) / CALLS * 1e6
-    torch.cuda.synchronize()
-    return us
-
-
 def main() -> None:
     lib = _library()
     x = torch.zeros(16, device="cuda")
@@ -116,7 +104,7 @@ def main() -> None:
     best: dict = {}
     for _ in range(5):
         for name, fn in cases.items():
-            best[name] = min(best.get(name, float("inf")), _behind_sleep(fn))
+            best[name] = min(best.get(name, float("inf")), host_us(fn, CALLS))
         for pdl in (0, 1):
             torch.cuda.synchronize()
             torch.cuda._sleep(int(6e8))
