@@ -178,6 +178,11 @@ class Plan:
     # depend on the value but its range (signed 64-bit)
     run_time_ints: ClassVar[dict] = {}
 
+    def counter_words(self) -> int:
+        """Zeroed int32 counters that ``execute`` takes as ``counters`` to save a launch (see
+        ``WorkspaceArena.counters``; the functional call passes its arena's), 0 for none."""
+        return 0
+
     @staticmethod
     def bindable() -> bool:
         """Whether this call may replay a binding: always, unless the plan's execute reads a

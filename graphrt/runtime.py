@@ -17,6 +17,7 @@ from .streams import StreamTracker, current_stream, resolve_stream
 DEFAULT_ARENA_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 DEFAULT_PLAN_CACHE_SIZE = 256
 BOUND_CALLS = 256
+COUNTERS = object()   # a bound call's source of the counters its workspace region owns
 
 
 def _call_key(plan_cls, args: tuple, kwargs: dict):
@@ -53,6 +54,7 @@ class _BoundCall:
         self.low_bits = tuple(t.data_ptr() & 255 for t in allocated.values())
         self.n_inputs = n_inputs
         self.slots = tuple(s if type(s) is int else
+                           n_inputs + len(made) + 1 if s is COUNTERS else
                            n_inputs + made.index(s) if s is not None else n_inputs + len(made)
                            for s in sources)
         self.nbytes = plan.workspace_bytes()
@@ -100,11 +102,15 @@ class _BoundCall:
         def pool(slot: int) -> str:
             if slot < self.n_inputs:
                 return f"inputs[{slot}]"
-            return f"a{slot - self.n_inputs}" if slot < self.n_inputs + made else "w"
+            if slot < self.n_inputs + made:
+                return f"a{slot - self.n_inputs}"
+            return "w" if slot == self.n_inputs + made else "c"
         addresses = f"[{', '.join(pool(slot) for slot in self.slots)}]"
         if self.nbytes:   # arena regions start on 256-byte boundaries, as the recorded one did
-            lines += [f"    w, region = rt.arena.lend({int(self.nbytes)}, _stream)", "    try:",
-                      f"        _launch({addresses}, ints)", "    finally:",
+            lines.append(f"    w, region = rt.arena.lend({int(self.nbytes)}, _stream)")
+            if self.n_inputs + made + 1 in self.slots:   # the region's zeroed counters
+                lines.append("    c = rt.arena.counter_address(w)")
+            lines += ["    try:", f"        _launch({addresses}, ints)", "    finally:",
                       "        rt.arena.give_back(region)"]
         else:
             lines.append(f"    _launch({addresses}, ints)")
@@ -244,6 +250,10 @@ class Runtime:
         if nbytes:
             with self.arena.scope():
                 workspace = self.arena.take(nbytes, launch_stream)
+                words = plan.counter_words()
+                counters = self.arena.counters(workspace, words) if words else None
+                if counters is not None:
+                    tensors["counters"] = counters
                 plan.execute(*args, **tensors, workspace=workspace, stream=launch_stream)
         else:
             plan.execute(*args, **tensors, workspace=workspace, stream=launch_stream)
@@ -278,6 +288,8 @@ class Runtime:
                 sources.append(names[id(v)])
             elif v is workspace:
                 sources.append(None)
+            elif v is tensors.get("counters"):
+                sources.append(COUNTERS)
             else:
                 index = next((i for i, t in enumerate(own) if t is v), None)
                 if index is None:

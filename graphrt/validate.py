@@ -171,6 +171,21 @@ def workspace_as(workspace: torch.Tensor, nbytes: int, dtype: torch.dtype) -> to
     return workspace.view(dtype)
 
 
+def counters_operand(counters: object, words: int, device: torch.device) -> torch.Tensor | None:
+    """Run-time check of zeroed counters (see ``WorkspaceArena.counters``): None, or at least
+    ``words`` contiguous int32 on ``device``."""
+    if counters is None:
+        return None
+    counters = require_tensor("counters", counters)
+    if counters.dtype != torch.int32 or counters.device != device or counters.dim() != 1 \
+            or counters.stride(0) != 1 or counters.numel() < words:
+        raise ContractError(f"counters: expected at least {words} contiguous int32 words on "
+                            f"{device} (the runtime's arena gives them), got "
+                            f"{dtype_name(counters.dtype)} {tuple(counters.shape)} on "
+                            f"{counters.device}")
+    return counters
+
+
 def workspace_operand(workspace: object, nbytes: int, device: torch.device) -> torch.Tensor | None:
     """Run-time check of caller-provided scratch: at least ``nbytes``, on ``device``, aligned."""
     if nbytes == 0:

@@ -29,9 +29,15 @@ for n, d in [(1, 8), (37, 136), (64, 256), (300, 512)] * 2:
     x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     w, b = (torch.randn(d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     y, mean, rstd, mask = graphrt.ops.hstu_lmsd_forward(x, u, w, b, dropout_ratio=0.1, seed=1)
-    graphrt.ops.hstu_lmsd_backward(torch.randn_like(y), x, u, w, b, mean, rstd, mask,
-                                   dropout_ratio=0.1, apply_u_silu=True, concat_u=True,
-                                   concat_x=True)
+    flags = dict(dropout_ratio=0.1, apply_u_silu=True, concat_u=True, concat_x=True)
+    args = (torch.randn_like(y), x, u, w, b, mean, rstd, mask)
+    # the functional call sums dweight/dbias in its own launch (the arena's counters); a plan
+    # with the caller's workspace, in a second launch
+    graphrt.ops.hstu_lmsd_backward(*args, **flags)
+    plan = graphrt.runtime().plan(graphrt.ops.HstuLmsdBackward, *args, **flags)
+    plan.execute(*args, dx=torch.empty_like(x), du=torch.empty_like(u), dweight=torch.empty_like(w),
+                 dbias=torch.empty_like(b),
+                 workspace=torch.empty(plan.workspace_bytes(), dtype=torch.uint8, device="cuda"))
 # every layout; [0, 17, 5, 0, 34] sums to 56: K-major operands take the 8-token path
 for counts in ([0, 17, 5, 0, 33], [0, 17, 5, 0, 34], [64, 0], [16, 3, 8, 5]):
     offsets = torch.tensor(counts, dtype=torch.int32, device="cuda").cumsum(0).to(torch.int32)

@@ -247,6 +247,20 @@ def test_arena_keeps_no_record_per_call_without_a_stream():
     assert arena._last_use == [] and arena.stats()["live_regions"] == 0
 
 
+def test_arena_counters_are_zero_words_that_only_their_region_owns():
+    arena = WorkspaceArena(1 << 16, "cpu")
+    with arena.scope():
+        a, b = arena.take(1000), arena.take(600)   # a owns 4 units of 256 bytes, b 3
+        ca, cb = arena.counters(a, 4), arena.counters(b, 2)
+        assert ca.dtype == torch.int32 and ca.numel() == 4 and not ca.any() and not cb.any()
+        assert ca.data_ptr() + 4 * 4 <= cb.data_ptr()   # no word shared
+        assert arena.counter_address(a.data_ptr()) == ca.data_ptr()
+        assert arena.counter_address(b.data_ptr()) == cb.data_ptr()
+        assert arena.counters(a, 5) is None   # more words than the region has units
+        assert arena.counters(torch.empty(4096, dtype=torch.uint8), 1) is None   # not its own
+    assert arena.counter_map().numel() == (1 << 16) // 256 + 1
+
+
 def test_arena_nested_holds_keep_their_own_regions():
     """An inner hold that took nothing closes itself, not an equal-looking outer one: regions
     the outer block takes afterwards belong to the outer hold."""

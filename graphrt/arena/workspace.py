@@ -129,6 +129,7 @@ class WorkspaceArena:
         self._local = threading.local()     # .scopes: this thread's open scopes, innermost last
         self._high_water = 0
         self._takes = 0
+        self._counter_map: torch.Tensor | None = None   # see ``counters``
 
     def _scopes(self) -> list[list[_Region]]:
         scopes = getattr(self._local, "scopes", None)
@@ -231,6 +232,45 @@ class WorkspaceArena:
             else:
                 keep.append((lo, hi, prior))
         self._last_use = keep
+
+    # -- zeroed counters -----------------------------------------------------------------------
+    def counters(self, workspace: torch.Tensor, words: int) -> torch.Tensor | None:
+        """``words`` int32 counters that are zero now and belong to the region ``workspace``
+        (taken from this arena, over at least ``words`` units of ALIGNMENT bytes), or None
+        where it cannot give them (the map is made outside a capture, the first time).
+
+        They come from a map of one word per 256-byte unit of the arena, zeroed once. A region
+        owns the words of its units, so calls on other streams, and graphs that hold regions,
+        never share a word; each kernel that counts in its words leaves them zero, and the next
+        user of the region waits for it like for the region itself."""
+        offset = workspace.data_ptr() - self._address
+        # the next region starts on the next unit: a region owns the units it touches
+        if align_up(workspace.numel()) < words * ALIGNMENT or not 0 <= offset < self.capacity:
+            return None
+        table = self.counter_map()
+        if table is None:
+            return None
+        first = offset // ALIGNMENT
+        return table[first:first + words]
+
+    def counter_map(self) -> torch.Tensor | None:
+        """The zeroed int32 map behind ``counters`` (made at the first call outside a capture;
+        None before that): a bound call finds a region's words at ``counter_address``."""
+        table = self._counter_map
+        if table is None and not is_capturing(self.device):
+            with self._lock:
+                if self._counter_map is None:
+                    made = torch.zeros(self.capacity // ALIGNMENT + 1, dtype=torch.int32,
+                                       device=self.device)
+                    if self._on_cuda:   # zero before any stream's kernel counts in it
+                        torch.cuda.synchronize(self.device)
+                    self._counter_map = made
+                table = self._counter_map
+        return table
+
+    def counter_address(self, address: int) -> int:
+        """The address of the first counter word of the region at ``address``."""
+        return self._counter_map.data_ptr() + (address - self._address) // ALIGNMENT * 4
 
     def scope(self) -> "_Scope":
         """Regions this thread takes inside are released when the block ends (unless a hold

@@ -12,7 +12,7 @@ from graphrt.ops.hstu import hstu_lmsd_backward_reference, hstu_lmsd_forward_ref
 from graphrt.ops.hstu.philox import dropout_mask, keep_threshold, philox4x32
 
 from ..helpers import (INTERPRETER, assert_rejected, assert_unchanged, env, needs_interpreter,
-                       rel_l2, snapshot)
+                       poison, rel_l2, snapshot)
 
 BF16 = torch.bfloat16
 FLAGS = [dict(apply_u_silu=s, concat_u=cu, concat_x=cx)
@@ -368,3 +368,122 @@ def test_compute_dweight_false_values_match_the_full_backward(seed, backend):
     assert part[2] is None
     for name, a, b_ in (("dx", part[0], full[0]), ("du", part[1], full[1]), ("dbias", part[3], full[3])):
         assert torch.equal(a, b_), name
+
+
+# -- dweight and dbias summed in the backward's own launch ----------------------------------------
+def _one_launch_against_two(n, d, device, runtime, compute_dweight=True, p=0.2):
+    """The functional backward (its partials summed by the kernel's last programs, with the
+    arena's counters) against ``plan.execute`` with a workspace of the caller's (a second
+    launch sums them), poisoned outputs: bitwise equal, the FP32 sums of the partials close to
+    an FP64 sum of them, and the arena's counter map zero again. Returns the functional
+    call's outputs."""
+    from graphrt.ops import HstuLmsdBackward
+    from graphrt.reduction import groups_of
+    x, u, w, b = _inputs(n, d, device)
+    flags = dict(dropout_ratio=p, apply_u_silu=True, concat_u=True, concat_x=False)
+    y, mean, rstd, mask = hstu_lmsd_forward(x, u, w, b, seed=5, offset=0, runtime=runtime,
+                                            **flags)
+    dy = torch.randn_like(y)
+    args = (dy, x, u, w, b, mean, rstd, mask)
+    one = hstu_lmsd_backward(*args, compute_dweight=compute_dweight, runtime=runtime, **flags)
+    plan = runtime.plan(HstuLmsdBackward, *args, compute_dweight=compute_dweight, **flags)
+    outs = dict(dx=torch.empty_like(x), du=torch.empty_like(u), dbias=torch.empty_like(b),
+                dweight=torch.empty_like(w) if compute_dweight else None)
+    poison(*outs.values())
+    workspace = torch.empty(plan.workspace_bytes(), dtype=torch.uint8, device=device)
+    plan.execute(*args, **outs, workspace=workspace)
+    for name, got in zip(("dx", "du", "dweight", "dbias"), one):
+        if got is None:
+            assert name == "dweight" and not compute_dweight
+            continue
+        assert torch.equal(got, outs[name]), name
+    programs = plan.programs
+    parts = workspace[:8 * programs * d].view(torch.float32).view(2, programs, d).double()
+    sums, size = parts.sum(1), parts.abs().sum(1)
+    assert groups_of(programs) >= 1
+    for row, got in ((0, one[2]), (1, one[3])):
+        if got is not None:   # a BF16 ulp (the interpreter truncates), FP32's error
+            error = (got.double() - sums[row]).abs()
+            bound = 2 ** -7 * sums[row].abs() + 1e-5 * size[row] + 1e-30
+            assert (error <= bound).all(), (error - bound).max()
+    table = runtime.arena.counter_map()
+    assert table is not None and not table.any(), "a counter was left nonzero"
+    return one
+
+
+@needs_interpreter
+@pytest.mark.parametrize("sms,n", [(1, 7), (20, 700), (20, 5)])
+@pytest.mark.parametrize("compute_dweight", [True, False])
+def test_interpreted_one_launch_sums_like_the_second_launch(seed, monkeypatch, sms, n,
+                                                            compute_dweight):
+    """Several groups of partials (programs = SMs x programs per SM, 16 to a group), programs
+    with no rows among them (n=5), one group of fewer than 16 (sms=1)."""
+    import graphrt.ops.hstu.kernels as hstu_kernels
+    from graphrt.ops.hstu import spec as hstu_spec
+    monkeypatch.setattr(hstu_spec, "sm_count", lambda device: sms)
+    second = []
+    monkeypatch.setattr(hstu_kernels, "sum_partials_in_groups",
+                        lambda *a, f=hstu_kernels.sum_partials_in_groups: (second.append(1),
+                                                                           f(*a))[1])
+    with env(GRAPHRT_BACKEND="triton"):
+        rt = graphrt.Runtime("cpu")
+        _one_launch_against_two(n, 24, "cpu", rt, compute_dweight)
+    assert second == [1], "the functional call launched the second kernel, or execute did not"
+
+
+@needs_interpreter
+def test_rejected_counters_write_nothing_cpu():
+    from graphrt.ops import HstuLmsdBackward
+    x, u, w, b = _inputs(6, 16)
+    flags = dict(apply_u_silu=True, concat_u=True, concat_x=True, dropout_ratio=0.0)
+    y, mean, rstd, _ = hstu_lmsd_forward(x, u, w, b, dropout_ratio=0.0)
+    dy = torch.randn_like(y)
+    with env(GRAPHRT_BACKEND="triton"):
+        plan = graphrt.runtime("cpu").plan(HstuLmsdBackward, dy, x, u, w, b, mean, rstd, None,
+                                           **flags)
+        outs = dict(dx=torch.empty_like(x), du=torch.empty_like(u), dweight=torch.empty_like(w),
+                    dbias=torch.empty_like(b))
+        poison(*outs.values())
+        workspace = torch.empty(plan.workspace_bytes(), dtype=torch.uint8)
+        words = plan.counter_words()
+        assert_rejected(plan.execute, ("dy", "x", "u", "weight", "bias", "mean", "rstd", "mask"),
+                        dict(dy=dy, x=x, u=u, weight=w, bias=b, mean=mean, rstd=rstd, mask=None,
+                             workspace=workspace, **outs),
+                        [(dict(counters=torch.zeros(words, dtype=torch.int64)), "counters: expected"),
+                         (dict(counters=torch.zeros(words - 1, dtype=torch.int32)),
+                          "counters: expected"),
+                         (dict(counters=torch.zeros(words, 2, dtype=torch.int32)), "counters: expected"),
+                         (dict(counters=outs["dx"]), "counters: expected")],
+                        list(outs.values()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,d", [(1, 8), (513, 264), (65536, 512), (4097, 4096)])
+def test_gpu_one_launch_sums_like_the_second_launch(seed, n, d):
+    """On the GPU's grid (several groups of partials), both dweight settings; then the same
+    call served bound (the counters' address made from the lent region's) and captured: its
+    replays equal the eager call, and every counter is zero again."""
+    from graphrt.capture import capture
+    rt = graphrt.Runtime("cuda")
+    for compute_dweight in (False, True):
+        first = _one_launch_against_two(n, d, "cuda", rt, compute_dweight)
+    x, u, w, b = _inputs(n, d, "cuda")
+    flags = dict(dropout_ratio=0.2, apply_u_silu=True, concat_u=True, concat_x=False)
+    y, mean, rstd, mask = hstu_lmsd_forward(x, u, w, b, seed=9, offset=0, runtime=rt, **flags)
+    dy = torch.randn_like(y)
+    args = (dy, x, u, w, b, mean, rstd, mask)
+    first = hstu_lmsd_backward(*args, runtime=rt, **flags)
+    for _ in range(3):   # the second call binds, the next ones replay
+        again = hstu_lmsd_backward(*args, runtime=rt, **flags)
+        assert all(torch.equal(a, b_) for a, b_ in zip(first, again))
+    bound = [c for c in rt._bound_calls.values() if c.plan.op == "hstu_lmsd_backward"]
+    assert bound and all(c.n_inputs + len(c.allocations) + 1 in c.slots for c in bound), \
+        "the bound call does not take the region's counters"
+    assert bound[0].binding is not None and len(bound[0].binding.launches) == 1
+    fragment = capture(lambda *a: hstu_lmsd_backward(*a, runtime=rt, **flags), *args,
+                       runtime=rt)
+    for _ in range(3):
+        replayed = fragment(*args, clone=True)
+        assert all(torch.equal(a, b_) for a, b_ in zip(first, replayed))
+    torch.cuda.synchronize()
+    assert not rt.arena.counter_map().any(), "a counter was left nonzero"

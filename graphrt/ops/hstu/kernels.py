@@ -7,7 +7,8 @@ eight columns of a row makes three calls at counters (3 x octet index + k, offse
 do not depend on the launch shape. The forward splits its tile by column within each octet, so
 that every value meets its draws in the thread that made them.
 The backward's programs each own rows interleaved over the grid and one row of FP32 dweight and
-dbias partials; the shared reduction sums them in a fixed order.
+dbias partials, summed in the reduction's grouped order: by the last programs to arrive where
+the call has zeroed counters (the runtime's arena has them), else by a second launch.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import triton.language as tl
 
 from ...kernel_utils import (allow_dependent_launch, cdiv, CompileCase, CONSTEXPR, launch,
                              persistent_grid, row_offsets, sigmoid, use_pdl, wait_for_prior_kernel)
-from ...reduction import sum_partials
+from ...reduction import finish_in_groups, sum_partials_in_groups
 from .philox import split_int64
 
 
@@ -310,14 +311,16 @@ def _hstu_fwd_kernel(X, U, W, B, Y, MEAN, RSTD, MASK, SEED, OFFSET, n_rows,
     allow_dependent_launch(PDL)
 
 
+# COUNTERS: any 4-byte-aligned word of the arena's counter map, so its alignment is not part
+# of the specialization
 @triton.jit(do_not_specialize=["n_rows", "stride_dy", "stride_x", "stride_u", "stride_dx",
-                               "stride_du"])
-def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, n_rows,
-                     stride_dy, stride_x, stride_u, stride_dx, stride_du,
+                               "stride_du", "COUNTERS"])
+def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, COUNTERS, DW, DB,
+                     n_rows, stride_dy, stride_x, stride_u, stride_dx, stride_du,
                      D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_ROWS: tl.constexpr,
                      SILU: tl.constexpr, CONCAT_U: tl.constexpr, CONCAT_X: tl.constexpr,
                      DROPOUT: tl.constexpr, SCALE: tl.constexpr, COMPUTE_DW: tl.constexpr,
-                     NUM_STAGES: tl.constexpr, PDL: tl.constexpr):
+                     NUM_STAGES: tl.constexpr, PDL: tl.constexpr, FINISH: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols, col_mask, w, b = _columns_and_affine(W, B, D, BLOCK_D, PDL)
@@ -373,6 +376,13 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, n_rows,
     if COMPUTE_DW:
         tl.store(partial + cols, tl.sum(acc_w, axis=0), mask=col_mask)
     tl.store(partial + programs.to(tl.int64) * D + cols, tl.sum(acc_b, axis=0), mask=col_mask)
+    if FINISH:   # dweight and dbias summed here, not by a second launch
+        if COMPUTE_DW:
+            finish_in_groups(PARTIAL, COUNTERS, DW, DB, pid, programs, cols, col_mask, D,
+                             BLOCK_D, True)
+        else:
+            finish_in_groups(PARTIAL + programs.to(tl.int64) * D, COUNTERS, DB, DB, pid,
+                             programs, cols, col_mask, D, BLOCK_D, False)
 
 
 def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, rstd, mask,
@@ -400,22 +410,28 @@ def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, 
 
 
 def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean, rstd, mask,
-                    dx, du, dweight, dbias, partial, n_rows: int, strides, flags: dict,
-                    scale: float) -> None:
-    """partial: FP32 [2, programs, D] (dweight rows, then dbias rows); strides of dy, x, u, dx, du."""
+                    dx, du, dweight, dbias, partial, counters, n_rows: int, strides,
+                    flags: dict, scale: float) -> None:
+    """partial: FP32 [2, programs, D] (dweight rows, then dbias rows), then the grouped order's
+    [2, groups, D]; strides of dy, x, u, dx, du. ``counters`` (zeroed int32 words, see
+    ``reduction.finish_in_groups``) or None: then the sums take a second launch."""
     d = weight.shape[0]
     compute_dw = dweight is not None
     pdl = use_pdl(x)
     launch(_hstu_bwd_kernel, (programs,),
         dy, x, u, weight, bias, mean, rstd, mask if mask is not None else mean, dx, du, partial,
+        counters if counters is not None else partial, dweight if compute_dw else dbias, dbias,
         n_rows, *strides, D=d, BLOCK_D=cfg.block_d, BLOCK_ROWS=cfg.block_rows,
         SILU=flags["apply_u_silu"], CONCAT_U=flags["concat_u"], CONCAT_X=flags["concat_x"],
         DROPOUT=mask is not None, SCALE=scale, COMPUTE_DW=compute_dw,
-        NUM_STAGES=cfg.num_stages, PDL=pdl, launch_pdl=pdl, num_warps=cfg.num_warps)
+        NUM_STAGES=cfg.num_stages, PDL=pdl, FINISH=counters is not None, launch_pdl=pdl,
+        num_warps=cfg.num_warps)
+    if counters is not None:
+        return
     if compute_dw:
-        sum_partials(partial, [dweight, dbias], programs)
+        sum_partials_in_groups(partial, [dweight, dbias], programs)
     else:
-        sum_partials(partial[programs * d:], [dbias], programs)
+        sum_partials_in_groups(partial[programs * d:], [dbias], programs)
 
 
 def compile_cases() -> list[CompileCase]:
@@ -436,12 +452,13 @@ def compile_cases() -> list[CompileCase]:
              NUM_STAGES=3, PDL=True, HARDWARE=True), num_warps=8)
         for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
                                               (False, False, False))]
-    cases.append(CompileCase("hstu bwd", _hstu_bwd_kernel, dict(
+    cases.extend(CompileCase(f"hstu bwd finish={finish}", _hstu_bwd_kernel, dict(
         DY="*bf16", X="*bf16", U="*bf16", W="*bf16", B="*bf16", MEAN="*fp32", RSTD="*fp32",
-        MASK="*i8", DX="*bf16", DU="*bf16", PARTIAL="*fp32", n_rows="i32", stride_dy="i32",
-        stride_x="i32", stride_u="i32", stride_dx="i32", stride_du="i32", D=c, BLOCK_D=c,
-        BLOCK_ROWS=c, SILU=c, CONCAT_U=c, CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c,
-        NUM_STAGES=c, PDL=c),
+        MASK="*i8", DX="*bf16", DU="*bf16", PARTIAL="*fp32", COUNTERS="*i32", DW="*bf16",
+        DB="*bf16", n_rows="i32", stride_dy="i32", stride_x="i32", stride_u="i32",
+        stride_dx="i32", stride_du="i32", D=c, BLOCK_D=c, BLOCK_ROWS=c, SILU=c, CONCAT_U=c,
+        CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c, NUM_STAGES=c, PDL=c, FINISH=c),
         dict(D=d, BLOCK_D=d, BLOCK_ROWS=4, SILU=True, CONCAT_U=True, CONCAT_X=True,
-             DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True, NUM_STAGES=3, PDL=True)))
+             DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True, NUM_STAGES=3, PDL=True,
+             FINISH=finish)) for finish in (False, True))
     return cases

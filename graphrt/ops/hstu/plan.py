@@ -9,7 +9,8 @@ from ...contract import Contract, check_row_spec
 from ...errors import ContractError
 from ...plan import Plan, write_reference
 from ...streams import on_stream
-from ...validate import (compact_operand, dtype_name, require_disjoint,
+from ...reduction import grouped_counter_words, grouped_workspace_bytes
+from ...validate import (compact_operand, counters_operand, dtype_name, require_disjoint,
                          require_tensor, rows_operand, sm_count, vector_operand, workspace_as,
                          workspace_operand)
 from .philox import keep_threshold, split_int64
@@ -150,7 +151,10 @@ class HstuLmsdForward(Plan):
 
 class HstuLmsdBackward(Plan):
     """dx, du and FP32-reduced dweight, dbias (BF16; fixed-order, bitwise reproducible) of
-    HstuLmsdForward, given its mean, rstd and mask; ``compute_dweight=False`` skips dweight."""
+    HstuLmsdForward, given its mean, rstd and mask; ``compute_dweight=False`` skips dweight.
+    ``counters`` (``counter_words()`` zeroed int32 words, which the functional call takes from
+    its arena) let one launch sum the partials; without them a second launch does, with the
+    same bits."""
 
     op = "hstu_lmsd_backward"
     records_launches = True
@@ -175,10 +179,13 @@ class HstuLmsdBackward(Plan):
             self.config = backward_config(self.d)
 
     def workspace_bytes(self) -> int:
-        return 2 * self.programs * self.d * 4 if self.backend == "triton" else 0
+        return grouped_workspace_bytes(self.programs, self.d) if self.backend == "triton" else 0
+
+    def counter_words(self) -> int:
+        return grouped_counter_words(self.programs) if self.backend == "triton" else 0
 
     def execute(self, dy, x, u, weight, bias, mean, rstd, mask, *, dx=None, du=None,
-                dweight=None, dbias=None, workspace=None, stream=None) -> None:
+                dweight=None, dbias=None, counters=None, workspace=None, stream=None) -> None:
         c, d = self.contract, self.d
         device = require_tensor("x", x).device
         _require_2d("x", x, d)
@@ -202,8 +209,9 @@ class HstuLmsdBackward(Plan):
             raise ContractError("dweight: compute_dweight is False; pass None")
         vector_operand("dbias", dbias, (BF16,), d, device)
         workspace = workspace_operand(workspace, self.workspace_bytes(), device)
+        counters = counters_operand(counters, self.counter_words(), device)
         require_disjoint({"dx": dx, "du": du, "dweight": dweight, "dbias": dbias,
-                          "workspace": workspace},
+                          "workspace": workspace, "counters": counters},
                          {"dy": dy, "x": x, "u": u, "weight": weight, "bias": bias, "mean": mean,
                           "rstd": rstd, "mask": mask})
         flags = {k: c.flag(k) for k in ("apply_u_silu", "concat_u", "concat_x")}
@@ -217,5 +225,6 @@ class HstuLmsdBackward(Plan):
         partial = workspace_as(workspace, self.workspace_bytes(), torch.float32)
         with on_stream(stream):
             launch_backward(self.config, self.programs, dy, x, u, weight, bias, mean, rstd,
-                            mask if self.p > 0 else None, dx, du, dweight, dbias, partial, rows,
+                            mask if self.p > 0 else None, dx, du, dweight, dbias, partial,
+                            counters, rows,
                             (sdy, sx, su, sdx, sdu), flags, 1.0 / (1.0 - self.p))
