@@ -87,6 +87,13 @@ def grouped_counter_words(n_parts: int) -> int:
     return groups_of(n_parts) + 1
 
 
+def finish_unroll(block_c: int, num_warps: int) -> int:
+    """Rows whose loads ``finish_in_groups`` issues together: up to a group's, at most about
+    32 values a thread in flight (more made HSTU's backward spill)."""
+    per_thread = max(1, block_c // (32 * num_warps))
+    return max(1, min(PARTS_PER_GROUP.value, 32 // per_thread))
+
+
 def grouped_workspace_bytes(n_parts: int, cols: int, matrices: int = 2) -> int:
     """Scratch of the grouped order: FP32 partials [matrices, n_parts, cols], then the group
     sums [matrices, groups, cols]; at least the arena's unit per counter word, which the
@@ -96,37 +103,50 @@ def grouped_workspace_bytes(n_parts: int, cols: int, matrices: int = 2) -> int:
 
 
 @triton.jit
+def _add_rows(BASE, count, cols, col_mask, COLS: tl.constexpr, BLOCK_C: tl.constexpr,
+              UNROLL: tl.constexpr):
+    """Rows 0 .. count - 1 of BASE ([.., COLS] FP32) added one after the other, UNROLL rows'
+    loads issued together (a masked row adds +0.0, which leaves the sum as it was). The loads
+    are .cg: programs on other SMs wrote the rows; read L2, never a stale L1 line."""
+    total = tl.zeros([BLOCK_C], dtype=tl.float32)
+    lane = tl.zeros([BLOCK_C], dtype=tl.int32)   # the row test as a vector (the interpreter's
+    for first in range(0, count, UNROLL):       # masks take no scalar)
+        for i in tl.static_range(UNROLL):
+            # within one call's partials: far below 2^31 elements
+            total += tl.load(BASE + (first + i) * COLS + cols,
+                             mask=col_mask & (lane + first + i < count), other=0.0,
+                             cache_modifier=".cg")
+    return total
+
+
+@triton.jit
 def _sum_group_rows(PARTIAL, GROUP_SUMS, matrix, group, size, n_parts, n_groups, cols,
-                    col_mask, COLS: tl.constexpr, BLOCK_C: tl.constexpr):
+                    col_mask, COLS: tl.constexpr, BLOCK_C: tl.constexpr, UNROLL: tl.constexpr):
     """GROUP_SUMS[matrix, group] = the group's parts of PARTIAL[matrix] summed in order."""
     first = (matrix * n_parts + group * PARTS_PER_GROUP).to(tl.int64) * COLS
-    total = tl.zeros([BLOCK_C], dtype=tl.float32)
-    for i in range(0, size):   # .cg: other SMs wrote them; read L2, never a stale L1 line
-        total += tl.load(PARTIAL + first + i * COLS + cols, mask=col_mask, other=0.0,
-                         cache_modifier=".cg")
+    total = _add_rows(PARTIAL + first, size, cols, col_mask, COLS, BLOCK_C, UNROLL)
     tl.store(GROUP_SUMS + (matrix * n_groups + group).to(tl.int64) * COLS + cols, total,
              mask=col_mask)
 
 
 @triton.jit
 def _sum_groups(GROUP_SUMS, OUT, matrix, n_groups, cols, col_mask, COLS: tl.constexpr,
-                BLOCK_C: tl.constexpr):
-    total = tl.zeros([BLOCK_C], dtype=tl.float32)
-    base = GROUP_SUMS + (matrix * n_groups).to(tl.int64) * COLS
-    for g in range(0, n_groups):
-        total += tl.load(base + g * COLS + cols, mask=col_mask, other=0.0, cache_modifier=".cg")
+                BLOCK_C: tl.constexpr, UNROLL: tl.constexpr):
+    total = _add_rows(GROUP_SUMS + (matrix * n_groups).to(tl.int64) * COLS, n_groups, cols,
+                      col_mask, COLS, BLOCK_C, UNROLL)
     tl.store(OUT + cols, total.to(OUT.dtype.element_ty), mask=col_mask)
 
 
 @triton.jit
 def finish_in_groups(PARTIAL, COUNTERS, OUT_A, OUT_B, part, n_parts, cols, col_mask,
-                     COLS: tl.constexpr, BLOCK_C: tl.constexpr, TWO: tl.constexpr):
+                     COLS: tl.constexpr, BLOCK_C: tl.constexpr, TWO: tl.constexpr,
+                     UNROLL: tl.constexpr):
     """Called by every program of a grid of ``n_parts`` after it stored its partial row
     ``part`` of each matrix of PARTIAL ([1 or 2 (TWO), n_parts, COLS] FP32, then the group
     sums' [1 or 2, groups_of(n_parts), COLS]): the program that arrives last in its group sums
     the group, and the last of those sums the groups into OUT_A (and OUT_B), in the grouped
     order. COUNTERS: ``grouped_counter_words`` int32 words, zero at the call and no other
-    call's; each is left zero again."""
+    call's; each is left zero again. UNROLL: ``finish_unroll``."""
     n_groups = (n_parts + PARTS_PER_GROUP - 1) // PARTS_PER_GROUP
     group = part // PARTS_PER_GROUP
     size = tl.minimum(n_parts - group * PARTS_PER_GROUP, PARTS_PER_GROUP)
@@ -136,17 +156,17 @@ def finish_in_groups(PARTIAL, COUNTERS, OUT_A, OUT_B, part, n_parts, cols, col_m
     if arrived == size - 1:
         tl.atomic_xchg(COUNTERS + group, 0, sem="relaxed", scope="gpu")
         _sum_group_rows(PARTIAL, GROUP_SUMS, 0, group, size, n_parts, n_groups, cols,
-                        col_mask, COLS, BLOCK_C)
+                        col_mask, COLS, BLOCK_C, UNROLL)
         if TWO:
             _sum_group_rows(PARTIAL, GROUP_SUMS, 1, group, size, n_parts, n_groups, cols,
-                            col_mask, COLS, BLOCK_C)
+                            col_mask, COLS, BLOCK_C, UNROLL)
         tl.debug_barrier()
         done = tl.atomic_add(COUNTERS + n_groups, 1, sem="acq_rel", scope="gpu")
         if done == n_groups - 1:
             tl.atomic_xchg(COUNTERS + n_groups, 0, sem="relaxed", scope="gpu")
-            _sum_groups(GROUP_SUMS, OUT_A, 0, n_groups, cols, col_mask, COLS, BLOCK_C)
+            _sum_groups(GROUP_SUMS, OUT_A, 0, n_groups, cols, col_mask, COLS, BLOCK_C, UNROLL)
             if TWO:
-                _sum_groups(GROUP_SUMS, OUT_B, 1, n_groups, cols, col_mask, COLS, BLOCK_C)
+                _sum_groups(GROUP_SUMS, OUT_B, 1, n_groups, cols, col_mask, COLS, BLOCK_C, UNROLL)
 
 
 @triton.jit(do_not_specialize=["n_parts"])
@@ -163,7 +183,7 @@ def _sum_in_groups_kernel(PARTIAL, OUT_A, OUT_B, n_parts, COLS: tl.constexpr,
     n_groups = (n_parts + PARTS_PER_GROUP - 1) // PARTS_PER_GROUP
     sums = tl.zeros([GROUPS_PAD, BLOCK_C], dtype=tl.float32)
     wait_for_prior_kernel(AFTER_PRIMARY)
-    for i in range(0, PARTS_PER_GROUP):
+    for i in tl.static_range(PARTS_PER_GROUP):   # every load in flight together
         parts = groups * PARTS_PER_GROUP + i
         mask = (parts < n_parts)[:, None] & col_mask[None, :]
         sums += tl.load(base + parts[:, None].to(tl.int64) * COLS + cols[None, :], mask=mask,

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from ...kernel_utils import (allow_dependent_launch, cdiv, CompileCase, CONSTEXPR, launch,
                              persistent_grid, row_offsets, sigmoid, use_pdl, wait_for_prior_kernel)
-from ...reduction import finish_in_groups, sum_partials_in_groups
+from ...reduction import finish_in_groups, finish_unroll, sum_partials_in_groups
 from .philox import split_int64
 
 
@@ -320,7 +320,8 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, COUNTERS
                      D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_ROWS: tl.constexpr,
                      SILU: tl.constexpr, CONCAT_U: tl.constexpr, CONCAT_X: tl.constexpr,
                      DROPOUT: tl.constexpr, SCALE: tl.constexpr, COMPUTE_DW: tl.constexpr,
-                     NUM_STAGES: tl.constexpr, PDL: tl.constexpr, FINISH: tl.constexpr):
+                     NUM_STAGES: tl.constexpr, PDL: tl.constexpr, FINISH: tl.constexpr,
+                     FINISH_UNROLL: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols, col_mask, w, b = _columns_and_affine(W, B, D, BLOCK_D, PDL)
@@ -379,10 +380,10 @@ def _hstu_bwd_kernel(DY, X, U, W, B, MEAN, RSTD, MASK, DX, DU, PARTIAL, COUNTERS
     if FINISH:   # dweight and dbias summed here, not by a second launch
         if COMPUTE_DW:
             finish_in_groups(PARTIAL, COUNTERS, DW, DB, pid, programs, cols, col_mask, D,
-                             BLOCK_D, True)
+                             BLOCK_D, True, FINISH_UNROLL)
         else:
             finish_in_groups(PARTIAL + programs.to(tl.int64) * D, COUNTERS, DB, DB, pid,
-                             programs, cols, col_mask, D, BLOCK_D, False)
+                             programs, cols, col_mask, D, BLOCK_D, False, FINISH_UNROLL)
 
 
 def launch_forward(cfg: HstuConfig, sm_count: int, x, u, weight, bias, y, mean, rstd, mask,
@@ -424,7 +425,8 @@ def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean
         n_rows, *strides, D=d, BLOCK_D=cfg.block_d, BLOCK_ROWS=cfg.block_rows,
         SILU=flags["apply_u_silu"], CONCAT_U=flags["concat_u"], CONCAT_X=flags["concat_x"],
         DROPOUT=mask is not None, SCALE=scale, COMPUTE_DW=compute_dw,
-        NUM_STAGES=cfg.num_stages, PDL=pdl, FINISH=counters is not None, launch_pdl=pdl,
+        NUM_STAGES=cfg.num_stages, PDL=pdl, FINISH=counters is not None,
+        FINISH_UNROLL=finish_unroll(cfg.block_d, cfg.num_warps), launch_pdl=pdl,
         num_warps=cfg.num_warps)
     if counters is not None:
         return
@@ -457,8 +459,9 @@ def compile_cases() -> list[CompileCase]:
         MASK="*i8", DX="*bf16", DU="*bf16", PARTIAL="*fp32", COUNTERS="*i32", DW="*bf16",
         DB="*bf16", n_rows="i32", stride_dy="i32", stride_x="i32", stride_u="i32",
         stride_dx="i32", stride_du="i32", D=c, BLOCK_D=c, BLOCK_ROWS=c, SILU=c, CONCAT_U=c,
-        CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c, NUM_STAGES=c, PDL=c, FINISH=c),
+        CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c, NUM_STAGES=c, PDL=c, FINISH=c,
+        FINISH_UNROLL=c),
         dict(D=d, BLOCK_D=d, BLOCK_ROWS=4, SILU=True, CONCAT_U=True, CONCAT_X=True,
              DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True, NUM_STAGES=3, PDL=True,
-             FINISH=finish)) for finish in (False, True))
+             FINISH=finish, FINISH_UNROLL=4)) for finish in (False, True))
     return cases
