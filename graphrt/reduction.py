@@ -87,13 +87,6 @@ def grouped_counter_words(n_parts: int) -> int:
     return groups_of(n_parts) + 1
 
 
-def finish_unroll(block_c: int, num_warps: int) -> int:
-    """Rows whose loads ``finish_in_groups`` issues together: up to a group's, at most about
-    32 values a thread in flight (more made HSTU's backward spill)."""
-    per_thread = max(1, block_c // (32 * num_warps))
-    return max(1, min(PARTS_PER_GROUP.value, 32 // per_thread))
-
-
 def grouped_workspace_bytes(n_parts: int, cols: int, matrices: int = 2) -> int:
     """Scratch of the grouped order: FP32 partials [matrices, n_parts, cols], then the group
     sums [matrices, groups, cols]; at least the arena's unit per counter word, which the
@@ -146,7 +139,8 @@ def finish_in_groups(PARTIAL, COUNTERS, OUT_A, OUT_B, part, n_parts, cols, col_m
     sums' [1 or 2, groups_of(n_parts), COLS]): the program that arrives last in its group sums
     the group, and the last of those sums the groups into OUT_A (and OUT_B), in the grouped
     order. COUNTERS: ``grouped_counter_words`` int32 words, zero at the call and no other
-    call's; each is left zero again. UNROLL: ``finish_unroll``."""
+    call's; each is left zero again. UNROLL: rows whose loads are issued together (more
+    make the loads' latency count less, and may make a kernel near its register limit spill)."""
     n_groups = (n_parts + PARTS_PER_GROUP - 1) // PARTS_PER_GROUP
     group = part // PARTS_PER_GROUP
     size = tl.minimum(n_parts - group * PARTS_PER_GROUP, PARTS_PER_GROUP)

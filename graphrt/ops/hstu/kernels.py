@@ -20,7 +20,7 @@ import triton.language as tl
 
 from ...kernel_utils import (allow_dependent_launch, cdiv, CompileCase, CONSTEXPR, launch,
                              persistent_grid, row_offsets, sigmoid, use_pdl, wait_for_prior_kernel)
-from ...reduction import finish_in_groups, finish_unroll, sum_partials_in_groups
+from ...reduction import finish_in_groups, sum_partials_in_groups
 from .philox import split_int64
 
 
@@ -58,6 +58,16 @@ def backward_config(d: int) -> HstuConfig:
     block_d = triton.next_power_of_2(d)
     rows = max(1, 2048 // block_d)
     return HstuConfig(block_d, rows, max(4, min(16, block_d * rows // 512)), num_stages=3)
+
+
+# rows of partials whose loads the backward's last programs issue together, by BLOCK_D: the
+# most for which ptxas (Triton 3.9's, compile_check) leaves the kernel at 255 registers without
+# spilling; more spilled in the main loop (11 local loads an iteration at D=128 with 8 rows)
+_FINISH_UNROLL = {512: 8, 1024: 4}
+
+
+def finish_unroll(block_d: int) -> int:
+    return _FINISH_UNROLL.get(block_d, 2)
 
 
 @lru_cache(maxsize=None)
@@ -426,7 +436,7 @@ def launch_backward(cfg: HstuConfig, programs: int, dy, x, u, weight, bias, mean
         SILU=flags["apply_u_silu"], CONCAT_U=flags["concat_u"], CONCAT_X=flags["concat_x"],
         DROPOUT=mask is not None, SCALE=scale, COMPUTE_DW=compute_dw,
         NUM_STAGES=cfg.num_stages, PDL=pdl, FINISH=counters is not None,
-        FINISH_UNROLL=finish_unroll(cfg.block_d, cfg.num_warps), launch_pdl=pdl,
+        FINISH_UNROLL=finish_unroll(cfg.block_d), launch_pdl=pdl,
         num_warps=cfg.num_warps)
     if counters is not None:
         return
@@ -454,14 +464,19 @@ def compile_cases() -> list[CompileCase]:
              NUM_STAGES=3, PDL=True, HARDWARE=True), num_warps=8)
         for dropout, from_tensors, concat in ((True, False, True), (True, True, True),
                                               (False, False, False))]
-    cases.extend(CompileCase(f"hstu bwd finish={finish}", _hstu_bwd_kernel, dict(
-        DY="*bf16", X="*bf16", U="*bf16", W="*bf16", B="*bf16", MEAN="*fp32", RSTD="*fp32",
-        MASK="*i8", DX="*bf16", DU="*bf16", PARTIAL="*fp32", COUNTERS="*i32", DW="*bf16",
-        DB="*bf16", n_rows="i32", stride_dy="i32", stride_x="i32", stride_u="i32",
-        stride_dx="i32", stride_du="i32", D=c, BLOCK_D=c, BLOCK_ROWS=c, SILU=c, CONCAT_U=c,
-        CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c, NUM_STAGES=c, PDL=c, FINISH=c,
-        FINISH_UNROLL=c),
-        dict(D=d, BLOCK_D=d, BLOCK_ROWS=4, SILU=True, CONCAT_U=True, CONCAT_X=True,
-             DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True, NUM_STAGES=3, PDL=True,
-             FINISH=finish, FINISH_UNROLL=4)) for finish in (False, True))
+    # the backward at its plan's configuration: without the finish (a second launch sums),
+    # and with it where the finish's rows in flight meet the kernel's register limit
+    for bwd_d, finish in ((d, False), (128, True), (d, True), (1024, True)):
+        cfg = backward_config(bwd_d)
+        cases.append(CompileCase(f"hstu bwd d={bwd_d} finish={finish}", _hstu_bwd_kernel, dict(
+            DY="*bf16", X="*bf16", U="*bf16", W="*bf16", B="*bf16", MEAN="*fp32", RSTD="*fp32",
+            MASK="*i8", DX="*bf16", DU="*bf16", PARTIAL="*fp32", COUNTERS="*i32", DW="*bf16",
+            DB="*bf16", n_rows="i32", stride_dy="i32", stride_x="i32", stride_u="i32",
+            stride_dx="i32", stride_du="i32", D=c, BLOCK_D=c, BLOCK_ROWS=c, SILU=c, CONCAT_U=c,
+            CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c, NUM_STAGES=c, PDL=c, FINISH=c,
+            FINISH_UNROLL=c),
+            dict(D=bwd_d, BLOCK_D=cfg.block_d, BLOCK_ROWS=cfg.block_rows, SILU=True,
+                 CONCAT_U=True, CONCAT_X=True, DROPOUT=True, SCALE=1 / 0.9, COMPUTE_DW=True,
+                 NUM_STAGES=cfg.num_stages, PDL=True, FINISH=finish,
+                 FINISH_UNROLL=finish_unroll(cfg.block_d)), num_warps=cfg.num_warps))
     return cases
