@@ -18,6 +18,10 @@ from .reference import hstu_lmsd_backward_reference, hstu_lmsd_forward_reference
 
 BF16 = torch.bfloat16
 MIN_D, MAX_D = 8, 4096
+# the widest rows whose partials the backward's last programs sum in its own launch: at D=512
+# the kernel took what the second launch does (H100, 2026-12-07), at D=4096 18% longer (one
+# program reads 17 rows of 32 KB one after another)
+ONE_LAUNCH_MAX_D = 512
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -153,8 +157,8 @@ class HstuLmsdBackward(Plan):
     """dx, du and FP32-reduced dweight, dbias (BF16; fixed-order, bitwise reproducible) of
     HstuLmsdForward, given its mean, rstd and mask; ``compute_dweight=False`` skips dweight.
     ``counters`` (``counter_words()`` zeroed int32 words, which the functional call takes from
-    its arena) let one launch sum the partials; without them a second launch does, with the
-    same bits."""
+    its arena; none for D over ``ONE_LAUNCH_MAX_D``) let one launch sum the partials; without
+    them a second launch does, with the same bits."""
 
     op = "hstu_lmsd_backward"
     records_launches = True
@@ -182,7 +186,9 @@ class HstuLmsdBackward(Plan):
         return grouped_workspace_bytes(self.programs, self.d) if self.backend == "triton" else 0
 
     def counter_words(self) -> int:
-        return grouped_counter_words(self.programs) if self.backend == "triton" else 0
+        if self.backend != "triton" or self.d > ONE_LAUNCH_MAX_D:
+            return 0
+        return grouped_counter_words(self.programs)
 
     def execute(self, dy, x, u, weight, bias, mean, rstd, mask, *, dx=None, du=None,
                 dweight=None, dbias=None, counters=None, workspace=None, stream=None) -> None:
