@@ -173,8 +173,9 @@ def workspace_as(workspace: torch.Tensor, nbytes: int, dtype: torch.dtype) -> to
 
 def counters_operand(counters: object, words: int, device: torch.device) -> torch.Tensor | None:
     """Run-time check of zeroed counters (see ``WorkspaceArena.counters``): None, or at least
-    ``words`` contiguous int32 on ``device``."""
-    if counters is None:
+    ``words`` contiguous int32 on ``device``; None, whatever was passed, where the plan takes
+    none (``words`` 0)."""
+    if counters is None or words == 0:
         return None
     counters = require_tensor("counters", counters)
     if counters.dtype != torch.int32 or counters.device != device or counters.dim() != 1 \

@@ -245,7 +245,8 @@ class WorkspaceArena:
         user of the region waits for it like for the region itself."""
         offset = workspace.data_ptr() - self._address
         # the next region starts on the next unit: a region owns the units it touches
-        if align_up(workspace.numel()) < words * ALIGNMENT or not 0 <= offset < self.capacity:
+        if words <= 0 or align_up(workspace.numel()) < words * ALIGNMENT \
+                or not 0 <= offset < self.capacity:
             return None
         table = self.counter_map()
         if table is None:

@@ -490,3 +490,37 @@ def test_gpu_one_launch_sums_like_the_second_launch(seed, n, d):
         assert all(torch.equal(a, b_) for a, b_ in zip(first, replayed))
     torch.cuda.synchronize()
     assert not rt.arena.counter_map().any(), "a counter was left nonzero"
+
+
+@needs_interpreter
+def test_rows_wider_than_one_launch_takes_ignore_counters(monkeypatch):
+    """Past ONE_LAUNCH_MAX_D the plan takes no counters: a caller that passes the arena's
+    anyway (as the docstring's example does) gets the second launch, not a kernel counting in
+    words it was never given."""
+    from graphrt.ops import HstuLmsdBackward
+    from graphrt.ops.hstu import kernels as hstu_kernels
+    from graphrt.ops.hstu import plan as hstu_plan
+    monkeypatch.setattr(hstu_plan, "ONE_LAUNCH_MAX_D", 8)
+    finishes = []
+    real = hstu_kernels.launch
+
+    def spy(kernel, grid, *args, **kwargs):
+        finishes.append(kwargs.get("FINISH"))
+        return real(kernel, grid, *args, **kwargs)
+    monkeypatch.setattr(hstu_kernels, "launch", spy)
+    x, u, w, b = _inputs(6, 16)
+    flags = dict(dropout_ratio=0.0, apply_u_silu=True, concat_u=True, concat_x=True)
+    y, mean, rstd, _ = hstu_lmsd_forward(x, u, w, b, dropout_ratio=0.0)
+    dy = torch.randn_like(y)
+    with env(GRAPHRT_BACKEND="triton"):
+        rt = graphrt.Runtime("cpu")
+        plan = rt.plan(HstuLmsdBackward, dy, x, u, w, b, mean, rstd, None, **flags)
+        assert plan.counter_words() == 0
+        with rt.arena.scope():
+            ws = rt.arena.take(plan.workspace_bytes())
+            assert rt.arena.counters(ws, plan.counter_words()) is None
+            plan.execute(dy, x, u, w, b, mean, rstd, None, dx=torch.empty_like(x),
+                         du=torch.empty_like(u), dweight=torch.empty_like(w),
+                         dbias=torch.empty_like(b), counters=torch.zeros(64, dtype=torch.int32),
+                         workspace=ws)
+    assert finishes[0] is False, finishes

@@ -158,7 +158,16 @@ class HstuLmsdBackward(Plan):
     HstuLmsdForward, given its mean, rstd and mask; ``compute_dweight=False`` skips dweight.
     ``counters`` (``counter_words()`` zeroed int32 words, which the functional call takes from
     its arena; none for D over ``ONE_LAUNCH_MAX_D``) let one launch sum the partials; without
-    them a second launch does, with the same bits."""
+    them a second launch does, with the same bits.
+
+    >>> plan = HstuLmsdBackward(dy, x, u, w, b, mean, rstd, mask, dropout_ratio=0.1,
+    ...                         apply_u_silu=True, concat_u=True, concat_x=True).compile()  # doctest: +SKIP
+    >>> arena = graphrt.runtime().arena                                          # doctest: +SKIP
+    >>> with arena.scope():                                                      # doctest: +SKIP
+    ...     ws = arena.take(plan.workspace_bytes())
+    ...     plan.execute(dy, x, u, w, b, mean, rstd, mask, dx=dx, du=du, dweight=dw, dbias=db,
+    ...                  counters=arena.counters(ws, plan.counter_words()), workspace=ws)
+    """
 
     op = "hstu_lmsd_backward"
     records_launches = True
