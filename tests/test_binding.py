@@ -1054,12 +1054,15 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
             return self.nbytes
 
     rt = graphrt.Runtime("cpu")
-    for nbytes, given in ((0, False), (512, True)):
+    rt.arena.counter_map()
+    for nbytes, given, counted in ((0, False, False), (512, True, False), (1024, False, True)):
         allocated = {"stats": aligned((3, 2), (2, 1), torch.float32, "cpu"),
                      "y": aligned((4,), (1,), torch.bfloat16, "cpu")}
         recorded = Recorded()
-        # the binding takes: input 1, output y, the workspace (if any), input 0, output stats
-        sources = (1, "y", *((None,) if nbytes else ()), 0, "stats")
+        # the binding takes: input 1, output y, the workspace (if any), input 0, output stats,
+        # then the workspace region's counters (if counted)
+        sources = (1, "y", *((None,) if nbytes else ()), 0, "stats",
+                   *((runtime_module.COUNTERS,) if counted else ()))
         given_out = torch.empty(5)
         call = runtime_module._BoundCall(Stand(nbytes), recorded, sources, 0, allocated, given,
                                          n_inputs=2)
@@ -1079,6 +1082,10 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
             workspace = addresses[2]
             assert workspace % 256 == 0 and rt.arena.stats()["in_use"] == 0
             expected.insert(2, workspace)
+        if counted:   # the lent region's own words
+            expected.append(rt.arena.counter_address(workspace))
+            assert expected[-1] == rt.arena.counter_map()[(workspace - rt.arena._address) // 256:]\
+                .data_ptr()
         assert (kind, addresses, ints) == ("replay" if given else "launch", expected, [7])
 
 
