@@ -197,7 +197,8 @@ def sum_partials_in_groups(partial, outs: Sequence, n_parts: int) -> None:
     if not 1 <= len(outs) <= 2:
         raise ValueError(f"sum_partials_in_groups takes one or two outputs, got {len(outs)}")
     cols = outs[0].numel()
-    block_c = max(16, min(128, next_power_of_2(cdiv(cols * len(outs), _TARGET_PROGRAMS))))
+    # sum_partials' column blocks, at most 128 wide: each program holds every group's sums
+    block_c = min(128, partial_blocks(n_parts, cols, len(outs))[1])
     pdl = use_pdl(partial)
     launch(_sum_in_groups_kernel, (cdiv(cols, block_c), len(outs)), partial, outs[0],
            outs[-1], n_parts, COLS=cols, BLOCK_C=block_c,

@@ -471,8 +471,9 @@ def compile_cases() -> list[CompileCase]:
         cfg = backward_config(bwd_d)
         cases.append(CompileCase(f"hstu bwd d={bwd_d} finish={finish}", _hstu_bwd_kernel, dict(
             DY="*bf16", X="*bf16", U="*bf16", W="*bf16", B="*bf16", MEAN="*fp32", RSTD="*fp32",
+            # without the finish, the launch passes the partials where the counters go
             MASK="*i8", DX="*bf16", DU="*bf16", PARTIAL="*fp32",
-            COUNTERS="*i32" if finish else "*fp32", DW="*bf16",   # without: the partials
+            COUNTERS="*i32" if finish else "*fp32", DW="*bf16",
             DB="*bf16", n_rows="i32", stride_dy="i32", stride_x="i32", stride_u="i32",
             stride_dx="i32", stride_du="i32", D=c, BLOCK_D=c, BLOCK_ROWS=c, SILU=c, CONCAT_U=c,
             CONCAT_X=c, DROPOUT=c, SCALE=c, COMPUTE_DW=c, NUM_STAGES=c, PDL=c, FINISH=c,
