@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 
 import torch
 
@@ -18,6 +19,7 @@ DEFAULT_ARENA_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 DEFAULT_PLAN_CACHE_SIZE = 256
 BOUND_CALLS = 256
 COUNTERS = object()   # a bound call's source of the counters its workspace region owns
+_GENERATING = threading.Lock()   # one thread makes a bound call's function (and keeps its region)
 
 
 def _call_key(plan_cls, args: tuple, kwargs: dict):
@@ -40,11 +42,14 @@ class _BoundCall:
     bits when the binding was recorded (a fresh output at other ones takes the full path); the
     key fixes them, the workspace size and the output names, so they are found without the spec
     or the plan. ``given``: the caller passed some outputs, which may overlap the inputs, so the
-    binding's overlap check runs (allocated ones cannot overlap anything)."""
+    binding's overlap check runs (allocated ones cannot overlap anything). Its workspace is a
+    region the call keeps from its first call on (``WorkspaceArena.keep``; given back when the
+    call is dropped), or, where the arena keeps none or a capture is under way, one lent around
+    each call's launches."""
 
     __slots__ = ("plan", "binding", "slots", "low_bits", "version", "allocations", "given",
                  "nbytes", "results", "make_result", "check_bindable", "backend", "matcher",
-                 "stream", "n_inputs", "_run")
+                 "stream", "n_inputs", "_run", "__weakref__")
 
     def __init__(self, plan, found, sources, version, allocated, given, n_inputs: int):
         self.plan, self.binding, self.version, self.given = plan, found, version, given
@@ -75,14 +80,17 @@ class _BoundCall:
         bindable now."""
         run = self._run
         if run is None:
-            run = self._run = self._generated()
+            with _GENERATING:
+                if self._run is None:
+                    self._run = self._generated(rt)
+                run = self._run
         return run(rt, kwargs, inputs, ints)
 
-    def _generated(self):
+    def _generated(self, rt: "Runtime"):
         """``__call__``'s work as one function with this call's values written in: the outputs
         made one by one, their address bits tested, the binding's addresses listed in its
-        order, the workspace lent around the launches: no loop over the allocations, an
-        address pool or the results."""
+        order, the workspace kept (or lent around the launches): no loop over the
+        allocations, an address pool or the results."""
         namespace = {"torch": torch, "_make": self.make_result, "_plan": self.plan,
                      "_stream": self.stream,
                      "_launch": self.binding.replay if self.given else self.binding.launch}
@@ -107,11 +115,23 @@ class _BoundCall:
             return "w" if slot == self.n_inputs + made else "c"
         addresses = f"[{', '.join(pool(slot) for slot in self.slots)}]"
         if self.nbytes:   # arena regions start on 256-byte boundaries, as the recorded one did
-            lines.append(f"    w, region = rt.arena.lend({int(self.nbytes)}, _stream)")
-            if self.n_inputs + made + 1 in self.slots:   # the region's zeroed counters
-                lines.append("    c = rt.arena.counter_address(w)")
-            lines += ["    try:", f"        _launch({addresses}, ints)", "    finally:",
-                      "        rt.arena.give_back(region)"]
+            counted = self.n_inputs + made + 1 in self.slots   # the region's zeroed counters
+            lent = [f"    w, region = rt.arena.lend({int(self.nbytes)}, _stream)",
+                    *(["    c = rt.arena.counter_address(w)"] if counted else []),
+                    "    try:", f"        _launch({addresses}, ints)", "    finally:",
+                    "        rt.arena.give_back(region)"]
+            kept = rt.arena.keep(self.nbytes, self.stream)
+            if kept is None:
+                lines += lent
+            else:   # a capture lends: its graph must own the region it replays with
+                address, region = kept
+                weakref.finalize(self, rt.arena.give_back_soon, region)
+                namespace["_holding"] = (torch._C._cuda_isCurrentStreamCapturing if rt._on_cuda
+                                         else rt.arena.holding)
+                namespace["_w"] = address
+                namespace["_c"] = rt.arena.counter_address(address) if counted else None
+                lines += ["    if _holding():", *("    " + line for line in lent), "    else:",
+                          "        w, c = _w, _c", f"        _launch({addresses}, ints)"]
         else:
             lines.append(f"    _launch({addresses}, ints)")
         results = ", ".join(f"o{i}" if i >= 0 else f"kwargs[{n!r}]" for n, i in self.results)

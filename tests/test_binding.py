@@ -3,6 +3,8 @@
 CPU tests cover the key and the recording guard; GPU tests replay real plans against the
 reference with fresh data in the same buffers, new buffers, new streams, launch hooks, capture,
 and rejected calls after a binding."""
+import gc
+
 import pytest
 import torch
 
@@ -617,6 +619,53 @@ def test_bound_functional_calls_follow_data_shapes_backend_and_store(seed, monke
 
 
 @pytest.mark.gpu
+def test_a_bound_call_captured_on_its_own_stream_lends_the_graph_its_workspace(seed):
+    """A bound call keeps its workspace region (and its counters) across eager calls; captured
+    on the same stream it lends the graph a region of the graph's own, so replays on another
+    stream run beside eager calls without sharing scratch: both equal the eager result,
+    bitwise, with the outputs poisoned."""
+    rt = graphrt.Runtime("cuda")
+    n, d = 8192, 256
+    x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    weight, bias = (torch.randn(d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    flags = dict(dropout_ratio=0.1, apply_u_silu=True, concat_u=True, concat_x=True)
+    y, mean, rstd, mask = graphrt.ops.hstu_lmsd_forward(
+        x, u, weight, bias, **flags, seed=3, offset=0, runtime=rt)
+    dy = torch.randn_like(y)
+
+    def call():
+        return graphrt.ops.hstu_lmsd_backward(dy, x, u, weight, bias, mean, rstd, mask, **flags,
+                                              runtime=rt)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        expected = [call() for _ in range(3)][-1]
+    torch.cuda.synchronize()
+    kept = rt.arena.stats()["kept_bytes"]
+    assert kept > 0
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        captured = call()
+    assert rt.arena.stats()["kept_bytes"] == kept and rt.arena.stats()["pinned_bytes"] > 0
+    assert not any(r.kept for r in rt.arena._pinned.regions)
+    side = torch.cuda.Stream()
+    for _ in range(3):
+        torch.cuda.synchronize()
+        for t in captured:
+            t.fill_(float("nan"))
+        side.wait_stream(torch.cuda.current_stream())
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            graph.replay()
+        with torch.cuda.stream(s):
+            eager = call()
+        torch.cuda.synchronize()
+        for want, got, replayed in zip(expected, eager, captured):
+            assert torch.equal(got, want) and torch.equal(replayed, want)
+    assert rt.arena.counter_map().count_nonzero().item() == 0
+
+
+@pytest.mark.gpu
 def test_bound_dropout_calls_follow_the_seed(seed):
     n, d = 256, 128
     x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
@@ -1017,7 +1066,9 @@ def test_the_direct_c_launch_passes_what_tritons_launcher_passes(monkeypatch):
 
 def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(monkeypatch):
     """The bound functional call's address pool (the call's tensors, the outputs it makes,
-    the workspace) against the order the recorded binding takes them in, on stand-ins."""
+    the workspace) against the order the recorded binding takes them in, on stand-ins. The
+    workspace is a region the call keeps: the same on every call, lent instead while a hold
+    takes regions (a capture), given back when the call is dropped."""
     import sys
     from graphrt.plan import Plan
     runtime_module = sys.modules["graphrt.runtime"]   # graphrt.runtime is also a function
@@ -1080,13 +1131,27 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
         expected = [2000, y.data_ptr(), 1000, stats.data_ptr()]
         if nbytes:
             workspace = addresses[2]
-            assert workspace % 256 == 0 and rt.arena.stats()["in_use"] == 0
+            assert workspace % 256 == 0
+            assert rt.arena.stats()["in_use"] == rt.arena.stats()["kept_bytes"] == nbytes
             expected.insert(2, workspace)
-        if counted:   # the lent region's own words
+        if counted:   # the kept region's own words
             expected.append(rt.arena.counter_address(workspace))
             assert expected[-1] == rt.arena.counter_map()[(workspace - rt.arena._address) // 256:]\
                 .data_ptr()
         assert (kind, addresses, ints) == ("replay" if given else "launch", expected, [7])
+        call(rt, (), {"given": given_out}, [1000, 2000], [7])
+        if nbytes:
+            assert recorded.calls[1][1][2] == workspace   # the kept region again
+            with rt.arena.hold() as hold:   # a capture's regions are its graph's: lent
+                call(rt, (), {"given": given_out}, [1000, 2000], [7])
+            lent = recorded.calls[2][1][2]
+            assert lent != workspace and hold.nbytes == nbytes
+            if counted:
+                assert recorded.calls[2][1][-1] == rt.arena.counter_address(lent)
+            hold.release()
+        del call, result, y, stats
+        gc.collect()
+        assert rt.arena.stats()["live_regions"] == rt.arena.stats()["kept_bytes"] == 0
 
 
 def test_a_bound_functional_call_gets_the_matcher_of_its_key(monkeypatch):

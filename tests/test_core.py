@@ -182,6 +182,32 @@ def test_arena_lent_regions_are_given_back_by_their_caller_unless_a_capture_hold
     assert arena.stats()["live_regions"] == 0
 
 
+def test_arena_kept_regions_stay_under_their_share_and_never_go_to_a_hold():
+    """``keep`` lends a region for reuse across calls: never while a hold takes regions (a
+    capture's graph must own its workspace), at most 1/KEPT_SHARE of the arena in all, and
+    None (nothing taken) where it does not fit; given back, now or from a finalizer, it
+    leaves the kept bytes."""
+    from graphrt.arena.workspace import KEPT_SHARE
+    arena = WorkspaceArena(KEPT_SHARE * 1024, "cpu")
+    address, region = arena.keep(600, "stream")
+    assert address % 256 == 0 and region.stream == "stream"
+    assert arena.stats()["kept_bytes"] == 600 and not arena.holding()
+    with arena.hold() as hold:
+        assert arena.holding() and arena.keep(1, None) is None
+    assert hold.nbytes == 0 and arena.stats()["live_regions"] == 1
+    assert arena.keep(1024 - 600 + 1, None) is None   # over the share
+    second = arena.keep(1024 - 600, None)
+    assert second is not None and arena.stats()["kept_bytes"] == 1024
+    arena.give_back(region)
+    arena.give_back_soon(second[1])
+    s = arena.stats()
+    assert s["kept_bytes"] == 0 and s["live_regions"] == 0 and s["in_use"] == 0
+    with arena.scope():
+        arena.take(KEPT_SHARE * 1024 - 100)
+        assert arena.keep(200, None) is None   # does not fit: no ArenaExhausted either
+    assert arena.stats()["live_regions"] == 0
+
+
 def test_arena_hold_released_by_the_garbage_collector_inside_a_take():
     """A fragment's finalizer gives its hold back; the garbage collector may run it on a thread
     that is inside the arena's lock, between finding a gap and filling it. The regions then go

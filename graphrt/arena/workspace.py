@@ -12,6 +12,7 @@ from ..errors import ArenaExhausted, ContractError
 from ..streams import is_capturing
 
 ALIGNMENT = 256
+KEPT_SHARE = 16   # regions kept across calls (``keep``) take at most 1/KEPT_SHARE of an arena
 
 
 def align_up(n: int, a: int = ALIGNMENT) -> int:
@@ -26,6 +27,7 @@ class _Region:
     stream: object
     hold: "ArenaHold | None"
     released: bool = False
+    kept: bool = False   # from ``keep``: counted in the arena's kept bytes until given back
 
 
 class _Scope:
@@ -129,6 +131,7 @@ class WorkspaceArena:
         self._local = threading.local()     # .scopes: this thread's open scopes, innermost last
         self._high_water = 0
         self._takes = 0
+        self._kept_bytes = 0   # live regions from ``keep``
         self._counter_map: torch.Tensor | None = None   # see ``counters``
 
     def _scopes(self) -> list[list[_Region]]:
@@ -161,22 +164,49 @@ class WorkspaceArena:
         region = self._take(int(nbytes), stream, scoped=False)
         return self._address + region.start, region
 
+    def keep(self, nbytes: int, stream) -> tuple[int, _Region] | None:
+        """``lend``'s (address, region) for a caller that uses the region again and again on
+        ``stream`` (a bound functional call: no lend a call) and gives it back with
+        ``give_back`` (or ``give_back_soon`` from a finalizer). None, and nothing taken, while
+        a hold takes regions (a capture: its graph must own what it uses, so the caller lends
+        instead), when kept regions would pass 1/KEPT_SHARE of the arena, or when it does not
+        fit."""
+        region = self._take(int(nbytes), stream, scoped=False, kept=True)
+        return None if region is None else (self._address + region.start, region)
+
+    def holding(self) -> bool:
+        """Whether a region taken now would go to a hold (on a CUDA arena: the current stream
+        captures): a kept region must not be used then."""
+        return self._active_hold() is not None
+
     def give_back(self, region: _Region) -> None:
-        """Releases a region from ``lend``, unless a hold (a capture) keeps it."""
+        """Releases a region from ``lend`` or ``keep``, unless a hold (a capture) keeps it."""
         if region.hold is None:
             with self._lock:
                 self._release_locked((region,))
 
-    def _take(self, nbytes: int, stream, scoped: bool = True) -> _Region:
-        """A new region (see ``take``), in this thread's innermost scope when ``scoped``."""
+    def give_back_soon(self, region: _Region) -> None:
+        """``give_back`` for a finalizer (see ``ArenaHold.release``)."""
+        if region.hold is None:
+            self._release_soon([region])
+
+    def _take(self, nbytes: int, stream, scoped: bool = True, kept: bool = False
+              ) -> _Region | None:
+        """A new region (see ``take``), in this thread's innermost scope when ``scoped``; for
+        ``kept``, None where ``keep`` gives none."""
         if nbytes < 0:
             raise ContractError(f"nbytes: expected a size >= 0, got {nbytes}")
         scopes = self._scopes() if scoped else None
         with self._lock:
             if self._deferred:
                 self._release_deferred()
+            if kept and (self._kept_bytes + nbytes > self.capacity // KEPT_SHARE
+                         or self._active_hold() is not None):
+                return None
             index, start = self._first_fit(nbytes)
             if index is None:
+                if kept:
+                    return None
                 live = sum(r.end - r.start for r in self._regions)
                 raise ArenaExhausted(
                     f"workspace arena on {self.device}: request of {nbytes} bytes does not fit "
@@ -186,7 +216,9 @@ class WorkspaceArena:
             end = start + nbytes
             self._wait_for_other_streams(start, end, stream)
             hold = self._active_hold()
-            region = _Region(start, end, stream, hold)
+            region = _Region(start, end, stream, hold, kept=kept)
+            if kept:
+                self._kept_bytes += nbytes
             self._regions.insert(index, region)
             if hold is not None:
                 hold.regions.append(region)
@@ -317,6 +349,8 @@ class WorkspaceArena:
             if not r.released:
                 r.released = True
                 self._regions.remove(r)
+                if r.kept:
+                    self._kept_bytes -= r.end - r.start
                 # a later taker on another stream waits for this one (no stream: nothing to
                 # wait for, and nothing kept)
                 if r.stream is not None:
@@ -331,7 +365,7 @@ class WorkspaceArena:
                     "high_water": self._high_water, "takes": self._takes,
                     "live_regions": sum(not r.released for r in self._regions),
                     "held_bytes": sum(h.nbytes for h in self._holds),
-                    "pinned_bytes": self._pinned.nbytes}
+                    "pinned_bytes": self._pinned.nbytes, "kept_bytes": self._kept_bytes}
 
     def __repr__(self) -> str:
         s = self.stats()
