@@ -366,7 +366,8 @@ class WorkspaceArena:
                     "high_water": self._high_water, "takes": self._takes,
                     "live_regions": sum(not r.released for r in self._regions),
                     "held_bytes": sum(h.nbytes for h in self._holds),
-                    "pinned_bytes": self._pinned.nbytes, "kept_bytes": self._kept_bytes}
+                    "pinned_bytes": self._pinned.nbytes, "kept_bytes": self._kept_bytes,
+                    "kept_regions": sum(r.kept and not r.released for r in self._regions)}
 
     def __repr__(self) -> str:
         s = self.stats()

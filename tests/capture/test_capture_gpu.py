@@ -105,8 +105,9 @@ def test_workspace_addresses_stay_reserved(seed):
         dx, dw = frag(g, x, w, rstd)
     ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, rstd)
     assert rel_l2(dx, ref_dx) < 5e-3 and rel_l2(dw, ref_dw) < 1e-5
-    frag.release()
-    assert rt.arena.stats()["in_use"] == 0
+    frag.release()   # what is left: the region the warm-ups' bound call keeps
+    stats = rt.arena.stats()
+    assert stats["live_regions"] == stats["kept_regions"] and stats["pinned_bytes"] == 0
 
 
 def test_arena_exhaustion_during_capture_leaves_runtime_usable(seed):
