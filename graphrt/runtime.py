@@ -1,6 +1,7 @@
 """Runtime: one PlanStore, one WorkspaceArena and one StreamTracker per device."""
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 import weakref
@@ -20,6 +21,12 @@ DEFAULT_PLAN_CACHE_SIZE = 256
 BOUND_CALLS = 256
 COUNTERS = object()   # a bound call's source of the counters its workspace region owns
 _GENERATING = threading.Lock()   # one thread makes a bound call's function (and keeps its region)
+
+
+def _keeps_workspace() -> bool:
+    """GRAPHRT_KEEP_WORKSPACE=1: bound calls keep their workspace region (``_BoundCall``). Off
+    by default until its GPU tests and host time have run on a GPU."""
+    return os.environ.get("GRAPHRT_KEEP_WORKSPACE") == "1"
 
 
 def _call_key(plan_cls, args: tuple, kwargs: dict):
@@ -42,10 +49,10 @@ class _BoundCall:
     bits when the binding was recorded (a fresh output at other ones takes the full path); the
     key fixes them, the workspace size and the output names, so they are found without the spec
     or the plan. ``given``: the caller passed some outputs, which may overlap the inputs, so the
-    binding's overlap check runs (allocated ones cannot overlap anything). Its workspace is a
-    region the call keeps from its first call on (``WorkspaceArena.keep``; given back when the
-    call is dropped), or, where the arena keeps none or a capture is under way, one lent around
-    each call's launches."""
+    binding's overlap check runs (allocated ones cannot overlap anything). Its workspace is lent
+    around each call's launches; with GRAPHRT_KEEP_WORKSPACE=1, a region the call keeps from its
+    first call on (``WorkspaceArena.keep``; given back when the call is dropped), lent as
+    before where the arena keeps none or a capture is under way."""
 
     __slots__ = ("plan", "binding", "slots", "low_bits", "version", "allocations", "given",
                  "nbytes", "results", "make_result", "check_bindable", "backend", "matcher",
@@ -120,7 +127,7 @@ class _BoundCall:
                     *(["    c = rt.arena.counter_address(w)"] if counted else []),
                     "    try:", f"        _launch({addresses}, ints)", "    finally:",
                     "        rt.arena.give_back(region)"]
-            kept = rt.arena.keep(self.nbytes, self.stream)
+            kept = rt.arena.keep(self.nbytes, self.stream) if _keeps_workspace() else None
             if kept is None:
                 lines += lent
             else:   # a capture lends: its graph must own the region it replays with

@@ -619,11 +619,13 @@ def test_bound_functional_calls_follow_data_shapes_backend_and_store(seed, monke
 
 
 @pytest.mark.gpu
-def test_a_bound_call_captured_on_its_own_stream_lends_the_graph_its_workspace(seed):
+def test_a_bound_call_captured_on_its_own_stream_lends_the_graph_its_workspace(seed,
+                                                                              monkeypatch):
     """A bound call keeps its workspace region (and its counters) across eager calls; captured
     on the same stream it lends the graph a region of the graph's own, so replays on another
     stream run beside eager calls without sharing scratch: both equal the eager result,
     bitwise, with the outputs poisoned."""
+    monkeypatch.setenv("GRAPHRT_KEEP_WORKSPACE", "1")
     rt = graphrt.Runtime("cuda")
     n, d = 8192, 256
     x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
@@ -1068,10 +1070,12 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
     """The bound functional call's address pool (the call's tensors, the outputs it makes,
     the workspace) against the order the recorded binding takes them in, on stand-ins. The
     workspace is a region the call keeps: the same on every call, lent instead while a hold
-    takes regions (a capture), given back when the call is dropped."""
+    takes regions (a capture), given back when the call is dropped (GRAPHRT_KEEP_WORKSPACE=1;
+    without it every call lends one)."""
     import sys
     from graphrt.plan import Plan
     runtime_module = sys.modules["graphrt.runtime"]   # graphrt.runtime is also a function
+    monkeypatch.setenv("GRAPHRT_KEEP_WORKSPACE", "1")
     monkeypatch.setattr(runtime_module, "current_stream", lambda device: None)
     empty_strided = torch.empty_strided
 
@@ -1152,6 +1156,12 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
         del call, result, y, stats
         gc.collect()
         assert rt.arena.stats()["live_regions"] == rt.arena.stats()["kept_bytes"] == 0
+    monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE")   # the default: lent around each call
+    recorded = Recorded()
+    call = runtime_module._BoundCall(Stand(512), recorded, (1, "y", None, 0, "stats"), 0,
+                                     allocated, False, n_inputs=2)
+    call(rt, (), {"given": given_out}, [1000, 2000], [7])
+    assert recorded.calls and rt.arena.stats()["live_regions"] == 0
 
 
 def test_a_bound_functional_call_gets_the_matcher_of_its_key(monkeypatch):
