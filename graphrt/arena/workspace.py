@@ -211,7 +211,7 @@ class WorkspaceArena:
                 raise ArenaExhausted(
                     f"workspace arena on {self.device}: request of {nbytes} bytes does not fit "
                     f"(capacity {self.capacity}, {live} bytes live in {len(self._regions)} "
-                    f"regions up to {self._top} ({self._kept_bytes} kept by bound calls), high "
+                    f"regions up to {self._top} ({self._kept_bytes} bytes kept by bound calls), high "
                     f"water {self._high_water}); make a Runtime "
                     f"with a larger arena_bytes")
             end = start + nbytes
