@@ -211,9 +211,8 @@ class WorkspaceArena:
                 raise ArenaExhausted(
                     f"workspace arena on {self.device}: request of {nbytes} bytes does not fit "
                     f"(capacity {self.capacity}, {live} bytes live in {len(self._regions)} "
-                    f"regions up to {self._top}, {self._kept_bytes} of them kept by bound "
-                    f"calls, high water {self._high_water}); make a Runtime with a larger "
-                    f"arena_bytes")
+                    f"regions up to {self._top}, bound calls keeping {self._kept_bytes} bytes, "
+                    f"high water {self._high_water}); make a Runtime with a larger arena_bytes")
             end = start + nbytes
             self._wait_for_other_streams(start, end, stream)
             hold = self._active_hold()
