@@ -105,7 +105,7 @@ def test_workspace_addresses_stay_reserved(seed):
         dx, dw = frag(g, x, w, rstd)
     ref_dx, ref_dw = rmsnorm_backward_reference(g, x, w, rstd)
     assert rel_l2(dx, ref_dx) < 5e-3 and rel_l2(dw, ref_dw) < 1e-5
-    frag.release()   # what is left: the region the warm-ups' bound call keeps
+    frag.release()   # what may be left: a region the warm-ups' bound call keeps
     stats = rt.arena.stats()
     assert stats["live_regions"] == stats["kept_regions"] and stats["pinned_bytes"] == 0
 
