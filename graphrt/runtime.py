@@ -133,8 +133,7 @@ class _BoundCall:
             else:   # a capture lends: its graph must own the region it replays with
                 address, region = kept
                 weakref.finalize(self, rt.arena.give_back_soon, region)
-                namespace["_holding"] = (torch._C._cuda_isCurrentStreamCapturing if rt._on_cuda
-                                         else rt.arena.holding)
+                namespace["_holding"] = rt.arena.holding
                 namespace["_w"] = address
                 namespace["_c"] = rt.arena.counter_address(address) if counted else None
                 lines += ["    if _holding():", *("    " + line for line in lent), "    else:",
