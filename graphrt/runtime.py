@@ -24,9 +24,9 @@ _GENERATING = threading.Lock()   # one thread makes a bound call's function (and
 
 
 def _keeps_workspace() -> bool:
-    """GRAPHRT_KEEP_WORKSPACE=1: bound calls keep their workspace region (``_BoundCall``). Off
-    by default until its GPU tests and host time have run on a GPU."""
-    return os.environ.get("GRAPHRT_KEEP_WORKSPACE") == "1"
+    """Whether bound calls keep their workspace region (``_BoundCall``): yes unless
+    GRAPHRT_KEEP_WORKSPACE=0, which lends them one around every call instead."""
+    return os.environ.get("GRAPHRT_KEEP_WORKSPACE") != "0"
 
 
 def _call_key(plan_cls, args: tuple, kwargs: dict):
@@ -49,10 +49,10 @@ class _BoundCall:
     bits when the binding was recorded (a fresh output at other ones takes the full path); the
     key fixes them, the workspace size and the output names, so they are found without the spec
     or the plan. ``given``: the caller passed some outputs, which may overlap the inputs, so the
-    binding's overlap check runs (allocated ones cannot overlap anything). Its workspace is lent
-    around each call's launches; with GRAPHRT_KEEP_WORKSPACE=1, a region the call keeps from its
-    first call on (``WorkspaceArena.keep``; given back when the call is dropped), lent as
-    before where the arena keeps none or a capture is under way."""
+    binding's overlap check runs (allocated ones cannot overlap anything). Its workspace is a
+    region the call keeps from its first call on (``WorkspaceArena.keep``; given back when the
+    call is dropped), lent around each call's launches instead where the arena keeps none, a
+    capture is under way or GRAPHRT_KEEP_WORKSPACE=0."""
 
     __slots__ = ("plan", "binding", "slots", "low_bits", "version", "allocations", "given",
                  "nbytes", "results", "make_result", "check_bindable", "backend", "matcher",

@@ -625,7 +625,7 @@ def test_a_bound_call_captured_on_its_own_stream_lends_the_graph_its_workspace(s
     on the same stream it lends the graph a region of the graph's own, so replays on another
     stream run beside eager calls without sharing scratch: both equal the eager result,
     bitwise, with the outputs poisoned."""
-    monkeypatch.setenv("GRAPHRT_KEEP_WORKSPACE", "1")
+    monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE", raising=False)   # the default keeps
     rt = graphrt.Runtime("cuda")
     n, d = 8192, 256
     x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
@@ -1070,12 +1070,12 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
     """The bound functional call's address pool (the call's tensors, the outputs it makes,
     the workspace) against the order the recorded binding takes them in, on stand-ins. The
     workspace is a region the call keeps: the same on every call, lent instead while a hold
-    takes regions (a capture), given back when the call is dropped (GRAPHRT_KEEP_WORKSPACE=1;
-    without it every call lends one)."""
+    takes regions (a capture), given back when the call is dropped (the default; with
+    GRAPHRT_KEEP_WORKSPACE=0 every call lends one)."""
     import sys
     from graphrt.plan import Plan
     runtime_module = sys.modules["graphrt.runtime"]   # graphrt.runtime is also a function
-    monkeypatch.setenv("GRAPHRT_KEEP_WORKSPACE", "1")
+    monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE", raising=False)   # the default keeps
     monkeypatch.setattr(runtime_module, "current_stream", lambda device: None)
     empty_strided = torch.empty_strided
 
@@ -1136,7 +1136,9 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
         if nbytes:
             workspace = addresses[2]
             assert workspace % 256 == 0
-            assert rt.arena.stats()["in_use"] == rt.arena.stats()["kept_bytes"] == nbytes
+            assert rt.arena.stats()["kept_bytes"] == nbytes and rt.arena.stats()["in_use"] == 0
+            assert workspace + nbytes <= rt.arena._address + rt.arena.capacity   # at the top
+            assert workspace >= rt.arena._address + rt.arena.capacity - nbytes - 256
             expected.insert(2, workspace)
         if counted:   # the kept region's own words
             expected.append(rt.arena.counter_address(workspace))
@@ -1156,7 +1158,7 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
         del call, result, y, stats
         gc.collect()
         assert rt.arena.stats()["live_regions"] == rt.arena.stats()["kept_bytes"] == 0
-    monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE")   # the default: lent around each call
+    monkeypatch.setenv("GRAPHRT_KEEP_WORKSPACE", "0")   # turned off: lent around each call
     recorded = Recorded()
     call = runtime_module._BoundCall(Stand(512), recorded, (1, "y", None, 0, "stats"), 0,
                                      allocated, False, n_inputs=2)

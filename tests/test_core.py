@@ -208,6 +208,30 @@ def test_arena_kept_regions_stay_under_their_share_and_never_go_to_a_hold():
     assert arena.stats()["live_regions"] == 0
 
 
+def test_arena_kept_regions_pack_down_from_the_top_and_lends_fit_below_them():
+    """Kept regions take the highest gap that holds them, so the lent and scoped regions of
+    every call still fit at offset 0 on the first try; ``in_use`` and ``high_water`` count
+    only those (the kept ones are ``kept_bytes``)."""
+    arena = WorkspaceArena(64 * 1024, "cpu")
+    top, first = arena.keep(1000, None)
+    assert first.start == 64 * 1024 - 1024 and first.end == first.start + 1000
+    _, second = arena.keep(300, None)
+    assert second.start == first.start - 512 and second.end <= first.start
+    with arena.scope():
+        lent = arena.take(5000)
+        assert lent.data_ptr() == arena._address
+        assert arena.stats()["in_use"] == 5000 and arena.stats()["high_water"] == 5000
+    assert arena.stats()["in_use"] == 0 and arena.stats()["kept_bytes"] == 1300
+    arena.give_back(first)
+    with arena.scope():   # a lent region between the kept one and the top
+        arena.take(60 * 1024)
+        _, third = arena.keep(700, None)
+        assert third.start == 64 * 1024 - 768 and third.start >= second.end
+    arena.give_back(second)
+    arena.give_back(third)
+    assert arena.stats()["live_regions"] == 0 and arena.stats()["kept_bytes"] == 0
+
+
 def test_arena_hold_released_by_the_garbage_collector_inside_a_take():
     """A fragment's finalizer gives its hold back; the garbage collector may run it on a thread
     that is inside the arena's lock, between finding a gap and filling it. The regions then go

@@ -203,7 +203,7 @@ class WorkspaceArena:
             if kept and (self._kept_bytes + nbytes > self.capacity // KEPT_SHARE
                          or self._active_hold() is not None):
                 return None
-            index, start = self._first_fit(nbytes)
+            index, start = self._last_fit(nbytes) if kept else self._first_fit(nbytes)
             if index is None:
                 if kept:
                     return None
@@ -224,15 +224,18 @@ class WorkspaceArena:
                 hold.regions.append(region)
             elif scopes:
                 scopes[-1].append(region)
-            if end > self._high_water:
+            if end > self._high_water and not kept:
                 self._high_water = end
             self._takes += 1
         return region
 
     @property
     def _top(self) -> int:
-        """The end of the highest live region (0 when none is live)."""
-        return self._regions[-1].end if self._regions else 0
+        """The end of the highest live region that is not kept (0 when none is live)."""
+        for region in reversed(self._regions):
+            if not region.kept:
+                return region.end
+        return 0
 
     def _first_fit(self, nbytes: int) -> tuple[int | None, int]:
         """(index in the address-ordered live regions, aligned start) of the lowest gap that
@@ -240,6 +243,8 @@ class WorkspaceArena:
         regions; a stack that only grew from the top crept up to exhaustion under 8 threads."""
         if not self._regions:   # an idle arena, the usual eager case: no pass
             return (0, 0) if nbytes <= self.capacity else (None, 0)
+        if nbytes <= self._regions[0].start:   # below them all: kept regions alone are live
+            return 0, 0
         previous_end = 0
         for index, region in enumerate(self._regions):
             start = align_up(previous_end)
@@ -248,6 +253,19 @@ class WorkspaceArena:
             previous_end = max(previous_end, region.end)
         start = align_up(previous_end)
         return (len(self._regions), start) if start + nbytes <= self.capacity else (None, 0)
+
+    def _last_fit(self, nbytes: int) -> tuple[int | None, int]:
+        """``_first_fit``'s (index, start) for the highest gap that holds ``nbytes``: kept
+        regions pack down from the arena's top, so lent ones below still fit at the first try."""
+        limit = self.capacity
+        for index in range(len(self._regions), -1, -1):
+            floor = self._regions[index - 1].end if index else 0
+            start = (limit - nbytes) // ALIGNMENT * ALIGNMENT
+            if start >= floor:
+                return index, start
+            if index:
+                limit = min(limit, self._regions[index - 1].start)
+        return None, 0
 
     def _wait_for_other_streams(self, start: int, end: int, stream) -> None:
         if stream is None or not self._on_cuda or not self._last_use:
