@@ -243,7 +243,7 @@ class WorkspaceArena:
         regions; a stack that only grew from the top crept up to exhaustion under 8 threads."""
         if not self._regions:   # an idle arena, the usual eager case: no pass
             return (0, 0) if nbytes <= self.capacity else (None, 0)
-        if nbytes <= self._regions[0].start:   # below them all: kept regions alone are live
+        if nbytes <= self._regions[0].start:   # below every live one (kept ones sit at the top)
             return 0, 0
         previous_end = 0
         for index, region in enumerate(self._regions):
