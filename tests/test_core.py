@@ -213,7 +213,7 @@ def test_arena_kept_regions_pack_down_from_the_top_and_lends_fit_below_them():
     every call still fit at offset 0 on the first try; ``in_use`` and ``high_water`` count
     only those (the kept ones are ``kept_bytes``)."""
     arena = WorkspaceArena(64 * 1024, "cpu")
-    top, first = arena.keep(1000, None)
+    _, first = arena.keep(1000, None)
     assert first.start == 64 * 1024 - 1024 and first.end == first.start + 1000
     _, second = arena.keep(300, None)
     assert second.start == first.start - 512 and second.end <= first.start

@@ -231,7 +231,7 @@ class WorkspaceArena:
 
     @property
     def _top(self) -> int:
-        """The end of the highest live region that is not kept (0 when none is live)."""
+        """The end of the highest live region that is not kept (0 when there is none)."""
         for region in reversed(self._regions):
             if not region.kept:
                 return region.end
@@ -263,8 +263,8 @@ class WorkspaceArena:
             start = (limit - nbytes) // ALIGNMENT * ALIGNMENT
             if start >= floor:
                 return index, start
-            if index:
-                limit = min(limit, self._regions[index - 1].start)
+            if index:   # regions are in address order and never overlap
+                limit = self._regions[index - 1].start
         return None, 0
 
     def _wait_for_other_streams(self, start: int, end: int, stream) -> None:
