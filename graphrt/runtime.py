@@ -52,7 +52,8 @@ class _BoundCall:
     binding's overlap check runs (allocated ones cannot overlap anything). Its workspace is a
     region the call keeps from its first call on (``WorkspaceArena.keep``; given back when the
     call is dropped), lent around each call's launches instead where the arena keeps none, a
-    capture is under way or GRAPHRT_KEEP_WORKSPACE=0."""
+    capture is under way, the arena took the region back for a take that needed the room, or
+    GRAPHRT_KEEP_WORKSPACE=0."""
 
     __slots__ = ("plan", "binding", "slots", "low_bits", "version", "allocations", "given",
                  "nbytes", "results", "make_result", "check_bindable", "backend", "matcher",
@@ -134,10 +135,16 @@ class _BoundCall:
                 address, region = kept
                 weakref.finalize(self, rt.arena.give_back_soon, region)
                 namespace["_holding"] = rt.arena.holding
+                namespace["_kept"], namespace["_users"] = region, region.users
                 namespace["_w"] = address
                 namespace["_c"] = rt.arena.counter_address(address) if counted else None
-                lines += ["    if _holding():", *("    " + line for line in lent), "    else:",
-                          "        w, c = _w, _c", f"        _launch({addresses}, ints)"]
+                # a user while it launches (``WorkspaceArena.keep``): lent where the arena
+                # took the region back
+                lines += ["    _users.append(None)", "    try:",
+                          "        if _kept.reclaimed or _holding():",
+                          *("        " + line for line in lent), "        else:",
+                          "            w, c = _w, _c", f"            _launch({addresses}, ints)",
+                          "    finally:", "        _users.pop()"]
         else:
             lines.append(f"    _launch({addresses}, ints)")
         results = ", ".join(f"o{i}" if i >= 0 else f"kwargs[{n!r}]" for n, i in self.results)

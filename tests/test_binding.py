@@ -1166,6 +1166,122 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
     assert recorded.calls and rt.arena.stats()["live_regions"] == 0
 
 
+def test_a_bound_call_lends_once_the_arena_takes_its_kept_region_back(monkeypatch):
+    """A take that needs a kept region's room takes it back unless its call is launching
+    (another thread's take, made here from inside the launch, fails instead); from then on
+    the call lends a region around its launches."""
+    import sys
+    from graphrt.arena.workspace import KEPT_SHARE
+    from graphrt.plan import Plan
+    runtime_module = sys.modules["graphrt.runtime"]
+    monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE", raising=False)
+    monkeypatch.setattr(runtime_module, "current_stream", lambda device: None)
+    rt = graphrt.Runtime("cpu", arena_bytes=KEPT_SHARE * 4096)
+    room = rt.arena.capacity - 1024   # fits only where no region is kept
+
+    class Stand:
+        output_names = ("out",)
+        bindable = staticmethod(Plan.bindable)
+
+        def workspace_bytes(self):
+            return 2048
+
+    class Recorded:
+        def __init__(self):
+            self.workspaces, self.refused = [], 0
+
+        def launch(self, addresses, ints):
+            self.workspaces.append(addresses[1])
+            if len(self.workspaces) == 1:   # a take beside the launch leaves the region
+                with rt.arena.scope(), pytest.raises(graphrt.ArenaExhausted):
+                    rt.arena.take(room)
+                self.refused += 1
+
+    recorded, out = Recorded(), torch.empty(3)
+    call = runtime_module._BoundCall(Stand(), recorded, (0, None), 0, {}, False, n_inputs=1)
+    for _ in range(2):
+        assert call(rt, (), {"out": out}, [1000], []).out is out
+    kept = recorded.workspaces[0]
+    assert recorded.refused == 1 and recorded.workspaces[1] == kept
+    assert rt.arena.stats()["kept_bytes"] == 2048
+    with rt.arena.scope():
+        assert rt.arena.take(room).data_ptr() == rt.arena._address   # taken back
+    assert rt.arena.stats()["kept_bytes"] == 0
+    call(rt, (), {"out": out}, [1000], [])
+    assert recorded.workspaces[2] == rt.arena._address   # lent, at the bottom
+    assert rt.arena.stats()["live_regions"] == 0
+    del call
+    gc.collect()
+    assert rt.arena.stats()["live_regions"] == 0
+
+
+def test_a_kept_region_is_never_taken_back_while_another_thread_launches_in_it(monkeypatch):
+    """Threads switching every microsecond: one calls a bound call that keeps its region, the
+    other takes the room that only the kept region's absence leaves. Every launch in the kept
+    region finds it still kept; once it is taken back the call lends."""
+    import sys
+    import threading
+    from graphrt.arena.workspace import KEPT_SHARE
+    from graphrt.plan import Plan
+    runtime_module = sys.modules["graphrt.runtime"]
+    monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE", raising=False)
+    monkeypatch.setattr(runtime_module, "current_stream", lambda device: None)
+    rt = graphrt.Runtime("cpu", arena_bytes=KEPT_SHARE * 4096)
+
+    class Stand:
+        output_names = ("out",)
+        bindable = staticmethod(Plan.bindable)
+
+        def workspace_bytes(self):
+            return 2048
+
+    class Recorded:
+        def __init__(self):
+            self.kept, self.launches, self.bad = None, [0, 0], 0   # launches: lent, kept
+
+        def launch(self, addresses, ints):
+            if self.kept is None:   # the first call's: the region it keeps
+                self.kept = (addresses[1], next(r for r in rt.arena._regions if r.kept))
+            in_kept = addresses[1] == self.kept[0]
+            self.launches[in_kept] += 1
+            self.bad += in_kept and self.kept[1].released
+
+    def caller(call, stop):
+        while not stop.is_set():
+            try:
+                call(rt, (), {"out": out}, [1000], [])
+            except graphrt.ArenaExhausted:   # a lend while the other thread holds the room
+                pass
+
+    out, interval = torch.empty(3), sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(20):
+            recorded, stop = Recorded(), threading.Event()
+            call = runtime_module._BoundCall(Stand(), recorded, (0, None), 0, {}, False,
+                                             n_inputs=1)
+            call(rt, (), {"out": out}, [1000], [])
+            thread = threading.Thread(target=caller, args=(call, stop))
+            thread.start()
+            while recorded.launches[1] < 20:
+                pass
+            taken = 0
+            while not taken or recorded.launches[0] < 5:
+                with rt.arena.scope():
+                    try:
+                        rt.arena.take(rt.arena.capacity - 1024)
+                        taken += 1
+                    except graphrt.ArenaExhausted:   # the call was launching in its region
+                        pass
+            stop.set()
+            thread.join()
+            assert recorded.bad == 0
+            assert rt.arena.stats()["kept_bytes"] == 0 and rt.arena.stats()["live_regions"] == 0
+            del call
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def test_a_bound_functional_call_gets_the_matcher_of_its_key(monkeypatch):
     """``Runtime._bind_call`` builds the bound call's CallMatcher from what ``_call_key``
     found (its binding key and tensor positions), on stand-ins: it serves the call and turns

@@ -208,6 +208,33 @@ def test_arena_kept_regions_stay_under_their_share_and_never_go_to_a_hold():
     assert arena.stats()["live_regions"] == 0
 
 
+def test_arena_takes_back_idle_kept_regions_for_a_take_that_needs_their_room():
+    """Keeping never makes a take fail that would fit without it: a take that does not fit
+    beside the kept regions takes back those no call is using (marked ``reclaimed``: their
+    calls lend from then on). One in use stays, and the take then raises ArenaExhausted; a
+    take that fits beside them leaves them all."""
+    from graphrt.arena.workspace import KEPT_SHARE
+    size = KEPT_SHARE * 1024
+    arena = WorkspaceArena(size, "cpu")
+    _, kept = arena.keep(600, None)
+    with arena.scope():
+        arena.take(size - 2048)
+    assert not kept.reclaimed and arena.stats()["kept_bytes"] == 600
+    _, busy = arena.keep(300, "stream")
+    busy.users.append(None)   # a call using its region now
+    with arena.scope(), pytest.raises(ArenaExhausted, match="bound calls keeping 300 bytes"):
+        arena.take(size - 200)
+    assert kept.reclaimed and kept.released and not busy.reclaimed and not busy.released
+    assert arena.stats()["kept_bytes"] == 300 and arena.stats()["live_regions"] == 1
+    busy.users.pop()
+    with arena.scope():
+        assert arena.take(size - 200).data_ptr() == arena._address
+    assert busy.reclaimed and arena.stats()["kept_bytes"] == 0
+    arena.give_back(kept)   # the calls give them back later: nothing goes back twice
+    arena.give_back_soon(busy)
+    assert arena.stats()["live_regions"] == 0 and arena.stats()["kept_bytes"] == 0
+
+
 def test_arena_kept_regions_pack_down_from_the_top_and_lends_fit_below_them():
     """Kept regions take the highest gap that holds them, so the lent and scoped regions of
     every call still fit at offset 0 on the first try; ``in_use`` and ``high_water`` count

@@ -28,6 +28,10 @@ class _Region:
     hold: "ArenaHold | None"
     released: bool = False
     kept: bool = False   # from ``keep``: counted in the arena's kept bytes until given back
+    # a kept region's calls under way (each appends on entry and pops on exit), and whether
+    # the arena took it back for a take that did not fit beside it (see ``_reclaim_kept``)
+    users: list | None = None
+    reclaimed: bool = False
 
 
 class _Scope:
@@ -170,7 +174,12 @@ class WorkspaceArena:
         ``give_back`` (or ``give_back_soon`` from a finalizer). None, and nothing taken, while
         a hold takes regions (a capture: its graph must own what it uses, so the caller lends
         instead), when kept regions would pass 1/KEPT_SHARE of the arena, or when it does not
-        fit."""
+        fit.
+
+        A take that fits only without the kept regions takes them back, so keeping never makes
+        a take fail that would fit otherwise. So the caller appends to ``region.users`` before
+        it tests ``region.reclaimed``, uses the region only where that is False, and pops after
+        its launches: a region in use then is not taken back."""
         region = self._take(int(nbytes), stream, scoped=False, kept=True)
         return None if region is None else (self._address + region.start, region)
 
@@ -204,6 +213,8 @@ class WorkspaceArena:
                          or self._active_hold() is not None):
                 return None
             index, start = self._last_fit(nbytes) if kept else self._first_fit(nbytes)
+            if index is None and not kept and self._kept_bytes and self._reclaim_kept():
+                index, start = self._first_fit(nbytes)
             if index is None:
                 if kept:
                     return None
@@ -216,7 +227,7 @@ class WorkspaceArena:
             end = start + nbytes
             self._wait_for_other_streams(start, end, stream)
             hold = self._active_hold()
-            region = _Region(start, end, stream, hold, kept=kept)
+            region = _Region(start, end, stream, hold, kept=kept, users=[] if kept else None)
             if kept:
                 self._kept_bytes += nbytes
             self._regions.insert(index, region)
@@ -228,6 +239,23 @@ class WorkspaceArena:
                 self._high_water = end
             self._takes += 1
         return region
+
+    def _reclaim_kept(self) -> bool:
+        """Under the lock: gives back the kept regions that no call is using now, marked
+        ``reclaimed`` so that their calls lend from then on; whether any went. Each region is
+        marked before its users are read, and a user appends before it reads the mark, so of
+        a call and a reclaim that meet, at least one sees the other: the call lends, or the
+        region stays."""
+        idle = []
+        for region in self._regions:
+            if region.kept:
+                region.reclaimed = True
+                if region.users:
+                    region.reclaimed = False
+                else:
+                    idle.append(region)
+        self._release_locked(idle)
+        return bool(idle)
 
     @property
     def _top(self) -> int:
