@@ -668,6 +668,42 @@ def test_a_bound_call_captured_on_its_own_stream_lends_the_graph_its_workspace(s
 
 
 @pytest.mark.gpu
+def test_a_kept_region_taken_back_on_another_stream_waits_for_its_last_launch(seed,
+                                                                                monkeypatch):
+    """A take on another stream that needs a kept region's room takes it back and waits for
+    the bound call's last launch in it (queued behind a GPU sleep) before it overwrites it;
+    the call then lends. Every result equals the first, bitwise; every counter ends zero."""
+    monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE", raising=False)   # the default keeps
+    rt = graphrt.Runtime("cuda")
+    n, d = 8192, 256
+    x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    weight, bias = (torch.randn(d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    flags = dict(dropout_ratio=0.1, apply_u_silu=True, concat_u=True, concat_x=True)
+    y, mean, rstd, mask = graphrt.ops.hstu_lmsd_forward(
+        x, u, weight, bias, **flags, seed=3, offset=0, runtime=rt)
+    dy = torch.randn_like(y)
+
+    def call():
+        return graphrt.ops.hstu_lmsd_backward(dy, x, u, weight, bias, mean, rstd, mask, **flags,
+                                              runtime=rt)
+    expected = [call() for _ in range(3)][-1]
+    torch.cuda.synchronize()
+    assert rt.arena.stats()["kept_bytes"] > 0
+    torch.cuda._sleep(int(2e9 * 0.05))   # 50 ms of GPU time before the kept region's launch
+    behind = call()
+    other = torch.cuda.Stream()
+    with torch.cuda.stream(other), rt.arena.scope():
+        room = rt.arena.take(rt.arena.capacity - 256, other)   # fits only without it
+        room.fill_(255)
+    assert rt.arena.stats()["kept_bytes"] == 0
+    lent = call()
+    torch.cuda.synchronize()
+    for want, first, then in zip(expected, behind, lent):
+        assert torch.equal(first, want) and torch.equal(then, want)
+    assert rt.arena.counter_map().count_nonzero().item() == 0
+
+
+@pytest.mark.gpu
 def test_bound_dropout_calls_follow_the_seed(seed):
     n, d = 256, 128
     x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
