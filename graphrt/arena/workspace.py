@@ -12,7 +12,7 @@ from ..errors import ArenaExhausted, ContractError
 from ..streams import is_capturing
 
 ALIGNMENT = 256
-KEPT_SHARE = 16   # regions kept across calls (``keep``) take at most 1/KEPT_SHARE of an arena
+KEPT_SHARE = 8   # regions kept across calls (``keep``) take at most 1/KEPT_SHARE of an arena
 
 
 def align_up(n: int, a: int = ALIGNMENT) -> int:
