@@ -168,6 +168,9 @@ class Plan:
     # ``kernel_utils.launch``: its launches are then recorded per binding and replayed
     # (see graphrt.binding)
     records_launches: ClassVar[bool] = False
+    # True where ``recent_call`` may give a server of later calls (plans whose calls have no
+    # binding key: lists of tensors)
+    serves_recent_calls: ClassVar[bool] = False
     spec: ClassVar[Any] = None   # set by the op's OpSpec
     # execute's tensor arguments, besides the outputs and the workspace, that it writes (or
     # whose contents say where it writes): bound calls check them for overlap as outputs
@@ -182,6 +185,14 @@ class Plan:
         """Zeroed int32 counters that ``execute`` takes as ``counters`` to save a launch (see
         ``WorkspaceArena.counters``; the functional call passes its arena's), 0 for none."""
         return 0
+
+    def recent_call(self, args: tuple, kwargs: dict):
+        """After a full functional call on the current CUDA stream (``args``, ``kwargs``: what
+        the runtime passed): a callable ``(args, kwargs) -> Result | None`` that serves later
+        calls of exactly this kind without the plan store or the checks, launching nothing and
+        returning None for any other call; or None. The runtime sets its ``version`` and
+        ``backend`` (see ``serves_recent_calls``)."""
+        return None
 
     @staticmethod
     def bindable() -> bool:

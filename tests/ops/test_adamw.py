@@ -319,3 +319,101 @@ def test_functional_call_names_a_bad_parameter_past_the_first_and_writes_nothing
     with pytest.raises(graphrt.ContractError, match=r"grads\[1\]: expected"):
         graphrt.ops.adamw_step(params, [grads[0], grads[1][:3]], ms, vs, steps, **HYPER)
     assert all(torch.equal(a, b) for a, b in zip(before, params + ms + vs))
+
+
+def test_a_recent_call_serves_only_calls_of_its_kind(monkeypatch):
+    """``AdamWStep.recent_call``, on CPU tensors with the launches recorded: made after a
+    kind's second call, it serves the same tensors and hyperparameters with any valid float
+    lr, and turns away (launching nothing) every call that differs in what the checks or the
+    launch read: a tensor, its address or strides, a list's length, a hyperparameter, an lr
+    the checks reject, the stream, a capture."""
+    from graphrt import binding
+    from graphrt.ops.adamw import AdamWStep
+    from graphrt.ops.adamw import kernels
+    launched = []
+    monkeypatch.setattr(kernels, "launch_adamw_many",
+                        lambda table, **hyper: launched.append((table, hyper)))
+    monkeypatch.setattr(kernels, "launch_adamw", lambda *lists, **hyper: None)
+    stream, capturing = [7], [False]
+    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: stream[0])
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: capturing[0])
+    lists = _state([(8,), (16,)], torch.float32)
+    base = torch.randn(32)
+    lists[0][1] = base[:16]   # a parameter with a strided twin at its address
+    kwargs = dict(lr=1e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.01, maximize=False)
+    plan = AdamWStep(*lists, **kwargs, backend="triton").compile()
+    executed = {k: v for k, v in kwargs.items() if k != "maximize"}   # the contract's
+    plan.execute(*lists, **executed)
+    assert plan.recent_call(lists, kwargs) is None   # a kind seen once
+    plan.execute(*lists, **executed)
+    recent = plan.recent_call(lists, kwargs)
+    assert recent is not None
+    launched.clear()
+    assert recent(lists, {**kwargs, "lr": 0.25}) == ()
+    (table, hyper), = launched
+    assert table is plan._checked_calls[next(iter(plan._checked_calls))]._tables[0]
+    assert hyper == dict(lr=0.25, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.01,
+                         maximize=False)
+    launched.clear()
+    params = lists[0]
+    others = {
+        "another tensor": ([params[0], params[1].clone()], *lists[1:]),
+        "a strided view at the address": ([params[0], base[::2]], *lists[1:]),
+        "one parameter fewer": tuple(ts[:1] for ts in lists),
+        "not a tensor": ([params[0], 1.0], *lists[1:]),
+        "a list missing": lists[:4],
+    }
+    for name, args in others.items():
+        assert recent(args, kwargs) is None, name
+    changed = {"lr": [0, -1e-3, float("nan"), float("inf"), torch.ones(())],
+               "betas": [(0.9, 0.999), [0.9, 0.99]], "eps": [1e-7, 1], "weight_decay": [0.0],
+               "maximize": [True]}
+    for name, values in changed.items():
+        for value in values:
+            assert recent(lists, {**kwargs, name: value}) is None, (name, value)
+    assert recent(lists, dict(reversed(kwargs.items()))) is None
+    stream[0] = 8
+    assert recent(lists, kwargs) is None
+    stream[0], capturing[0] = 7, True
+    assert recent(lists, kwargs) is None
+    capturing[0] = False
+    assert not launched
+    assert recent(lists, kwargs) == () and len(launched) == 1
+
+
+@pytest.mark.gpu
+def test_gpu_functional_steps_served_by_the_recent_call_equal_per_tensor_launches(seed,
+                                                                                 monkeypatch):
+    """Functional steps on one runtime, lr changing every step: from the third on, the recent
+    call serves them (execute is not called), and after every step each tensor equals the
+    per-tensor launches' bitwise. Fresh gradients (other addresses) take the full path again,
+    with the same result."""
+    from graphrt.ops.adamw import AdamWStep
+    from graphrt.ops.adamw.kernels import launch_adamw
+    from graphrt.ops.adamw.plan import _RecentStep
+    rt = graphrt.Runtime("cuda")
+    lists = [[], [], [], [], []]
+    for i, (shape, dtype) in enumerate(zip([(64,), (8, 24), (4096 + 8,), (16,)],
+                                           [torch.float32, torch.bfloat16, torch.bfloat16,
+                                            torch.float32])):
+        for items, (t,) in zip(lists, _state([shape], dtype, "cuda", step=2.0 + i)):
+            items.append(t)
+    per_tensor = _clone(lists)
+    executed = []
+    real = AdamWStep.execute
+    monkeypatch.setattr(AdamWStep, "execute",
+                        lambda self, *a, **k: (executed.append(1), real(self, *a, **k))[1])
+    betas, eps, weight_decay = (0.9, 0.99), 1e-6, 0.1
+    for step in range(6):
+        if step == 4:   # fresh gradients: other addresses
+            lists[1] = [g.clone() for g in lists[1]]
+        lr = 1e-3 * (step + 1)
+        adamw_step(*lists, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, runtime=rt)
+        launch_adamw(*per_tensor, lr=lr, beta1=betas[0], beta2=betas[1], eps=eps,
+                     weight_decay=weight_decay, maximize=False)
+        torch.cuda.synchronize()
+        for got_list, want_list in zip(lists[:4], per_tensor[:4]):
+            for got, want in zip(got_list, want_list):
+                assert torch.equal(got, want), step
+    assert len(executed) == 4   # steps 0, 1 (the kind's first two), 4 and 5 (fresh gradients)
+    assert isinstance(rt._recent_calls.get(AdamWStep), _RecentStep)

@@ -1,13 +1,16 @@
 """Plan for the AdamW step over a list of tensors."""
 from __future__ import annotations
 
+import math
 import operator
 import threading
 
 import torch
 
+from ... import binding
 from ...errors import ContractError
 from ...plan import Plan
+from ...result import Result
 from ...streams import is_capturing, on_stream
 from ...validate import dtype_name, real_value, require_disjoint, require_tensor
 from .reference import adamw_step_reference
@@ -86,11 +89,12 @@ class _CheckedCall:
     launched one by one. Under CUDA-graph capture every launch stays per tensor: a table built
     there would need a copy from the host, and one a captured graph reads must outlive it."""
 
-    __slots__ = ("_tables", "alone")
+    __slots__ = ("_tables", "alone", "calls")
 
     def __init__(self):
         self._tables = None
         self.alone = None
+        self.calls = 0   # how many calls it served (a heuristic: not counted under a lock)
 
     def tables(self, lists, device) -> list:
         """The many-tensor tables of this kind of call, made on the first eager call."""
@@ -110,6 +114,79 @@ class _CheckedCall:
             self.alone = alone   # before the tables: a thread that sees them reads it
             self._tables = [ManyTensorTable(group, device) for group in groups.values()]
         return self._tables
+
+
+_KEYWORDS = ("lr", "betas", "eps", "weight_decay", "maximize")   # the functional call's
+_SEQUENCES = frozenset((list, tuple))
+
+
+class _RecentStep:
+    """Serves a functional AdamW call of one checked kind again (see ``AdamWStep.recent_call``)
+    with only the tests that tell it is one: no plan lookup and no checks. Returns None, having
+    launched nothing, for any other call. A float lr is the one value that may change (a
+    schedule's): it is tested as the checks test it. It holds the checked call's tables, so
+    they outlive the plan's memory of them."""
+
+    __slots__ = ("version", "backend", "_checked", "_lengths", "_addresses", "_guard", "_lr",
+                 "_fixed", "_hyper", "_maximize", "_device", "_stream", "_done")
+
+    def __init__(self, plan: AdamWStep, checked: _CheckedCall, lists: tuple, kwargs: dict):
+        flat = [t for ts in lists for t in ts]
+        self.version = self.backend = None   # the runtime's, set where it keeps this
+        self._checked = checked
+        self._lengths = tuple(map(len, lists))
+        self._addresses = tuple(map(_Tensor.data_ptr, flat))
+        self._guard = binding._TensorGuards(
+            *flat, dynamic_dims_sizes=[list(t.shape) for t in flat],
+            dynamic_dims_strides=[list(t.stride()) for t in flat]).check
+        lr = kwargs["lr"]
+        self._lr = lr if isinstance(lr, torch.Tensor) else None   # None: any float lr
+        self._fixed = (kwargs["betas"], kwargs["eps"], kwargs["weight_decay"])
+        beta1, beta2 = _betas(kwargs["betas"])
+        self._hyper = dict(beta1=beta1, beta2=beta2, eps=real_value("eps", kwargs["eps"], 0.0),
+                           weight_decay=real_value("weight_decay", kwargs["weight_decay"], 0.0),
+                           maximize=plan.contract.flag("maximize"))
+        self._maximize = kwargs["maximize"]
+        self._device = flat[0].get_device()
+        self._stream = binding._current_raw_stream(self._device)
+        self._done = Result((), ())
+
+    def __call__(self, args: tuple, kwargs: dict) -> Result | None:
+        if len(args) != 5 or tuple(kwargs) != _KEYWORDS:
+            return None
+        a0, a1, a2, a3, a4 = args
+        if type(a0) not in _SEQUENCES or type(a1) not in _SEQUENCES \
+                or type(a2) not in _SEQUENCES or type(a3) not in _SEQUENCES \
+                or type(a4) not in _SEQUENCES \
+                or (len(a0), len(a1), len(a2), len(a3), len(a4)) != self._lengths:
+            return None
+        flat = [*a0, *a1, *a2, *a3, *a4]
+        try:
+            if tuple(map(_Tensor.data_ptr, flat)) != self._addresses or not self._guard(*flat):
+                return None
+        except TypeError:   # something in a list that is not a tensor
+            return None
+        betas, eps, weight_decay = self._fixed
+        given, given_eps, given_decay = kwargs["betas"], kwargs["eps"], kwargs["weight_decay"]
+        if type(given) is not tuple or given != betas or type(given[0]) is not float \
+                or type(given[1]) is not float or type(given_eps) is not float \
+                or given_eps != eps or type(given_decay) is not float \
+                or given_decay != weight_decay or kwargs["maximize"] is not self._maximize:
+            return None
+        lr = kwargs["lr"]
+        if self._lr is not None:
+            if lr is not self._lr:
+                return None
+        elif type(lr) is not float or not 0.0 <= lr < math.inf:
+            return None
+        if binding._current_raw_stream(self._device) != self._stream \
+                or torch._C._cuda_isCurrentStreamCapturing():
+            return None
+        from .kernels import launch_adamw_many
+        # the full call on this stream waited there for the tables' upload and kept them for it
+        for table in self._checked._tables:
+            launch_adamw_many(table, lr=lr, **self._hyper)
+        return self._done
 
 
 def _tensor_list(name: str, value, length: int | None = None) -> list:
@@ -163,6 +240,7 @@ class AdamWStep(Plan):
 
     op = "adamw_step"
     output_names = ()
+    serves_recent_calls = True
 
     def _compile(self) -> None:
         # calls whose tensors passed the checks, by everything the checks read (addresses,
@@ -193,6 +271,7 @@ class AdamWStep(Plan):
             checked = _CheckedCall()
             if key is not None:
                 self._remember(key, checked)
+        checked.calls += 1
         if self.backend == "reference":
             adamw_step_reference(*lists, **hyper)
             return
@@ -207,6 +286,28 @@ class AdamWStep(Plan):
                 launch_adamw_many(table, **hyper)
             if checked.alone:
                 launch_adamw(*([ts[i] for i in checked.alone] for ts in lists), **hyper)
+
+    def recent_call(self, args: tuple, kwargs: dict) -> "_RecentStep | None":
+        """What serves later functional calls of this one's kind (``Plan.recent_call``): the
+        same tensors in every list (addresses, shapes, strides, dtypes, devices), the same
+        betas, eps, weight_decay and maximize, the same lr tensor or any float lr, on the
+        same stream, outside a capture. None where this call is not one to serve so: its
+        tensors not checked with their tables made, or checked only once, some parameter
+        launched alone, a hyperparameter not a plain float."""
+        if self.backend != "triton" or binding._TensorGuards is None or len(args) != 5:
+            return None
+        key = _tensors_key(args)
+        checked = self._checked_calls.get(key) if key is not None else None
+        # a kind seen once may never come again (fresh gradients every step): not worth a guard
+        if checked is None or checked.calls < 2 or checked._tables is None or checked.alone:
+            return None
+        lr, betas = kwargs.get("lr"), kwargs.get("betas")
+        if tuple(kwargs) != _KEYWORDS or type(betas) is not tuple \
+                or any(type(kwargs[n]) is not float for n in ("eps", "weight_decay")) \
+                or any(type(b) is not float for b in betas) \
+                or not (type(lr) is float or isinstance(lr, torch.Tensor)):
+            return None
+        return _RecentStep(self, checked, args, kwargs)
 
     def _check_tensors(self, params, grads, exp_avgs, exp_avg_sqs, steps) -> tuple:
         params = _tensor_list("params", parameter_list(params))
