@@ -412,6 +412,43 @@ def launch(kernel, grid: tuple, *args, **kwargs):
     return _launcher(kernel, grid, args, {**LAUNCH_OPTIONS, **kwargs})
 
 
+class PreparedLaunch:
+    """``launch(kernel, grid, *args, **kwargs)`` with ``kernel``, ``grid`` and ``kwargs`` fixed,
+    for a caller whose positional arguments keep what Triton specializes on from call to call
+    (the same tensors' alignment, floats as floats, ints in the same classes): after the first
+    launch on a device the compiled kernel is called with no test of the arguments and no
+    lookup. Launch hooks, a recording and another device take ``launch``'s path.
+
+    >>> step = PreparedLaunch(_adamw_many_kernel, (blocks,), dict(BLOCK=1024))  # doctest: +SKIP
+    >>> step(addresses, ends, sizes, tensors, sizes, lr, ...)                # doctest: +SKIP
+    """
+
+    __slots__ = ("kernel", "grid", "kwargs", "_device", "_entry", "_grid3")
+
+    def __init__(self, kernel, grid: tuple, kwargs: dict):
+        self.kernel, self.grid = kernel, tuple(grid)
+        self.kwargs = {**LAUNCH_OPTIONS, **kwargs}
+        self._grid3 = (*self.grid, 1, 1)[:3]
+        self._device = self._entry = None
+
+    def __call__(self, *args) -> None:
+        entry = self._entry
+        if entry is not None and active_recording() is None and not _launcher.hooks_active():
+            device = _launcher.current_device()
+            if device == self._device:
+                compiled, tail, run = entry
+                run(*self._grid3, _launcher.current_stream(device), compiled.function,
+                    compiled.packed_metadata, None, None, None, *args, *tail)
+                return
+        _launcher(self.kernel, self.grid, args, self.kwargs)
+        if entry is None and _launcher.supported and _launcher.current_device is not None:
+            classes = _argument_classes(args)
+            device = _launcher.current_device()
+            self._entry = _launcher.bound.get((self.kernel, device, classes,
+                                               *self.kwargs.items()))
+            self._device = device if self._entry is not None else None
+
+
 def launch_with_scratch(kernel, grid: tuple, *args, **kwargs):
     """``launch`` of a kernel that makes TMA descriptors on the device (``args[0]`` a tensor on
     its device): Triton sizes their global scratch per launch and takes it from an allocator,

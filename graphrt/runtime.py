@@ -19,6 +19,7 @@ from .streams import StreamTracker, current_stream, resolve_stream
 DEFAULT_ARENA_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 DEFAULT_PLAN_CACHE_SIZE = 256
 BOUND_CALLS = 256
+RECENT_SERVERS = 4   # per plan class: kinds of call served without a binding key
 COUNTERS = object()   # a bound call's source of the counters its workspace region owns
 _GENERATING = threading.Lock()   # one thread makes a bound call's function (and keeps its region)
 
@@ -193,8 +194,9 @@ class Runtime:
         self._rng: RngState | None = None
         self._graph_pool = None
         self._bound_calls: dict = {}
-        # plan class -> the _BoundCall that served it last, or its plan's ``recent_call``
-        self._recent_calls: dict = {}
+        self._recent_calls: dict = {}   # plan class -> the _BoundCall that served it last
+        # plan class -> its plans' latest ``recent_call`` servers (``serves_recent_calls``)
+        self._recent_servers: dict = {}
         self._lazy_lock = threading.Lock()   # threads may make the first call together
 
     @property
@@ -239,16 +241,20 @@ class Runtime:
 
         A call on the current stream of a kind seen before (see ``_BoundCall``) skips the
         plan lookup and the checks, but the overlap check of outputs the caller passed; one of
-        the kind last served skips building its key too (``binding.CallMatcher``)."""
+        the kind last served skips building its key too (``binding.CallMatcher``). Calls whose
+        arguments have no binding key (lists of tensors) are served likewise by their plan's
+        ``recent_call``, for the last few kinds."""
         key = ints = positions = None
         if stream is None and plan_cls.serves_recent_calls and self._on_cuda:
-            call = self._recent_calls.get(plan_cls)
-            if call is not None and call.version == self.plans.version \
-                    and call.backend == env_backend():
-                result = call(args, kwargs)
-                if result is not None:
-                    self.plans.count_hit()
-                    return result
+            servers = self._recent_servers.get(plan_cls)
+            if servers is not None:
+                version, backend = self.plans.version, env_backend()
+                for call in servers:
+                    if call.version == version and call.backend == backend:
+                        result = call(args, kwargs)
+                        if result is not None:
+                            self.plans.count_hit()
+                            return result
         elif stream is None and plan_cls.records_launches and self._on_cuda:
             call = self._recent_calls.get(plan_cls)
             if call is not None and call.version == self.plans.version \
@@ -304,9 +310,10 @@ class Runtime:
                             launch_stream, ints, positions)
         elif stream is None and plan.serves_recent_calls and self._on_cuda:
             recent = plan.recent_call(args, kwargs)
-            if recent is not None:
+            if recent is not None:   # the newest first; a few kinds (parameter groups) at once
                 recent.version, recent.backend = self.plans.version, env_backend()
-                self._recent_calls[plan_cls] = recent
+                servers = self._recent_servers.get(plan_cls, ())
+                self._recent_servers[plan_cls] = (recent, *servers[:RECENT_SERVERS - 1])
         return Result(plan.output_names, [merged[n] for n in plan.output_names])
 
     def _bind_call(self, call_key, plan, args, kwargs, allocated, tensors, workspace,

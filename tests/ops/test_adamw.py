@@ -331,8 +331,9 @@ def test_a_recent_call_serves_only_calls_of_its_kind(monkeypatch):
     from graphrt.ops.adamw import AdamWStep
     from graphrt.ops.adamw import kernels
     launched = []
-    monkeypatch.setattr(kernels, "launch_adamw_many",
-                        lambda table, **hyper: launched.append((table, hyper)))
+    monkeypatch.setattr(kernels, "launch_adamw_many", lambda table, **hyper: None)
+    monkeypatch.setattr(kernels, "adamw_many_launcher", lambda table, **hyper: (
+        lambda lr: launched.append((table, dict(hyper, lr=lr)))))
     monkeypatch.setattr(kernels, "launch_adamw", lambda *lists, **hyper: None)
     stream, capturing = [7], [False]
     monkeypatch.setattr(binding, "_current_raw_stream", lambda index: stream[0])
@@ -352,8 +353,8 @@ def test_a_recent_call_serves_only_calls_of_its_kind(monkeypatch):
     assert recent(lists, {**kwargs, "lr": 0.25}) == ()
     (table, hyper), = launched
     assert table is plan._checked_calls[next(iter(plan._checked_calls))]._tables[0]
-    assert hyper == dict(lr=0.25, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.01,
-                         maximize=False)
+    assert hyper == dict(lr=0.25, lr_tensor=None, beta1=0.9, beta2=0.99, eps=1e-8,
+                         weight_decay=0.01, maximize=False)
     launched.clear()
     params = lists[0]
     others = {
@@ -416,4 +417,39 @@ def test_gpu_functional_steps_served_by_the_recent_call_equal_per_tensor_launche
             for got, want in zip(got_list, want_list):
                 assert torch.equal(got, want), step
     assert len(executed) == 4   # steps 0, 1 (the kind's first two), 4 and 5 (fresh gradients)
-    assert isinstance(rt._recent_calls.get(AdamWStep), _RecentStep)
+    assert isinstance(rt._recent_servers[AdamWStep][0], _RecentStep)
+
+
+@needs_interpreter
+def test_the_runtime_serves_a_few_kinds_of_step_by_their_recent_calls(monkeypatch):
+    """Two parameter groups stepped in turn through the functional call (a runtime taken for
+    a CUDA one, launches recorded): each group's third step on is served by its recent call
+    (execute is not called), with that step's lr; a cleared plan store makes them stale."""
+    import sys
+    from graphrt import binding
+    from graphrt.ops.adamw import AdamWStep, kernels
+    runtime_module = sys.modules["graphrt.runtime"]
+    launched, executed = [], []
+    monkeypatch.setattr(kernels, "launch_adamw_many", lambda table, **hyper: None)
+    monkeypatch.setattr(kernels, "adamw_many_launcher", lambda table, **hyper: (
+        lambda lr: launched.append((table, lr))))
+    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: 7)
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
+    real = AdamWStep.execute
+    monkeypatch.setattr(AdamWStep, "execute",
+                        lambda self, *a, **k: (executed.append(1), real(self, *a, **k))[1])
+    rt = graphrt.Runtime("cpu")
+    monkeypatch.setattr(rt, "_on_cuda", True)
+    groups = [_state([(8,), (16,)], torch.float32), _state([(32,)], torch.float32)]
+    with env(GRAPHRT_BACKEND="triton"):
+        for step in range(4):
+            for g, lists in enumerate(groups):
+                before = len(launched)
+                adamw_step(*lists, lr=0.5 * step + g, runtime=rt)
+                if step >= 2:
+                    assert len(launched) == before + 1 and launched[-1][1] == 0.5 * step + g
+        assert len(executed) == 4 and len(rt._recent_servers[AdamWStep]) == 2
+        rt.plans.clear()
+        adamw_step(*groups[0], lr=0.1, runtime=rt)
+        assert len(executed) == 5
+    assert runtime_module.RECENT_SERVERS >= 2

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ...kernel_utils import CONSTEXPR, CompileCase, TL_DTYPES, cdiv, launch
+from ...kernel_utils import CONSTEXPR, CompileCase, PreparedLaunch, TL_DTYPES, cdiv, launch
 from ...streams import current_stream
 
 BLOCK = 4096
@@ -163,6 +163,22 @@ def launch_adamw_many(table: ManyTensorTable, *, lr, beta1: float, beta2: float,
            table.tensors, lr if on_device else table.sizes, *floats,
            DTYPE=TL_DTYPES[table.dtype], LR_ON_DEVICE=on_device, MAXIMIZE=maximize,
            BLOCK=BLOCK, num_warps=WARPS)
+
+
+def adamw_many_launcher(table: ManyTensorTable, *, lr_tensor, beta1: float, beta2: float,
+                        eps: float, weight_decay: float, maximize: bool):
+    """``launch_adamw_many`` of ``table`` with everything fixed but a float lr: a function of
+    lr (ignored where ``lr_tensor`` is the device tensor the kernel reads it from)."""
+    on_device = lr_tensor is not None
+    floats, _ = _hyper_arguments(lr_tensor if on_device else 0.0, beta1, beta2, eps,
+                                 weight_decay)
+    head = (table.addresses, table.block_ends, table.sizes, table.tensors,
+            lr_tensor if on_device else table.sizes)
+    prepared = PreparedLaunch(_adamw_many_kernel, (table.blocks,), dict(
+        DTYPE=TL_DTYPES[table.dtype], LR_ON_DEVICE=on_device, MAXIMIZE=maximize, BLOCK=BLOCK,
+        num_warps=WARPS))
+    rest = floats[1:]
+    return lambda lr: prepared(*head, 0.0 if on_device else lr, *rest)
 
 
 def compile_cases() -> list[CompileCase]:

@@ -128,7 +128,7 @@ class _RecentStep:
     they outlive the plan's memory of them."""
 
     __slots__ = ("version", "backend", "_checked", "_lengths", "_addresses", "_guard", "_lr",
-                 "_fixed", "_hyper", "_maximize", "_device", "_stream", "_done")
+                 "_fixed", "_maximize", "_launches", "_device", "_stream", "_done")
 
     def __init__(self, plan: AdamWStep, checked: _CheckedCall, lists: tuple, kwargs: dict):
         flat = [t for ts in lists for t in ts]
@@ -143,9 +143,13 @@ class _RecentStep:
         self._lr = lr if isinstance(lr, torch.Tensor) else None   # None: any float lr
         self._fixed = (kwargs["betas"], kwargs["eps"], kwargs["weight_decay"])
         beta1, beta2 = _betas(kwargs["betas"])
-        self._hyper = dict(beta1=beta1, beta2=beta2, eps=real_value("eps", kwargs["eps"], 0.0),
-                           weight_decay=real_value("weight_decay", kwargs["weight_decay"], 0.0),
-                           maximize=plan.contract.flag("maximize"))
+        from .kernels import adamw_many_launcher
+        hyper = dict(beta1=beta1, beta2=beta2, eps=real_value("eps", kwargs["eps"], 0.0),
+                     weight_decay=real_value("weight_decay", kwargs["weight_decay"], 0.0),
+                     maximize=plan.contract.flag("maximize"))
+        # the full call on this stream waited there for the tables' upload and kept them for it
+        self._launches = tuple(adamw_many_launcher(table, lr_tensor=self._lr, **hyper)
+                               for table in checked._tables)
         self._maximize = kwargs["maximize"]
         self._device = flat[0].get_device()
         self._stream = binding._current_raw_stream(self._device)
@@ -182,10 +186,8 @@ class _RecentStep:
         if binding._current_raw_stream(self._device) != self._stream \
                 or torch._C._cuda_isCurrentStreamCapturing():
             return None
-        from .kernels import launch_adamw_many
-        # the full call on this stream waited there for the tables' upload and kept them for it
-        for table in self._checked._tables:
-            launch_adamw_many(table, lr=lr, **self._hyper)
+        for launch in self._launches:
+            launch(lr)
         return self._done
 
 
