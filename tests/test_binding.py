@@ -618,15 +618,9 @@ def test_bound_functional_calls_follow_data_shapes_backend_and_store(seed, monke
     assert rt.plans.stats()["compiles"] == 4 and torch.equal(y2, y)
 
 
-@pytest.mark.gpu
-def test_a_bound_call_captured_on_its_own_stream_lends_the_graph_its_workspace(seed,
-                                                                              monkeypatch):
-    """A bound call keeps its workspace region (and its counters) across eager calls; captured
-    on the same stream it lends the graph a region of the graph's own, so replays on another
-    stream run beside eager calls without sharing scratch: both equal the eager result,
-    bitwise, with the outputs poisoned."""
-    monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE", raising=False)   # the default keeps
-    rt = graphrt.Runtime("cuda")
+def _hstu_backward_call(rt):
+    """A functional HSTU backward call on ``rt`` (8192 x 256, dropout, every segment) over
+    fresh random inputs: a bound call with a workspace region and counters."""
     n, d = 8192, 256
     x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     weight, bias = (torch.randn(d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
@@ -638,6 +632,19 @@ def test_a_bound_call_captured_on_its_own_stream_lends_the_graph_its_workspace(s
     def call():
         return graphrt.ops.hstu_lmsd_backward(dy, x, u, weight, bias, mean, rstd, mask, **flags,
                                               runtime=rt)
+    return call
+
+
+@pytest.mark.gpu
+def test_a_bound_call_captured_on_its_own_stream_lends_the_graph_its_workspace(seed,
+                                                                              monkeypatch):
+    """A bound call keeps its workspace region (and its counters) across eager calls; captured
+    on the same stream it lends the graph a region of the graph's own, so replays on another
+    stream run beside eager calls without sharing scratch: both equal the eager result,
+    bitwise, with the outputs poisoned."""
+    monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE", raising=False)   # the default keeps
+    rt = graphrt.Runtime("cuda")
+    call = _hstu_backward_call(rt)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -675,17 +682,7 @@ def test_a_kept_region_taken_back_on_another_stream_waits_for_its_last_launch(se
     the call then lends. Every result equals the first, bitwise; every counter ends zero."""
     monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE", raising=False)   # the default keeps
     rt = graphrt.Runtime("cuda")
-    n, d = 8192, 256
-    x, u = (torch.randn(n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-    weight, bias = (torch.randn(d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-    flags = dict(dropout_ratio=0.1, apply_u_silu=True, concat_u=True, concat_x=True)
-    y, mean, rstd, mask = graphrt.ops.hstu_lmsd_forward(
-        x, u, weight, bias, **flags, seed=3, offset=0, runtime=rt)
-    dy = torch.randn_like(y)
-
-    def call():
-        return graphrt.ops.hstu_lmsd_backward(dy, x, u, weight, bias, mean, rstd, mask, **flags,
-                                              runtime=rt)
+    call = _hstu_backward_call(rt)
     expected = [call() for _ in range(3)][-1]
     torch.cuda.synchronize()
     assert rt.arena.stats()["kept_bytes"] > 0
@@ -1202,18 +1199,16 @@ def test_a_bound_call_passes_inputs_fresh_outputs_and_workspace_where_recorded(m
     assert recorded.calls and rt.arena.stats()["live_regions"] == 0
 
 
-def test_a_bound_call_lends_once_the_arena_takes_its_kept_region_back(monkeypatch):
-    """A take that needs a kept region's room takes it back unless its call is launching
-    (another thread's take, made here from inside the launch, fails instead); from then on
-    the call lends a region around its launches."""
+def _keeping_runtime(monkeypatch):
+    """A CPU runtime whose bound calls keep their workspace (no CUDA stream), and a maker of
+    bound calls of a stand-in plan (one input, a 2048-byte workspace) launching through the
+    given recorder."""
     import sys
     from graphrt.arena.workspace import KEPT_SHARE
     from graphrt.plan import Plan
     runtime_module = sys.modules["graphrt.runtime"]
     monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE", raising=False)
     monkeypatch.setattr(runtime_module, "current_stream", lambda device: None)
-    rt = graphrt.Runtime("cpu", arena_bytes=KEPT_SHARE * 4096)
-    room = rt.arena.capacity - 1024   # fits only where no region is kept
 
     class Stand:
         output_names = ("out",)
@@ -1221,6 +1216,17 @@ def test_a_bound_call_lends_once_the_arena_takes_its_kept_region_back(monkeypatc
 
         def workspace_bytes(self):
             return 2048
+    return (graphrt.Runtime("cpu", arena_bytes=KEPT_SHARE * 4096),
+            lambda recorded: runtime_module._BoundCall(Stand(), recorded, (0, None), 0, {},
+                                                       False, n_inputs=1))
+
+
+def test_a_bound_call_lends_once_the_arena_takes_its_kept_region_back(monkeypatch):
+    """A take that needs a kept region's room takes it back unless its call is launching
+    (another thread's take, made here from inside the launch, fails instead); from then on
+    the call lends a region around its launches."""
+    rt, bound_call = _keeping_runtime(monkeypatch)
+    room = rt.arena.capacity - 1024   # fits only where no region is kept
 
     class Recorded:
         def __init__(self):
@@ -1234,7 +1240,7 @@ def test_a_bound_call_lends_once_the_arena_takes_its_kept_region_back(monkeypatc
                 self.refused += 1
 
     recorded, out = Recorded(), torch.empty(3)
-    call = runtime_module._BoundCall(Stand(), recorded, (0, None), 0, {}, False, n_inputs=1)
+    call = bound_call(recorded)
     for _ in range(2):
         assert call(rt, (), {"out": out}, [1000], []).out is out
     kept = recorded.workspaces[0]
@@ -1257,19 +1263,7 @@ def test_a_kept_region_is_never_taken_back_while_another_thread_launches_in_it(m
     region finds it still kept; once it is taken back the call lends."""
     import sys
     import threading
-    from graphrt.arena.workspace import KEPT_SHARE
-    from graphrt.plan import Plan
-    runtime_module = sys.modules["graphrt.runtime"]
-    monkeypatch.delenv("GRAPHRT_KEEP_WORKSPACE", raising=False)
-    monkeypatch.setattr(runtime_module, "current_stream", lambda device: None)
-    rt = graphrt.Runtime("cpu", arena_bytes=KEPT_SHARE * 4096)
-
-    class Stand:
-        output_names = ("out",)
-        bindable = staticmethod(Plan.bindable)
-
-        def workspace_bytes(self):
-            return 2048
+    rt, bound_call = _keeping_runtime(monkeypatch)
 
     class Recorded:
         def __init__(self):
@@ -1294,8 +1288,7 @@ def test_a_kept_region_is_never_taken_back_while_another_thread_launches_in_it(m
     try:
         for _ in range(20):
             recorded, stop = Recorded(), threading.Event()
-            call = runtime_module._BoundCall(Stand(), recorded, (0, None), 0, {}, False,
-                                             n_inputs=1)
+            call = bound_call(recorded)
             call(rt, (), {"out": out}, [1000], [])
             thread = threading.Thread(target=caller, args=(call, stop))
             thread.start()
