@@ -380,6 +380,12 @@ def test_a_recent_call_serves_only_calls_of_its_kind(monkeypatch):
     capturing[0] = False
     assert not launched
     assert recent(lists, kwargs) == () and len(launched) == 1
+    plan.execute(*lists, **{**executed, "lr": 0.5})   # plan.execute is served by it too
+    assert len(launched) == 2 and launched[-1][1]["lr"] == 0.5
+    plan.execute(*lists, **executed, stream=None)
+    assert len(launched) == 3
+    plan.execute(*lists, **{**executed, "eps": 1e-7})   # another eps: the full path
+    assert len(launched) == 3
 
 
 @pytest.mark.gpu
@@ -453,3 +459,34 @@ def test_the_runtime_serves_a_few_kinds_of_step_by_their_recent_calls(monkeypatc
         adamw_step(*groups[0], lr=0.1, runtime=rt)
         assert len(executed) == 5
     assert runtime_module.RECENT_SERVERS >= 2
+
+
+@pytest.mark.gpu
+def test_gpu_plan_execute_served_by_its_server_equals_per_tensor_launches(seed, monkeypatch):
+    """plan.execute, lr changing every step: from the third step on the plan's server takes
+    the call (the tensors are not keyed again), and every step equals the per-tensor
+    launches bitwise."""
+    from graphrt.ops.adamw import AdamWStep, plan as plan_module
+    from graphrt.ops.adamw.kernels import launch_adamw
+    lists = [[], [], [], [], []]
+    for i, (shape, dtype) in enumerate(zip([(64,), (8, 24), (4096 + 8,)],
+                                           [torch.float32, torch.bfloat16, torch.float32])):
+        for items, (t,) in zip(lists, _state([shape], dtype, "cuda", step=2.0 + i)):
+            items.append(t)
+    per_tensor = _clone(lists)
+    keyed = []
+    real_key = plan_module._tensors_key
+    monkeypatch.setattr(plan_module, "_tensors_key", lambda ls: (keyed.append(1), real_key(ls))[1])
+    betas, eps, weight_decay = (0.9, 0.99), 1e-6, 0.1
+    plan = AdamWStep(*lists, lr=1e-3, betas=betas, eps=eps,
+                     weight_decay=weight_decay).compile()
+    for step in range(5):
+        lr = 1e-3 * (step + 1)
+        plan.execute(*lists, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        launch_adamw(*per_tensor, lr=lr, beta1=betas[0], beta2=betas[1], eps=eps,
+                     weight_decay=weight_decay, maximize=False)
+        torch.cuda.synchronize()
+        for got_list, want_list in zip(lists[:4], per_tensor[:4]):
+            for got, want in zip(got_list, want_list):
+                assert torch.equal(got, want), step
+    assert len(keyed) == 2 and len(plan._servers) == 1

@@ -117,20 +117,22 @@ class _CheckedCall:
 
 
 _KEYWORDS = ("lr", "betas", "eps", "weight_decay", "maximize")   # the functional call's
+RECENT_KINDS = 4   # servers a plan keeps (parameter groups stepped in turn)
 _SEQUENCES = frozenset((list, tuple))
 
 
 class _RecentStep:
-    """Serves a functional AdamW call of one checked kind again (see ``AdamWStep.recent_call``)
-    with only the tests that tell it is one: no plan lookup and no checks. Returns None, having
-    launched nothing, for any other call. A float lr is the one value that may change (a
-    schedule's): it is tested as the checks test it. It holds the checked call's tables, so
-    they outlive the plan's memory of them."""
+    """Serves an AdamW call of one checked kind again, through ``plan.execute`` or the
+    functional call (see ``AdamWStep.recent_call``), with only the tests that tell it is one:
+    no plan lookup and no checks. It launches nothing for any other call. A float lr is the one
+    value that may change (a schedule's): it is tested as the checks test it. It holds the
+    checked call's tables, so they outlive the plan's memory of them."""
 
     __slots__ = ("version", "backend", "_checked", "_lengths", "_addresses", "_guard", "_lr",
                  "_fixed", "_maximize", "_launches", "_device", "_stream", "_done")
 
-    def __init__(self, plan: AdamWStep, checked: _CheckedCall, lists: tuple, kwargs: dict):
+    def __init__(self, checked: _CheckedCall, lists: tuple, lr, betas: tuple, eps: float,
+                 weight_decay: float, maximize: bool):
         flat = [t for ts in lists for t in ts]
         self.version = self.backend = None   # the runtime's, set where it keeps this
         self._checked = checked
@@ -139,56 +141,60 @@ class _RecentStep:
         self._guard = binding._TensorGuards(
             *flat, dynamic_dims_sizes=[list(t.shape) for t in flat],
             dynamic_dims_strides=[list(t.stride()) for t in flat]).check
-        lr = kwargs["lr"]
         self._lr = lr if isinstance(lr, torch.Tensor) else None   # None: any float lr
-        self._fixed = (kwargs["betas"], kwargs["eps"], kwargs["weight_decay"])
-        beta1, beta2 = _betas(kwargs["betas"])
+        self._fixed = (betas, eps, weight_decay)
+        beta1, beta2 = _betas(betas)
         from .kernels import adamw_many_launcher
-        hyper = dict(beta1=beta1, beta2=beta2, eps=real_value("eps", kwargs["eps"], 0.0),
-                     weight_decay=real_value("weight_decay", kwargs["weight_decay"], 0.0),
-                     maximize=plan.contract.flag("maximize"))
+        hyper = dict(beta1=beta1, beta2=beta2, eps=real_value("eps", eps, 0.0),
+                     weight_decay=real_value("weight_decay", weight_decay, 0.0),
+                     maximize=maximize)
         # the full call on this stream waited there for the tables' upload and kept them for it
         self._launches = tuple(adamw_many_launcher(table, lr_tensor=self._lr, **hyper)
                                for table in checked._tables)
-        self._maximize = kwargs["maximize"]
+        self._maximize = maximize
         self._device = flat[0].get_device()
         self._stream = binding._current_raw_stream(self._device)
         self._done = Result((), ())
 
     def __call__(self, args: tuple, kwargs: dict) -> Result | None:
-        if len(args) != 5 or tuple(kwargs) != _KEYWORDS:
+        """The functional call's server: its ``Result`` (empty), or None."""
+        if len(args) != 5 or tuple(kwargs) != _KEYWORDS \
+                or kwargs["maximize"] is not self._maximize:
             return None
+        return self._done if self.serve(args, kwargs["lr"], kwargs["betas"], kwargs["eps"],
+                                        kwargs["weight_decay"]) else None
+
+    def serve(self, args: tuple, lr, given, given_eps, given_decay) -> bool:
+        """Whether it launched this step: ``args`` the five lists, the rest as given."""
         a0, a1, a2, a3, a4 = args
         if type(a0) not in _SEQUENCES or type(a1) not in _SEQUENCES \
                 or type(a2) not in _SEQUENCES or type(a3) not in _SEQUENCES \
                 or type(a4) not in _SEQUENCES \
                 or (len(a0), len(a1), len(a2), len(a3), len(a4)) != self._lengths:
-            return None
+            return False
         flat = [*a0, *a1, *a2, *a3, *a4]
         try:
             if tuple(map(_Tensor.data_ptr, flat)) != self._addresses or not self._guard(*flat):
-                return None
+                return False
         except TypeError:   # something in a list that is not a tensor
-            return None
+            return False
         betas, eps, weight_decay = self._fixed
-        given, given_eps, given_decay = kwargs["betas"], kwargs["eps"], kwargs["weight_decay"]
         if type(given) is not tuple or given != betas or type(given[0]) is not float \
                 or type(given[1]) is not float or type(given_eps) is not float \
                 or given_eps != eps or type(given_decay) is not float \
-                or given_decay != weight_decay or kwargs["maximize"] is not self._maximize:
-            return None
-        lr = kwargs["lr"]
+                or given_decay != weight_decay:
+            return False
         if self._lr is not None:
             if lr is not self._lr:
-                return None
+                return False
         elif type(lr) is not float or not 0.0 <= lr < math.inf:
-            return None
+            return False
         if binding._current_raw_stream(self._device) != self._stream \
                 or torch._C._cuda_isCurrentStreamCapturing():
-            return None
+            return False
         for launch in self._launches:
             launch(lr)
-        return self._done
+        return True
 
 
 def _tensor_list(name: str, value, length: int | None = None) -> list:
@@ -250,10 +256,16 @@ class AdamWStep(Plan):
         self._checked_calls: dict = {}
         self._remembering = threading.Lock()
         self.checked_calls_missed = 0
+        self._servers: tuple = ()   # _RecentStep of the last few kinds, newest first
 
     def execute(self, params, grads, exp_avgs, exp_avg_sqs, steps, *, lr=1e-3, betas=(0.9, 0.999),
                 eps: float = 1e-8, weight_decay: float = 1e-2, workspace=None, stream=None) -> None:
         lists = (params, grads, exp_avgs, exp_avg_sqs, steps)
+        if stream is None:
+            for server in self._servers:
+                if server.serve(lists, lr, betas, eps, weight_decay):
+                    return
+        given = (lr, betas, eps, weight_decay)
         key = _tensors_key(lists)
         checked = self._checked_calls.get(key) if key is not None else None
         if checked is None:
@@ -288,28 +300,45 @@ class AdamWStep(Plan):
                 launch_adamw_many(table, **hyper)
             if checked.alone:
                 launch_adamw(*([ts[i] for i in checked.alone] for ts in lists), **hyper)
+        if stream is None:
+            self._keep_server(checked, lists, *given)
+
+    def _keep_server(self, checked: _CheckedCall, lists: tuple, lr, betas, eps,
+                     weight_decay) -> None:
+        """After an eager call on the current stream: a server for its kind (``_RecentStep``),
+        unless it has one or is not one to serve so: seen once only (fresh gradients every
+        step would pay for a guard each call), some parameter launched alone, a
+        hyperparameter not a plain float."""
+        if checked.calls < 2 or checked.alone or not checked._tables \
+                or binding._TensorGuards is None or type(betas) is not tuple \
+                or type(betas[0]) is not float or type(betas[1]) is not float \
+                or type(eps) is not float or type(weight_decay) is not float \
+                or not (type(lr) is float or isinstance(lr, torch.Tensor)):
+            return
+        fixed, lr_tensor = (betas, eps, weight_decay), lr if type(lr) is not float else None
+        servers = self._servers
+        if any(s._checked is checked and s._fixed == fixed and s._lr is lr_tensor
+               for s in servers):
+            return
+        server = _RecentStep(checked, lists, lr, betas, eps, weight_decay,
+                             self.contract.flag("maximize"))
+        self._servers = (server, *servers[:RECENT_KINDS - 1])
 
     def recent_call(self, args: tuple, kwargs: dict) -> "_RecentStep | None":
         """What serves later functional calls of this one's kind (``Plan.recent_call``): the
-        same tensors in every list (addresses, shapes, strides, dtypes, devices), the same
-        betas, eps, weight_decay and maximize, the same lr tensor or any float lr, on the
-        same stream, outside a capture. None where this call is not one to serve so: its
-        tensors not checked with their tables made, or checked only once, some parameter
-        launched alone, a hyperparameter not a plain float."""
-        if self.backend != "triton" or binding._TensorGuards is None or len(args) != 5:
+        server its execute kept (``_keep_server``), which tests the same tensors in every list
+        (addresses, shapes, strides, dtypes, devices), the same betas, eps, weight_decay and
+        maximize, the same lr tensor or any float lr, the same stream and no capture. None
+        where execute kept none for it."""
+        if self.backend != "triton" or len(args) != 5 or tuple(kwargs) != _KEYWORDS:
             return None
         key = _tensors_key(args)
         checked = self._checked_calls.get(key) if key is not None else None
-        # a kind seen once may never come again (fresh gradients every step): not worth a guard
-        if checked is None or checked.calls < 2 or checked._tables is None or checked.alone:
-            return None
-        lr, betas = kwargs.get("lr"), kwargs.get("betas")
-        if tuple(kwargs) != _KEYWORDS or type(betas) is not tuple \
-                or any(type(kwargs[n]) is not float for n in ("eps", "weight_decay")) \
-                or any(type(b) is not float for b in betas) \
-                or not (type(lr) is float or isinstance(lr, torch.Tensor)):
-            return None
-        return _RecentStep(self, checked, args, kwargs)
+        lr = kwargs["lr"]
+        fixed = (kwargs["betas"], kwargs["eps"], kwargs["weight_decay"])
+        lr_tensor = lr if isinstance(lr, torch.Tensor) else None
+        return next((s for s in self._servers if s._checked is checked and s._fixed == fixed
+                     and s._lr is lr_tensor), None) if checked is not None else None
 
     def _check_tensors(self, params, grads, exp_avgs, exp_avg_sqs, steps) -> tuple:
         params = _tensor_list("params", parameter_list(params))
