@@ -388,6 +388,28 @@ def test_a_recent_call_serves_only_calls_of_its_kind(monkeypatch):
     assert len(launched) == 3
 
 
+def _parameters_of(shapes, dtypes) -> list:
+    """The five lists of fresh random CUDA state for parameters of these shapes and dtypes,
+    every one fitting the many-tensor launch."""
+    lists = [[], [], [], [], []]
+    for i, (shape, dtype) in enumerate(zip(shapes, dtypes)):
+        for items, (t,) in zip(lists, _state([shape], dtype, "cuda", step=2.0 + i)):
+            items.append(t)
+    return lists
+
+
+def _expect_per_tensor_step(lists, per_tensor, lr, betas, eps, weight_decay) -> None:
+    """The same step by the per-tensor launches on ``per_tensor``: every tensor of ``lists``
+    equal to it, bitwise."""
+    from graphrt.ops.adamw.kernels import launch_adamw
+    launch_adamw(*per_tensor, lr=lr, beta1=betas[0], beta2=betas[1], eps=eps,
+                 weight_decay=weight_decay, maximize=False)
+    torch.cuda.synchronize()
+    for got_list, want_list in zip(lists[:4], per_tensor[:4]):
+        for got, want in zip(got_list, want_list):
+            assert torch.equal(got, want)
+
+
 @pytest.mark.gpu
 def test_gpu_functional_steps_served_by_the_recent_call_equal_per_tensor_launches(seed,
                                                                                  monkeypatch):
@@ -396,15 +418,10 @@ def test_gpu_functional_steps_served_by_the_recent_call_equal_per_tensor_launche
     per-tensor launches' bitwise. Fresh gradients (other addresses) take the full path again,
     with the same result."""
     from graphrt.ops.adamw import AdamWStep
-    from graphrt.ops.adamw.kernels import launch_adamw
     from graphrt.ops.adamw.plan import _RecentStep
     rt = graphrt.Runtime("cuda")
-    lists = [[], [], [], [], []]
-    for i, (shape, dtype) in enumerate(zip([(64,), (8, 24), (4096 + 8,), (16,)],
-                                           [torch.float32, torch.bfloat16, torch.bfloat16,
-                                            torch.float32])):
-        for items, (t,) in zip(lists, _state([shape], dtype, "cuda", step=2.0 + i)):
-            items.append(t)
+    lists = _parameters_of([(64,), (8, 24), (4096 + 8,), (16,)],
+                           [torch.float32, torch.bfloat16, torch.bfloat16, torch.float32])
     per_tensor = _clone(lists)
     executed = []
     real = AdamWStep.execute
@@ -416,12 +433,7 @@ def test_gpu_functional_steps_served_by_the_recent_call_equal_per_tensor_launche
             lists[1] = [g.clone() for g in lists[1]]
         lr = 1e-3 * (step + 1)
         adamw_step(*lists, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, runtime=rt)
-        launch_adamw(*per_tensor, lr=lr, beta1=betas[0], beta2=betas[1], eps=eps,
-                     weight_decay=weight_decay, maximize=False)
-        torch.cuda.synchronize()
-        for got_list, want_list in zip(lists[:4], per_tensor[:4]):
-            for got, want in zip(got_list, want_list):
-                assert torch.equal(got, want), step
+        _expect_per_tensor_step(lists, per_tensor, lr, betas, eps, weight_decay)
     assert len(executed) == 4   # steps 0, 1 (the kind's first two), 4 and 5 (fresh gradients)
     assert isinstance(rt._recent_servers[AdamWStep][0], _RecentStep)
 
@@ -467,12 +479,8 @@ def test_gpu_plan_execute_served_by_its_server_equals_per_tensor_launches(seed, 
     the call (the tensors are not keyed again), and every step equals the per-tensor
     launches bitwise."""
     from graphrt.ops.adamw import AdamWStep, plan as plan_module
-    from graphrt.ops.adamw.kernels import launch_adamw
-    lists = [[], [], [], [], []]
-    for i, (shape, dtype) in enumerate(zip([(64,), (8, 24), (4096 + 8,)],
-                                           [torch.float32, torch.bfloat16, torch.float32])):
-        for items, (t,) in zip(lists, _state([shape], dtype, "cuda", step=2.0 + i)):
-            items.append(t)
+    lists = _parameters_of([(64,), (8, 24), (4096 + 8,)],
+                           [torch.float32, torch.bfloat16, torch.float32])
     per_tensor = _clone(lists)
     keyed = []
     real_key = plan_module._tensors_key
@@ -483,10 +491,5 @@ def test_gpu_plan_execute_served_by_its_server_equals_per_tensor_launches(seed, 
     for step in range(5):
         lr = 1e-3 * (step + 1)
         plan.execute(*lists, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-        launch_adamw(*per_tensor, lr=lr, beta1=betas[0], beta2=betas[1], eps=eps,
-                     weight_decay=weight_decay, maximize=False)
-        torch.cuda.synchronize()
-        for got_list, want_list in zip(lists[:4], per_tensor[:4]):
-            for got, want in zip(got_list, want_list):
-                assert torch.equal(got, want), step
+        _expect_per_tensor_step(lists, per_tensor, lr, betas, eps, weight_decay)
     assert len(keyed) == 2 and len(plan._servers) == 1
