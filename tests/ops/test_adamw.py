@@ -329,7 +329,7 @@ def test_a_recent_call_serves_only_calls_of_its_kind(monkeypatch):
     the checks reject, the stream, a capture."""
     from graphrt import binding
     from graphrt.ops.adamw import AdamWStep
-    from graphrt.ops.adamw import kernels
+    from graphrt.ops.adamw import kernels, plan as plan_module
     launched = []
     monkeypatch.setattr(kernels, "launch_adamw_many", lambda table, **hyper: None)
     monkeypatch.setattr(kernels, "adamw_many_launcher", lambda table, **hyper: (
@@ -338,6 +338,7 @@ def test_a_recent_call_serves_only_calls_of_its_kind(monkeypatch):
     stream, capturing = [7], [False]
     monkeypatch.setattr(binding, "_current_raw_stream", lambda index: stream[0])
     monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: capturing[0])
+    monkeypatch.setattr(plan_module, "_serves_on", lambda device: True)   # CPU tensors here
     lists = _state([(8,), (16,)], torch.float32)
     base = torch.randn(32)
     lists[0][1] = base[:16]   # a parameter with a strided twin at its address
@@ -445,7 +446,7 @@ def test_the_runtime_serves_a_few_kinds_of_step_by_their_recent_calls(monkeypatc
     (execute is not called), with that step's lr; a cleared plan store makes them stale."""
     import sys
     from graphrt import binding
-    from graphrt.ops.adamw import AdamWStep, kernels
+    from graphrt.ops.adamw import AdamWStep, kernels, plan as plan_module
     runtime_module = sys.modules["graphrt.runtime"]
     launched, executed = [], []
     monkeypatch.setattr(kernels, "launch_adamw_many", lambda table, **hyper: None)
@@ -453,6 +454,7 @@ def test_the_runtime_serves_a_few_kinds_of_step_by_their_recent_calls(monkeypatc
         lambda lr: launched.append((table, lr))))
     monkeypatch.setattr(binding, "_current_raw_stream", lambda index: 7)
     monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
+    monkeypatch.setattr(plan_module, "_serves_on", lambda device: True)   # CPU tensors here
     real = AdamWStep.execute
     monkeypatch.setattr(AdamWStep, "execute",
                         lambda self, *a, **k: (executed.append(1), real(self, *a, **k))[1])
@@ -493,3 +495,16 @@ def test_gpu_plan_execute_served_by_its_server_equals_per_tensor_launches(seed, 
         plan.execute(*lists, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         _expect_per_tensor_step(lists, per_tensor, lr, betas, eps, weight_decay)
     assert len(keyed) == 2 and len(plan._servers) == 1
+
+
+@needs_interpreter
+def test_interpreted_steps_on_the_cpu_keep_no_server():
+    """Servers test the CUDA stream: steps on CPU tensors (Triton's interpreter) never get one,
+    and every step is checked and launched as usual."""
+    from graphrt.ops.adamw import AdamWStep
+    lists = _state([(8,), (16,)], torch.float32)
+    with env(GRAPHRT_BACKEND="triton"):
+        plan = AdamWStep(*lists, **HYPER).compile()
+        for _ in range(3):
+            plan.execute(*lists, **HYPER)
+    assert plan._servers == ()

@@ -121,6 +121,11 @@ RECENT_KINDS = 4   # servers a plan keeps (parameter groups stepped in turn)
 _SEQUENCES = frozenset((list, tuple))
 
 
+def _serves_on(device: torch.device) -> bool:
+    """Whether calls on ``device`` get servers: CUDA ones (a server tests the CUDA stream)."""
+    return device.type == "cuda"
+
+
 class _RecentStep:
     """Serves an AdamW call of one checked kind again, through ``plan.execute`` or the
     functional call (see ``AdamWStep.recent_call``), with only the tests that tell it is one:
@@ -300,15 +305,15 @@ class AdamWStep(Plan):
                 launch_adamw_many(table, **hyper)
             if checked.alone:
                 launch_adamw(*([ts[i] for i in checked.alone] for ts in lists), **hyper)
-        if stream is None:
+        if stream is None and _serves_on(device):
             self._keep_server(checked, lists, *given)
 
     def _keep_server(self, checked: _CheckedCall, lists: tuple, lr, betas, eps,
                      weight_decay) -> None:
-        """After an eager call on the current stream: a server for its kind (``_RecentStep``),
-        unless it has one or is not one to serve so: seen once only (fresh gradients every
-        step would pay for a guard each call), some parameter launched alone, a
-        hyperparameter not a plain float."""
+        """After an eager call on the current CUDA stream: a server for its kind
+        (``_RecentStep``), unless it has one or is not one to serve so: seen once only (fresh
+        gradients every step would pay for a guard each call), some parameter launched alone,
+        a hyperparameter not a plain float."""
         if checked.calls < 2 or checked.alone or not checked._tables \
                 or binding._TensorGuards is None or type(betas) is not tuple \
                 or type(betas[0]) is not float or type(betas[1]) is not float \
