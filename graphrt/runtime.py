@@ -310,9 +310,10 @@ class Runtime:
                             launch_stream, ints, positions)
         elif stream is None and plan.serves_recent_calls and self._on_cuda:
             recent = plan.recent_call(args, kwargs)
-            if recent is not None:   # the newest first; a few kinds (parameter groups) at once
+            servers = self._recent_servers.get(plan_cls, ())
+            # the newest first, each once; a few kinds (parameter groups) at once
+            if recent is not None and not any(s is recent for s in servers):
                 recent.version, recent.backend = self.plans.version, env_backend()
-                servers = self._recent_servers.get(plan_cls, ())
                 self._recent_servers[plan_cls] = (recent, *servers[:RECENT_SERVERS - 1])
         return Result(plan.output_names, [merged[n] for n in plan.output_names])
 

@@ -448,11 +448,11 @@ def test_the_runtime_serves_a_few_kinds_of_step_by_their_recent_calls(monkeypatc
     from graphrt import binding
     from graphrt.ops.adamw import AdamWStep, kernels, plan as plan_module
     runtime_module = sys.modules["graphrt.runtime"]
-    launched, executed = [], []
+    launched, executed, stream = [], [], [7]
     monkeypatch.setattr(kernels, "launch_adamw_many", lambda table, **hyper: None)
     monkeypatch.setattr(kernels, "adamw_many_launcher", lambda table, **hyper: (
         lambda lr: launched.append((table, lr))))
-    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: 7)
+    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: stream[0])
     monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
     monkeypatch.setattr(plan_module, "_serves_on", lambda device: True)   # CPU tensors here
     real = AdamWStep.execute
@@ -469,9 +469,14 @@ def test_the_runtime_serves_a_few_kinds_of_step_by_their_recent_calls(monkeypatc
                 if step >= 2:
                     assert len(launched) == before + 1 and launched[-1][1] == 0.5 * step + g
         assert len(executed) == 4 and len(rt._recent_servers[AdamWStep]) == 2
+        stream[0] = 8   # another stream: group 0's server refuses, and is not kept twice
+        for _ in range(3):
+            adamw_step(*groups[0], lr=0.1, runtime=rt)
+        assert len(executed) == 7 and len(rt._recent_servers[AdamWStep]) == 2
+        stream[0] = 7
         rt.plans.clear()
         adamw_step(*groups[0], lr=0.1, runtime=rt)
-        assert len(executed) == 5
+        assert len(executed) == 8
     assert runtime_module.RECENT_SERVERS >= 2
 
 
