@@ -168,8 +168,8 @@ class Plan:
     # ``kernel_utils.launch``: its launches are then recorded per binding and replayed
     # (see graphrt.binding)
     records_launches: ClassVar[bool] = False
-    # True where ``recent_call`` may give a server of later calls (plans whose calls have no
-    # binding key: lists of tensors)
+    # True where ``serve_recent`` may serve a functional call (plans whose calls have no
+    # binding key: lists of tensors); the runtime then keeps the plan for later calls
     serves_recent_calls: ClassVar[bool] = False
     spec: ClassVar[Any] = None   # set by the op's OpSpec
     # execute's tensor arguments, besides the outputs and the workspace, that it writes (or
@@ -186,12 +186,10 @@ class Plan:
         ``WorkspaceArena.counters``; the functional call passes its arena's), 0 for none."""
         return 0
 
-    def recent_call(self, args: tuple, kwargs: dict):
-        """After a full functional call on the current CUDA stream (``args``, ``kwargs``: what
-        the runtime passed): a callable ``(args, kwargs) -> Result | None`` that serves later
-        calls of exactly this kind without the plan store or the checks, launching nothing and
-        returning None for any other call; or None. The runtime sets its ``version`` and
-        ``backend`` (see ``serves_recent_calls``)."""
+    def serve_recent(self, args: tuple, kwargs: dict):
+        """A functional call (``args``, ``kwargs``: what the runtime passes) of a kind this
+        plan served recently on the current CUDA stream, served again without the plan store
+        or the checks: its ``Result``; None, having launched nothing, for any other call."""
         return None
 
     @staticmethod

@@ -19,7 +19,7 @@ from .streams import StreamTracker, current_stream, resolve_stream
 DEFAULT_ARENA_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 DEFAULT_PLAN_CACHE_SIZE = 256
 BOUND_CALLS = 256
-RECENT_SERVERS = 4   # per plan class: kinds of call served without a binding key
+RECENT_PLANS = 4   # per plan class: plans asked to serve calls that have no binding key
 COUNTERS = object()   # a bound call's source of the counters its workspace region owns
 _GENERATING = threading.Lock()   # one thread makes a bound call's function (and keeps its region)
 
@@ -195,8 +195,9 @@ class Runtime:
         self._graph_pool = None
         self._bound_calls: dict = {}
         self._recent_calls: dict = {}   # plan class -> the _BoundCall that served it last
-        # plan class -> its plans' latest ``recent_call`` servers (``serves_recent_calls``)
-        self._recent_servers: dict = {}
+        # plan class -> (plan, store version, backend) of its latest plans that serve calls
+        # without a binding key (``Plan.serve_recent``), newest first
+        self._recent_plans: dict = {}
         self._lazy_lock = threading.Lock()   # threads may make the first call together
 
     @property
@@ -242,16 +243,16 @@ class Runtime:
         A call on the current stream of a kind seen before (see ``_BoundCall``) skips the
         plan lookup and the checks, but the overlap check of outputs the caller passed; one of
         the kind last served skips building its key too (``binding.CallMatcher``). Calls whose
-        arguments have no binding key (lists of tensors) are served likewise by their plan's
-        ``recent_call``, for the last few kinds."""
+        arguments have no binding key (lists of tensors) are served likewise by the last few
+        plans of their class (``Plan.serve_recent``)."""
         key = ints = positions = None
         if stream is None and plan_cls.serves_recent_calls and self._on_cuda:
-            servers = self._recent_servers.get(plan_cls)
-            if servers is not None:
+            recent = self._recent_plans.get(plan_cls)
+            if recent is not None:
                 version, backend = self.plans.version, env_backend()
-                for call in servers:
-                    if call.version == version and call.backend == backend:
-                        result = call(args, kwargs)
+                for plan, plan_version, plan_backend in recent:
+                    if plan_version == version and plan_backend == backend:
+                        result = plan.serve_recent(args, kwargs)
                         if result is not None:
                             self.plans.count_hit()
                             return result
@@ -309,12 +310,10 @@ class Runtime:
             self._bind_call(call_key, plan, args, kwargs, allocated, tensors, workspace,
                             launch_stream, ints, positions)
         elif stream is None and plan.serves_recent_calls and self._on_cuda:
-            recent = plan.recent_call(args, kwargs)
-            servers = self._recent_servers.get(plan_cls, ())
-            # the newest first, each once; a few kinds (parameter groups) at once
-            if recent is not None and not any(s is recent for s in servers):
-                recent.version, recent.backend = self.plans.version, env_backend()
-                self._recent_servers[plan_cls] = (recent, *servers[:RECENT_SERVERS - 1])
+            recent = self._recent_plans.get(plan_cls, ())
+            if not any(kept is plan for kept, _, _ in recent):   # each plan once, newest first
+                self._recent_plans[plan_cls] = ((plan, self.plans.version, env_backend()),
+                                                *recent[:RECENT_PLANS - 1])
         return Result(plan.output_names, [merged[n] for n in plan.output_names])
 
     def _bind_call(self, call_key, plan, args, kwargs, allocated, tensors, workspace,

@@ -322,8 +322,8 @@ def test_functional_call_names_a_bad_parameter_past_the_first_and_writes_nothing
 
 
 def test_a_recent_call_serves_only_calls_of_its_kind(monkeypatch):
-    """``AdamWStep.recent_call``, on CPU tensors with the launches recorded: made after a
-    kind's second call, it serves the same tensors and hyperparameters with any valid float
+    """The server ``execute`` keeps (``_RecentStep``), on CPU tensors with the launches
+    recorded: made after a kind's second call, it serves the same tensors and hyperparameters with any valid float
     lr, and turns away (launching nothing) every call that differs in what the checks or the
     launch read: a tensor, its address or strides, a list's length, a hyperparameter, an lr
     the checks reject, the stream, a capture."""
@@ -346,10 +346,9 @@ def test_a_recent_call_serves_only_calls_of_its_kind(monkeypatch):
     plan = AdamWStep(*lists, **kwargs, backend="triton").compile()
     executed = {k: v for k, v in kwargs.items() if k != "maximize"}   # the contract's
     plan.execute(*lists, **executed)
-    assert plan.recent_call(lists, kwargs) is None   # a kind seen once
+    assert plan._servers == ()   # a kind seen once
     plan.execute(*lists, **executed)
-    recent = plan.recent_call(lists, kwargs)
-    assert recent is not None
+    recent, = plan._servers
     launched.clear()
     assert recent(lists, {**kwargs, "lr": 0.25}) == ()
     (table, hyper), = launched
@@ -436,14 +435,17 @@ def test_gpu_functional_steps_served_by_the_recent_call_equal_per_tensor_launche
         adamw_step(*lists, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, runtime=rt)
         _expect_per_tensor_step(lists, per_tensor, lr, betas, eps, weight_decay)
     assert len(executed) == 4   # steps 0, 1 (the kind's first two), 4 and 5 (fresh gradients)
-    assert isinstance(rt._recent_servers[AdamWStep][0], _RecentStep)
+    (plan, _, _), = rt._recent_plans[AdamWStep]
+    assert isinstance(plan._servers[0], _RecentStep)
 
 
 @needs_interpreter
 def test_the_runtime_serves_a_few_kinds_of_step_by_their_recent_calls(monkeypatch):
-    """Two parameter groups stepped in turn through the functional call (a runtime taken for
-    a CUDA one, launches recorded): each group's third step on is served by its recent call
-    (execute is not called), with that step's lr; a cleared plan store makes them stale."""
+    """Three parameter groups stepped in turn through the functional call (a runtime taken for
+    a CUDA one, launches recorded), two through one plan and one (maximize) through another:
+    each group's third step on is served by its plan's server without the plan store
+    (execute is not called), with that step's lr. The runtime keeps each plan once, and a
+    cleared plan store makes them stale."""
     import sys
     from graphrt import binding
     from graphrt.ops.adamw import AdamWStep, kernels, plan as plan_module
@@ -460,24 +462,27 @@ def test_the_runtime_serves_a_few_kinds_of_step_by_their_recent_calls(monkeypatc
                         lambda self, *a, **k: (executed.append(1), real(self, *a, **k))[1])
     rt = graphrt.Runtime("cpu")
     monkeypatch.setattr(rt, "_on_cuda", True)
-    groups = [_state([(8,), (16,)], torch.float32), _state([(32,)], torch.float32)]
+    groups = [_state([(8,), (16,)], torch.float32), _state([(32,)], torch.float32),
+              _state([(24,)], torch.float32)]
+    maximize = [False, False, True]
     with env(GRAPHRT_BACKEND="triton"):
         for step in range(4):
             for g, lists in enumerate(groups):
                 before = len(launched)
-                adamw_step(*lists, lr=0.5 * step + g, runtime=rt)
+                adamw_step(*lists, lr=0.5 * step + g, maximize=maximize[g], runtime=rt)
                 if step >= 2:
                     assert len(launched) == before + 1 and launched[-1][1] == 0.5 * step + g
-        assert len(executed) == 4 and len(rt._recent_servers[AdamWStep]) == 2
-        stream[0] = 8   # another stream: group 0's server refuses, and is not kept twice
+        plans = [plan for plan, _, _ in rt._recent_plans[AdamWStep]]
+        assert len(executed) == 6 and [len(p._servers) for p in plans] == [1, 2]
+        stream[0] = 8   # another stream: group 0's server refuses, and its plan is kept once
         for _ in range(3):
             adamw_step(*groups[0], lr=0.1, runtime=rt)
-        assert len(executed) == 7 and len(rt._recent_servers[AdamWStep]) == 2
+        assert len(executed) == 9 and [p for p, _, _ in rt._recent_plans[AdamWStep]] == plans
         stream[0] = 7
         rt.plans.clear()
         adamw_step(*groups[0], lr=0.1, runtime=rt)
-        assert len(executed) == 8
-    assert runtime_module.RECENT_SERVERS >= 2
+        assert len(executed) == 10
+    assert runtime_module.RECENT_PLANS >= 2
 
 
 @pytest.mark.gpu

@@ -128,18 +128,17 @@ def _serves_on(device: torch.device) -> bool:
 
 class _RecentStep:
     """Serves an AdamW call of one checked kind again, through ``plan.execute`` or the
-    functional call (see ``AdamWStep.recent_call``), with only the tests that tell it is one:
+    functional call (see ``AdamWStep.serve_recent``), with only the tests that tell it is one:
     no plan lookup and no checks. It launches nothing for any other call. A float lr is the one
     value that may change (a schedule's): it is tested as the checks test it. It holds the
     checked call's tables, so they outlive the plan's memory of them."""
 
-    __slots__ = ("version", "backend", "_checked", "_lengths", "_addresses", "_guard", "_lr",
+    __slots__ = ("_checked", "_lengths", "_addresses", "_guard", "_lr",
                  "_fixed", "_maximize", "_launches", "_device", "_stream", "_done")
 
     def __init__(self, checked: _CheckedCall, lists: tuple, lr, betas: tuple, eps: float,
                  weight_decay: float, maximize: bool):
         flat = [t for ts in lists for t in ts]
-        self.version = self.backend = None   # the runtime's, set where it keeps this
         self._checked = checked
         self._lengths = tuple(map(len, lists))
         self._addresses = tuple(map(_Tensor.data_ptr, flat))
@@ -329,21 +328,16 @@ class AdamWStep(Plan):
                              self.contract.flag("maximize"))
         self._servers = (server, *servers[:RECENT_KINDS - 1])
 
-    def recent_call(self, args: tuple, kwargs: dict) -> "_RecentStep | None":
-        """What serves later functional calls of this one's kind (``Plan.recent_call``): the
-        server its execute kept (``_keep_server``), which tests the same tensors in every list
-        (addresses, shapes, strides, dtypes, devices), the same betas, eps, weight_decay and
-        maximize, the same lr tensor or any float lr, the same stream and no capture. None
-        where execute kept none for it."""
-        if self.backend != "triton" or len(args) != 5 or tuple(kwargs) != _KEYWORDS:
-            return None
-        key = _tensors_key(args)
-        checked = self._checked_calls.get(key) if key is not None else None
-        lr = kwargs["lr"]
-        fixed = (kwargs["betas"], kwargs["eps"], kwargs["weight_decay"])
-        lr_tensor = lr if isinstance(lr, torch.Tensor) else None
-        return next((s for s in self._servers if s._checked is checked and s._fixed == fixed
-                     and s._lr is lr_tensor), None) if checked is not None else None
+    def serve_recent(self, args: tuple, kwargs: dict) -> Result | None:
+        """A functional call served by one of the servers ``execute`` kept (``Plan.serve_recent``;
+        ``_keep_server``): the same tensors in every list (addresses, shapes, strides, dtypes,
+        devices), the same betas, eps, weight_decay and maximize, the same lr tensor or any
+        float lr, the same stream and no capture. None, having launched nothing, otherwise."""
+        for server in self._servers:
+            result = server(args, kwargs)
+            if result is not None:
+                return result
+        return None
 
     def _check_tensors(self, params, grads, exp_avgs, exp_avg_sqs, steps) -> tuple:
         params = _tensor_list("params", parameter_list(params))
