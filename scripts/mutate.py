@@ -96,6 +96,8 @@ MUTATIONS = [
     ("adamw-one-server-per-plan", "graphrt/ops/adamw/plan.py",
      "self._servers = (server, *servers[:RECENT_KINDS - 1])", "self._servers = (server,)",
      ["tests/ops/test_adamw.py", "-k", "few_kinds"]),
+    ("adamw-prepared-launch-lr-misplaced", "graphrt/ops/adamw/kernels.py",
+     "_FLOAT_LR = 5 ", "_FLOAT_LR = 6 ", ["tests/ops/test_adamw.py", "-k", "prepared"]),
     ("runtime-one-recent-plan-per-class", "graphrt/runtime.py",
      "*recent[:RECENT_PLANS - 1])", ")", ["tests/ops/test_adamw.py", "-k", "few_kinds"]),
     ("arena-kept-region-in-a-hold", "graphrt/arena/workspace.py",

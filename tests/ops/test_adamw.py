@@ -518,3 +518,24 @@ def test_interpreted_steps_on_the_cpu_keep_no_server():
         for _ in range(3):
             plan.execute(*lists, **HYPER)
     assert plan._servers == ()
+
+
+@needs_interpreter
+@pytest.mark.parametrize("lr_on_device", [False, True])
+def test_interpreted_prepared_many_tensor_launch_equals_the_plain_one(seed, lr_on_device):
+    """A server's launcher (``adamw_many_launcher``: everything fixed but a float lr) and
+    ``launch_adamw_many`` give the same step, bitwise, in Triton's interpreter."""
+    from graphrt.ops.adamw.kernels import ManyTensorTable, adamw_many_launcher, launch_adamw_many
+    lists = _state([(8,), (24,)], torch.float32)
+    twin = _clone(lists)
+    hyper = dict(beta1=0.9, beta2=0.99, eps=1e-6, weight_decay=0.1, maximize=False)
+    lr = torch.full((), 2e-2) if lr_on_device else 2e-2
+    with env(GRAPHRT_BACKEND="triton"):
+        launch_adamw_many(ManyTensorTable(list(zip(*lists)), torch.device("cpu")), lr=lr,
+                          **hyper)
+        adamw_many_launcher(ManyTensorTable(list(zip(*twin)), torch.device("cpu")),
+                            lr_tensor=lr if lr_on_device else None, **hyper)(
+            0.5 if lr_on_device else lr)   # a device lr is read where the kernel runs
+    for got_list, want_list in zip(twin[:4], lists[:4]):
+        for got, want in zip(got_list, want_list):
+            assert torch.equal(got, want)

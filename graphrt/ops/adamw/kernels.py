@@ -155,30 +155,38 @@ class ManyTensorTable:
                 t.record_stream(current)
 
 
+def _many_arguments(table: ManyTensorTable, lr, beta1: float, beta2: float, eps: float,
+                    weight_decay: float, maximize: bool) -> tuple[tuple, dict]:
+    """The many-tensor kernel's positional arguments (the float lr at ``_FLOAT_LR``) and its
+    launch keywords, for ``table``."""
+    floats, on_device = _hyper_arguments(lr, beta1, beta2, eps, weight_decay)
+    return ((table.addresses, table.block_ends, table.sizes, table.tensors,
+             lr if on_device else table.sizes, *floats),
+            dict(DTYPE=TL_DTYPES[table.dtype], LR_ON_DEVICE=on_device, MAXIMIZE=maximize,
+                 BLOCK=BLOCK, num_warps=WARPS))
+
+
+_FLOAT_LR = 5   # the position of the float lr among ``_many_arguments``'s
+
+
 def launch_adamw_many(table: ManyTensorTable, *, lr, beta1: float, beta2: float, eps: float,
                       weight_decay: float, maximize: bool) -> None:
     """One launch for every parameter of ``table`` on the current stream."""
-    floats, on_device = _hyper_arguments(lr, beta1, beta2, eps, weight_decay)
-    launch(_adamw_many_kernel, (table.blocks,), table.addresses, table.block_ends, table.sizes,
-           table.tensors, lr if on_device else table.sizes, *floats,
-           DTYPE=TL_DTYPES[table.dtype], LR_ON_DEVICE=on_device, MAXIMIZE=maximize,
-           BLOCK=BLOCK, num_warps=WARPS)
+    args, keywords = _many_arguments(table, lr, beta1, beta2, eps, weight_decay, maximize)
+    launch(_adamw_many_kernel, (table.blocks,), *args, **keywords)
 
 
 def adamw_many_launcher(table: ManyTensorTable, *, lr_tensor, beta1: float, beta2: float,
                         eps: float, weight_decay: float, maximize: bool):
     """``launch_adamw_many`` of ``table`` with everything fixed but a float lr: a function of
     lr (ignored where ``lr_tensor`` is the device tensor the kernel reads it from)."""
-    on_device = lr_tensor is not None
-    floats, _ = _hyper_arguments(lr_tensor if on_device else 0.0, beta1, beta2, eps,
-                                 weight_decay)
-    head = (table.addresses, table.block_ends, table.sizes, table.tensors,
-            lr_tensor if on_device else table.sizes)
-    prepared = PreparedLaunch(_adamw_many_kernel, (table.blocks,), dict(
-        DTYPE=TL_DTYPES[table.dtype], LR_ON_DEVICE=on_device, MAXIMIZE=maximize, BLOCK=BLOCK,
-        num_warps=WARPS))
-    rest = floats[1:]
-    return lambda lr: prepared(*head, 0.0 if on_device else lr, *rest)
+    args, keywords = _many_arguments(table, 0.0 if lr_tensor is None else lr_tensor, beta1,
+                                     beta2, eps, weight_decay, maximize)
+    prepared = PreparedLaunch(_adamw_many_kernel, (table.blocks,), keywords)
+    if lr_tensor is not None:
+        return lambda lr: prepared(*args)
+    head, rest = args[:_FLOAT_LR], args[_FLOAT_LR + 1:]
+    return lambda lr: prepared(*head, lr, *rest)
 
 
 def compile_cases() -> list[CompileCase]:
