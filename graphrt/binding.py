@@ -208,41 +208,61 @@ class CallMatcher:
     the recorded call's key, and None for any other (which may still have that key: the
     tensors' test is stricter, telling apart types and requires_grad, so such a call is keyed
     as usual). ``match`` is generated code with the recorded call's values written in: its
-    tests run one after the other with no loop over the arguments."""
+    tests run one after the other with no loop over the arguments. ``tests`` gives the same
+    tests as lines of code over any names of the values (a functional call's served path
+    runs them on its own parameters)."""
 
-    __slots__ = ("match",)
+    __slots__ = ("match", "n_args", "names", "_others", "_run_time", "_positions", "_guard",
+                 "_bits", "_device", "_stream")
 
     def __init__(self, n_args: int, names: tuple, others: tuple, run_time: tuple,
                  positions: tuple, guard, bits: tuple, device: int, stream: int):
-        namespace = {"_guard": guard.check, "_binding": _this_module, "_INT64": _INT64}
+        self.n_args, self.names = n_args, names
+        self._others, self._run_time, self._positions = others, run_time, positions
+        self._guard, self._bits, self._device, self._stream = guard, bits, device, stream
+        namespace: dict = {}
         lines = ["def match(args, kwargs):",
                  f"    if len(args) != {n_args} or tuple(kwargs) != {names!r}:",
                  "        return None",
-                 "    v = (*args, *kwargs.values())"]
-        for i, kind, expected in others:
-            if expected is None:
-                test = f"v[{i}] is not None"
-            else:
-                namespace[f"_e{i}"], namespace[f"_k{i}"] = expected, kind
-                same = (f"v[{i}].hex() != {expected.hex()!r}" if kind is float
-                        else f"v[{i}] != _e{i}")
-                test = f"v[{i}] is not _e{i} and (type(v[{i}]) is not _k{i} or {same})"
-            lines += [f"    if {test}:", "        return None"]
-        for i in run_time:   # run_time_value, inline
-            lines += [f"    if type(v[{i}]) is not int or not -_INT64 <= v[{i}] < _INT64:",
-                      "        return None"]
-        tensors = ", ".join(f"v[{p}]" for p in positions)
-        lines += [f"    if not _guard({tensors}) or "
-                  f"_binding._current_raw_stream({device}) != {stream}:",
-                  "        return None"]
-        lines += [f"    a{n} = v[{p}].data_ptr()" for n, p in enumerate(positions)]
-        low = " or ".join(f"a{n} & 255 != {b}" for n, b in enumerate(bits))
-        lines += [f"    if {low}:", "        return None"]
-        addresses = ", ".join(f"a{n}" for n in range(len(positions)))
-        ints = ", ".join(f"v[{i}]" for i in run_time)
-        lines.append(f"    return [{addresses}], [{ints}]")
+                 "    v = (*args, *kwargs.values())",
+                 *self.tests(lambda i: f"v[{i}]", namespace)]
+        addresses = ", ".join(f"i{n}" for n in range(len(positions)))
+        lines.append(f"    return [{addresses}], {self.ints(lambda i: f'v[{i}]')}")
         exec("\n".join(lines), namespace)
         self.match = namespace["match"]
+
+    def tests(self, value, namespace: dict, indent: str = "    ") -> list[str]:
+        """Lines that return None unless the values (``value(i)``: the code of the i-th of
+        the call's positional then keyword values) are of the recorded kind, and leave the
+        tensors' addresses in ``i0``, ``i1``, ...; what they read goes into ``namespace``."""
+        namespace.update(_guard=self._guard.check, _binding=_this_module, _INT64=_INT64)
+        lines = []
+        for i, kind, expected in self._others:
+            v = value(i)
+            if expected is None:
+                test = f"{v} is not None"
+            else:
+                namespace[f"_e{i}"], namespace[f"_k{i}"] = expected, kind
+                same = (f"{v}.hex() != {expected.hex()!r}" if kind is float
+                        else f"{v} != _e{i}")
+                test = f"{v} is not _e{i} and (type({v}) is not _k{i} or {same})"
+            lines += [f"if {test}:", "    return None"]
+        for i in self._run_time:   # run_time_value, inline
+            v = value(i)
+            lines += [f"if type({v}) is not int or not -_INT64 <= {v} < _INT64:",
+                      "    return None"]
+        tensors = ", ".join(value(p) for p in self._positions)
+        lines += [f"if not _guard({tensors}) or "
+                  f"_binding._current_raw_stream({self._device}) != {self._stream}:",
+                  "    return None"]
+        lines += [f"i{n} = {value(p)}.data_ptr()" for n, p in enumerate(self._positions)]
+        low = " or ".join(f"i{n} & 255 != {b}" for n, b in enumerate(self._bits))
+        lines += [f"if {low}:", "    return None"]
+        return [indent + line for line in lines]
+
+    def ints(self, value) -> str:
+        """The code of the list of the call's run-time ints, in keyword order."""
+        return f"[{', '.join(value(i) for i in self._run_time)}]"
 
 
 def call_matcher(args: tuple, kwargs: dict, key: tuple, tensors: list) -> CallMatcher | None:

@@ -89,16 +89,22 @@ class OpSpec:
     ``tensor_facts`` returns them); ``prepare(first)`` normalizes the first input before
     anything reads it; ``before_run(rt, args, config, own)`` runs in the functional call after
     the plan lookup's checks could run and before the launch (``own``: the ``to_plan=False``
-    options); ``returns``: 'list', 'first' or 'none' (what the operator returns)."""
+    options), and ``before_run_idle(*own)`` says where it would do nothing; ``returns``:
+    'list', 'first' or 'none' (what the operator returns).
+
+    The functional call of a plan that records launches, with no ``prepare`` and no
+    ``before_run`` to run, first offers its values to the runtime's recent bound call of its
+    plan class (``_BoundCall.serve_as``)."""
 
     def __init__(self, name: str, plan: type, inputs: tuple[Tensor, ...],
                  options: tuple[Option, ...], outputs: tuple[Output, ...], *, doc: str,
                  extra_flags: Callable | None = None, prepare: Callable | None = None,
-                 before_run: Callable | None = None,
+                 before_run: Callable | None = None, before_run_idle: Callable | None = None,
                  returns: str = "list"):
         self.name, self.plan, self.doc = name, plan, doc
         self.inputs, self.options, self.outputs = inputs, options, outputs
         self.extra_flags, self.prepare, self.before_run = extra_flags, prepare, before_run
+        self.before_run_idle = before_run_idle
         self.returns = returns
         self.first = inputs[0].name    # the argument that picks the device and the runtime
         self.input_names = tuple(t.name for t in inputs)
@@ -160,16 +166,34 @@ class OpSpec:
 
     def _make_functional(self):
         ns = {"_D": self.defaults, "_plan": self.plan, "_runtime_for": runtime_for,
-              "_prepare": self.prepare, "_before": self.before_run}
+              "_prepare": self.prepare, "_before": self.before_run,
+              "_idle": self.before_run_idle}
         lines = self._header(self.name, "", "stream=None, runtime=None",
                              "rt = _runtime_for({label}, {tensor}, runtime)")
-        config = [f"{n!r}: {n}" for n in (*(o.name for o in self.options if o.to_plan),
-                                          *(o.name for o in self.outputs))]
-        lines.append(f"    config = {{{', '.join(config)}}}")
+        passed = [*(o.name for o in self.options if o.to_plan), *(o.name for o in self.outputs)]
+        config = f"    config = {{{', '.join(f'{n!r}: {n}' for n in passed)}}}"
         args = "(" + "".join(n + ", " for n in self.input_names) + ")"
+        own = [o.name for o in self.options if not o.to_plan]
+        done = "return None" if self.returns == "none" else "return result"
+        served = self.prepare is None and getattr(self.plan, "records_launches", False) and (
+            self.before_run is None or self.before_run_idle is not None)
+        if served:   # the recent bound call first (no config dict, no Runtime.run)
+            names = (*self.input_names, *passed)
+            ns["_NAMES"] = names
+            idle = f" and _idle({', '.join(own)})" if self.before_run is not None else ""
+            lines += [f"    if stream is None{idle}:",
+                      "        call = rt._recent_calls.get(_plan)",
+                      "        if call is not None:",
+                      "            result = (call.served or call.serve_as(rt, _NAMES))"
+                      f"(rt, {', '.join(names)})",
+                      "            if result is not None:", f"                {done}",
+                      "        " + config,
+                      f"            result = rt._keyed_run(_plan, {args}, config)",
+                      f"            {done}"]
+        lines.append(config)
         if self.before_run is not None:
-            own = ", ".join(f"{o.name!r}: {o.name}" for o in self.options if not o.to_plan)
-            lines.append(f"    _before(rt, {args}, config, {{{own}}})")
+            lines.append(f"    _before(rt, {args}, config, "
+                         f"{{{', '.join(f'{n!r}: {n}' for n in own)}}})")
         run = f"rt.run(_plan, {args}, config, stream)"
         lines.append(f"    {run}\n    return None" if self.returns == "none" else
                      f"    return {run}")

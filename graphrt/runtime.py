@@ -58,7 +58,7 @@ class _BoundCall:
 
     __slots__ = ("plan", "binding", "slots", "low_bits", "version", "allocations", "given",
                  "nbytes", "results", "make_result", "check_bindable", "backend", "matcher",
-                 "stream", "n_inputs", "_run", "__weakref__")
+                 "stream", "n_inputs", "_run", "served", "_kept", "__weakref__")
 
     def __init__(self, plan, found, sources, version, allocated, given, n_inputs: int):
         self.plan, self.binding, self.version, self.given = plan, found, version, given
@@ -81,6 +81,8 @@ class _BoundCall:
         self.matcher: binding.CallMatcher | None = None   # calls of its kind, without their key
         self.stream = None   # the current stream its calls run on: the key and matcher fix it
         self._run = None   # the generated function (``_generated``), made at the first call
+        self.served = None   # ``serve_as``'s function, made at the first functional call
+        self._kept = _NOT_YET   # ``_kept_region``'s, once
 
     def __call__(self, rt: "Runtime", args: tuple, kwargs: dict, inputs: list,
                  ints: list) -> Result | None:
@@ -91,19 +93,49 @@ class _BoundCall:
         if run is None:
             with _GENERATING:
                 if self._run is None:
-                    self._run = self._generated(rt)
+                    self._run = self._generated(
+                        rt, "def run(rt, kwargs, inputs, ints):", [],
+                        lambda k: f"inputs[{k}]", lambda name: f"kwargs[{name!r}]", "ints")
                 run = self._run
         return run(rt, kwargs, inputs, ints)
 
-    def _generated(self, rt: "Runtime"):
-        """``__call__``'s work as one function with this call's values written in: the outputs
-        made one by one, their address bits tested, the binding's addresses listed in its
-        order, the workspace kept (or lent around the launches): no loop over the
-        allocations, an address pool or the results."""
+    def serve_as(self, rt: "Runtime", names: tuple):
+        """``served``, made for a functional call whose values are ``names`` (its inputs, then
+        the keywords it passes to ``Runtime.run``, in order): one function of ``rt`` and those
+        values that tests them as the matcher does and makes the call, with no argument
+        tuple, keyword dict or matcher in between; None where it must take another path (a
+        call of another kind, a store that dropped the plan, another GRAPHRT_BACKEND). One
+        made for other names (the call was recorded through ``Runtime.run`` with other
+        keywords) serves nothing."""
+        with _GENERATING:
+            if self.served is None:
+                matcher = self.matcher
+                if (matcher.n_args + len(matcher.names), matcher.names) != (
+                        len(names), names[matcher.n_args:]):
+                    self.served = _serves_nothing
+                else:
+                    values = [f"v{i}" for i in range(len(names))]   # no name can clash
+                    self.served = self._generated(
+                        rt, f"def served(rt, {', '.join(values)}):", values, lambda k: f"i{k}",
+                        lambda name: values[names.index(name)], matcher.ints(values.__getitem__))
+            return self.served
+
+    def _generated(self, rt: "Runtime", header: str, names: tuple, address, given, ints: str):
+        """``__call__``'s work (with ``names``: ``served``'s, the matcher's tests first) as
+        one function with this call's values written in: the outputs made one by one, their
+        address bits tested, the binding's addresses listed in its order, the workspace kept
+        (or lent around the launches): no loop over the allocations, an address pool or the
+        results. ``address(k)``: the code of the call's k-th tensor's address; ``given(n)``:
+        of the output ``n`` the caller passed; ``ints``: of the run-time ints' list."""
         namespace = {"torch": torch, "_make": self.make_result, "_plan": self.plan,
-                     "_stream": self.stream,
+                     "_stream": self.stream, "_env_backend": env_backend,
                      "_launch": self.binding.replay if self.given else self.binding.launch}
-        lines = ["def run(rt, kwargs, inputs, ints):"]
+        lines = [header]
+        if names:
+            namespace["_backend"] = self.backend
+            lines += [f"    if rt.plans.version != {self.version} or "
+                      "_env_backend() != _backend:", "        return None",
+                      *self.matcher.tests(names.__getitem__, namespace)]
         if self.check_bindable:
             lines += ["    if not _plan.bindable():", "        return None"]
         for k, (shape, strides, dtype, device) in enumerate(self.allocations):
@@ -118,7 +150,7 @@ class _BoundCall:
 
         def pool(slot: int) -> str:
             if slot < self.n_inputs:
-                return f"inputs[{slot}]"
+                return address(slot)
             if slot < self.n_inputs + made:
                 return f"a{slot - self.n_inputs}"
             return "w" if slot == self.n_inputs + made else "c"
@@ -127,32 +159,49 @@ class _BoundCall:
             counted = self.n_inputs + made + 1 in self.slots   # the region's zeroed counters
             lent = [f"    w, region = rt.arena.lend({int(self.nbytes)}, _stream)",
                     *(["    c = rt.arena.counter_address(w)"] if counted else []),
-                    "    try:", f"        _launch({addresses}, ints)", "    finally:",
+                    "    try:", f"        _launch({addresses}, {ints})", "    finally:",
                     "        rt.arena.give_back(region)"]
-            kept = rt.arena.keep(self.nbytes, self.stream) if _keeps_workspace() else None
+            kept = self._kept_region(rt, counted)
             if kept is None:
                 lines += lent
             else:   # a capture lends: its graph must own the region it replays with
-                address, region = kept
-                weakref.finalize(self, rt.arena.give_back_soon, region)
+                region, address_w, address_c = kept
                 namespace["_holding"] = rt.arena.holding
                 namespace["_kept"], namespace["_users"] = region, region.users
-                namespace["_w"] = address
-                namespace["_c"] = rt.arena.counter_address(address) if counted else None
+                namespace["_w"], namespace["_c"] = address_w, address_c
                 # a user while it launches (``WorkspaceArena.keep``): lent where the arena
                 # took the region back
                 lines += ["    _users.append(None)", "    try:",
                           "        if _kept.reclaimed or _holding():",
                           *("        " + line for line in lent), "        else:",
-                          "            w, c = _w, _c", f"            _launch({addresses}, ints)",
+                          "            w, c = _w, _c", f"            _launch({addresses}, {ints})",
                           "    finally:", "        _users.pop()"]
         else:
-            lines.append(f"    _launch({addresses}, ints)")
-        results = ", ".join(f"o{i}" if i >= 0 else f"kwargs[{n!r}]" for n, i in self.results)
+            lines.append(f"    _launch({addresses}, {ints})")
+        results = ", ".join(f"o{i}" if i >= 0 else given(n) for n, i in self.results)
         lines += ["    rt.plans.count_hit()", f"    return _make(({results},))" if results else
                   "    return _make(())"]
         exec("\n".join(lines), namespace)
-        return namespace["run"]
+        return namespace[header[4:header.index("(")]]
+
+    def _kept_region(self, rt: "Runtime", counted: bool) -> tuple | None:
+        """(region, its address, its counters' address or None) that this call keeps, taken
+        once for both of its functions; None where calls lend instead."""
+        if self._kept is _NOT_YET:
+            kept = rt.arena.keep(self.nbytes, self.stream) if _keeps_workspace() else None
+            if kept is not None:
+                address, region = kept
+                weakref.finalize(self, rt.arena.give_back_soon, region)
+                kept = (region, address, rt.arena.counter_address(address) if counted else None)
+            self._kept = kept
+        return self._kept
+
+
+_NOT_YET = object()
+
+
+def _serves_nothing(rt, *values) -> None:
+    return None
 
 
 def _as_device(device) -> torch.device:
@@ -245,7 +294,6 @@ class Runtime:
         the kind last served skips building its key too (``binding.CallMatcher``). Calls whose
         arguments have no binding key (lists of tensors) are served likewise by the last few
         plans of their class (``Plan.serve_recent``)."""
-        key = ints = positions = None
         if stream is None and plan_cls.serves_recent_calls and self._on_cuda:
             recent = self._recent_plans.get(plan_cls)
             if recent is not None:
@@ -265,17 +313,25 @@ class Runtime:
                     result = call(self, args, kwargs, *hit)
                     if result is not None:
                         return result
-            keyed = _call_key(plan_cls, args, kwargs)
-            if keyed is not None:
-                key, inputs, ints, positions = keyed
-                call = self._bound_calls.get(key)
-                if call is not None and call.version == self.plans.version:
-                    result = call(self, args, kwargs, inputs, ints)
-                    if result is not None:
-                        if call.matcher is not None:
-                            self._recent_calls[plan_cls] = call
-                        return result
-        return self._run(plan_cls, args, kwargs, stream, key, ints, positions)
+            return self._keyed_run(plan_cls, args, kwargs)
+        return self._run(plan_cls, args, kwargs, stream, None)
+
+    def _keyed_run(self, plan_cls, args: tuple, kwargs: dict) -> Result:
+        """``run`` on the current stream (CUDA, a plan that records launches) past the
+        matcher of its class's recent call: the bound call of the call's key, else the full
+        path (which binds it)."""
+        key = ints = positions = None
+        keyed = _call_key(plan_cls, args, kwargs)
+        if keyed is not None:
+            key, inputs, ints, positions = keyed
+            call = self._bound_calls.get(key)
+            if call is not None and call.version == self.plans.version:
+                result = call(self, args, kwargs, inputs, ints)
+                if result is not None:
+                    if call.matcher is not None:
+                        self._recent_calls[plan_cls] = call
+                    return result
+        return self._run(plan_cls, args, kwargs, None, key, ints, positions)
 
     def _run(self, plan_cls, args, kwargs, stream, call_key, ints=None,
              positions=None) -> Result:

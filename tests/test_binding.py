@@ -1346,3 +1346,109 @@ def test_a_bound_functional_call_gets_the_matcher_of_its_key(monkeypatch):
     assert call.binding == "a binding"
     assert call.matcher.match(args, kwargs) == (addresses, ints)
     assert call.matcher.match(args, {"eps": 1e-5}) is None
+
+
+def _served_stand_in(monkeypatch, name: str, before_run=None):
+    """A stand-in plan class with a functional call (``y = f(x, eps=..., scale=...)``, and
+    ``check=True`` for ``before_run``, idle when False) whose runtime holds one recent bound
+    call of the kind ``(x, eps=1e-6, scale=2)``: (functional, runtime, x, what its binding
+    launched, what took the full path)."""
+    import math
+    import sys
+    from graphrt.contract import row_spec
+    from graphrt.opspec import OpSpec, Option, Output, Tensor, like
+    from graphrt.plan import Plan
+    runtime_module = sys.modules["graphrt.runtime"]
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
+    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: 7)
+    launched, full = [], []
+
+    class Recorded:
+        def launch(self, addresses, ints):
+            launched.append(list(addresses))
+
+        replay = launch
+
+    class Stand(Plan):
+        records_launches = True
+        output_names, also_written, run_time_ints = ("y",), (), {}
+
+        def workspace_bytes(self):
+            return 0
+
+    checked = (Option("check", True, to_plan=False),) if before_run else ()
+    spec = OpSpec(name, Stand, (Tensor("x", row_spec),),
+                  (Option("eps", 1e-6, lambda n, v: v), Option("scale", 2, lambda n, v: v),
+                   *checked),
+                  (Output("y", **like("x")),), doc="a stand-in", before_run=before_run,
+                  before_run_idle=(lambda check: check is False) if before_run else None)
+    real_empty = torch.empty_strided
+
+    def aligned(shape, strides, *, dtype, device):   # as the CUDA allocator aligns
+        buffer = real_empty((256 + math.prod(shape),), (1,), dtype=dtype, device=device)
+        return buffer[-buffer.data_ptr() % 256 // buffer.element_size():][:math.prod(shape)]
+    monkeypatch.setattr(torch, "empty_strided", aligned)
+    x = aligned((16,), (1,), dtype=torch.bfloat16, device="cpu")
+    y = aligned((16,), (1,), dtype=torch.bfloat16, device="cpu")
+    args, kwargs = (x,), {"eps": 1e-6, "scale": 2, "y": None}
+    call_key, _, ints, positions = runtime_module._call_key(Stand, args, kwargs)
+    plan = object.__new__(Stand)
+    plan._checked = True
+    executed = binding.binding_key(args, {"y": y, "workspace": None, "stream": None}, {})
+    plan._bindings = type("Bindings", (), {"recorded": {executed[0]: Recorded()}})()
+    rt = graphrt.Runtime("cpu")
+    rt._bind_call(call_key, plan, args, kwargs, {"y": y}, {"y": y}, None, None, ints, positions)
+    assert rt._recent_calls[Stand].matcher is not None
+    monkeypatch.setattr(rt, "_run", lambda *a, **k: full.append(a[2]) or "full path")
+    return spec.functional, rt, x, launched, full
+
+
+def test_a_functional_call_is_served_by_its_recent_bound_call_on_its_own_values(monkeypatch):
+    """The functional call's served path (``_BoundCall.serve_as``): a call of the recorded
+    kind launches the binding at the call's addresses with a fresh output, taking no other
+    path; a call with another value of any option, another kind of value, an output passed,
+    another stream or another store version is turned away to the keyed path."""
+    functional, rt, x, launched, full = _served_stand_in(monkeypatch, "stand_in_served")
+    served = functional(x, eps=1e-6, runtime=rt)
+    assert not full and len(launched) == 1
+    y = served.y
+    assert y.shape == x.shape and y.dtype == x.dtype and y.data_ptr() != x.data_ptr()
+    assert launched[0] == [x.data_ptr(), y.data_ptr()]
+    for kwargs in ({"eps": 1e-5}, {"scale": 3}, {"scale": 2.0}, {"scale": True},
+                   {"y": torch.empty_like(x)}):
+        assert functional(x, runtime=rt, **kwargs) == "full path", kwargs
+    other_x = torch.empty(16, dtype=torch.float32)
+    assert functional(other_x, runtime=rt) == "full path"
+    assert functional(x, runtime=rt, stream=5) == "full path"   # a stream passed: never served
+    assert len(full) == 7 and len(launched) == 1
+    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: 8)
+    assert functional(x, runtime=rt) == "full path"
+    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: 7)
+    rt.plans.clear()   # the store's version moves on
+    assert functional(x, runtime=rt) == "full path"
+    assert len(full) == 9 and len(launched) == 1
+
+
+def test_a_recent_call_recorded_with_other_keywords_serves_no_functional_call(monkeypatch):
+    """A bound call recorded through ``Runtime.run`` with keywords other than the functional
+    call's serves none of its calls: they go on to the keyed path (which here finds the same
+    bound call by its key)."""
+    import sys
+    functional, rt, x, launched, full = _served_stand_in(monkeypatch, "stand_in_other_names")
+    (call,) = rt._recent_calls.values()
+    call.matcher.names = ("eps", "y")
+    assert functional(x, runtime=rt).y.shape == x.shape
+    assert call.served is sys.modules["graphrt.runtime"]._serves_nothing
+    assert len(launched) == 1 and not full
+
+
+def test_a_served_functional_call_runs_its_before_run_unless_idle(monkeypatch):
+    """An op whose functional call runs a check before the launch (the grouped wgrad's host
+    read of the offsets) is served without it only where the check would do nothing."""
+    checks = []
+    functional, rt, x, launched, full = _served_stand_in(
+        monkeypatch, "stand_in_before_run", lambda rt, args, config, own: checks.append(own))
+    functional(x, runtime=rt, check=False)
+    assert not checks and len(launched) == 1 and not full
+    functional(x, runtime=rt)
+    assert checks == [{"check": True}]

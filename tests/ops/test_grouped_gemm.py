@@ -1112,6 +1112,26 @@ def test_gpu_error_paths_write_nothing(check_offsets):
 
 
 @pytest.mark.gpu
+def test_gpu_served_calls_still_read_the_offsets_on_the_host():
+    """Calls of a kind the runtime serves from its recent bound call: with the default
+    check_offsets the offsets are still read on the host, so bad ones are named before any
+    launch; with check_offsets=False the call is served as it is."""
+    graphrt.check_errors("cuda")   # flags an earlier test may have left
+    rt = graphrt.Runtime("cuda")
+    a, b, offsets = _problem([64, 64], 64, 64, device="cuda")
+    for check in (False, True):
+        for _ in range(3):   # bound, then served
+            (w,) = grouped_gemm_wgrad(a, b, offsets, check_offsets=check, runtime=rt)
+            _close(w, _expected(a, b, offsets, "tensor2d", BF16), BF16)
+        assert rt._recent_calls and rt.plans.stats()["hits"] >= 2
+    for ends in ([80, 40], [64, 100]):   # the same kind of call as the last ones
+        with pytest.raises(ContractError, match="offsets: .*check_offsets=False"):
+            grouped_gemm_wgrad(a, b, torch.tensor(ends, dtype=torch.int32, device="cuda"),
+                               runtime=rt)
+    graphrt.check_errors("cuda")   # nothing was launched with them
+
+
+@pytest.mark.gpu
 def test_gpu_bad_offsets_stay_in_bounds_and_flag():
     _check_bad_offsets("cuda", "triton")
 

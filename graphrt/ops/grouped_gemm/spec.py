@@ -71,7 +71,8 @@ WGRAD = OpSpec(
     (Output("wgrad", when=lambda v: v["wgrad_ptrs"] is None, make=_stacked),
      Output("wgrad_ptrs", when=lambda v: v["output_mode"] == "discrete" and v["wgrad"] is None,
             make=_pointers, returned=False, computed=True)),
-    extra_flags=_output_dtype, before_run=_check_offsets, returns="first",
+    extra_flags=_output_dtype, before_run=_check_offsets,
+    before_run_idle=lambda check_offsets: check_offsets is False, returns="first",
     doc="""Weight gradients of all MoE experts in one launch. Returns ``(wgrad,)``: the dense (E,
     hidden, intermediate) output (in discrete mode the stacked buffer the call allocated, or the
     ``wgrad`` given; None when only ``wgrad_ptrs`` were given).
