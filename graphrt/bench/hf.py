@@ -50,7 +50,7 @@ def _batches(batch: int, seq: int) -> list[tuple]:
                                 generator=gen) for _ in range(2)) for _ in range(4)]
 
 
-PAIRED_BLOCKS, PAIRED_BLOCK_STEPS = 12, 5
+PAIRED_BLOCKS, PAIRED_BLOCK_STEPS = 40, 5
 
 
 def measure_paired(batch: int, seq: int) -> list[dict]:
