@@ -20,6 +20,7 @@ DEFAULT_ARENA_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 DEFAULT_PLAN_CACHE_SIZE = 256
 BOUND_CALLS = 256
 RECENT_PLANS = 4   # per plan class: plans asked to serve calls that have no binding key
+REMATCHES = 8   # new matchers a bound call makes for calls of its key its matcher refused
 COUNTERS = object()   # a bound call's source of the counters its workspace region owns
 _GENERATING = threading.Lock()   # one thread makes a bound call's function (and keeps its region)
 
@@ -58,7 +59,7 @@ class _BoundCall:
 
     __slots__ = ("plan", "binding", "slots", "low_bits", "version", "allocations", "given",
                  "nbytes", "results", "make_result", "check_bindable", "backend", "matcher",
-                 "stream", "n_inputs", "_run", "served", "_kept", "__weakref__")
+                 "stream", "n_inputs", "_run", "served", "_kept", "rematches", "__weakref__")
 
     def __init__(self, plan, found, sources, version, allocated, given, n_inputs: int):
         self.plan, self.binding, self.version, self.given = plan, found, version, given
@@ -83,6 +84,7 @@ class _BoundCall:
         self._run = None   # the generated function (``_generated``), made at the first call
         self.served = None   # ``serve_as``'s function, made at the first functional call
         self._kept = _NOT_YET   # ``_kept_region``'s, once
+        self.rematches = 0
 
     def __call__(self, rt: "Runtime", args: tuple, kwargs: dict, inputs: list,
                  ints: list) -> Result | None:
@@ -98,6 +100,18 @@ class _BoundCall:
                         lambda k: f"inputs[{k}]", lambda name: f"kwargs[{name!r}]", "ints")
                 run = self._run
         return run(rt, kwargs, inputs, ints)
+
+    def rematch(self, args: tuple, kwargs: dict, key: tuple, positions: list) -> None:
+        """A matcher made for this call, which the recorded one refused though its key is this
+        call's (the tensors' test also tells apart tensor types and requires_grad: a module's
+        calls after a first call under no_grad or with a detached weight). At most
+        ``REMATCHES`` times a call: calls that alternate between such kinds stay keyed."""
+        if self.rematches < REMATCHES:
+            matcher = binding.call_matcher(args, kwargs, key, positions)
+            if matcher is not None:
+                with _GENERATING:
+                    self.rematches += 1
+                    self.matcher, self.served = matcher, None
 
     def serve_as(self, rt: "Runtime", names: tuple):
         """``served``, made for a functional call whose values are ``names`` (its inputs, then
@@ -328,7 +342,9 @@ class Runtime:
             if call is not None and call.version == self.plans.version:
                 result = call(self, args, kwargs, inputs, ints)
                 if result is not None:
-                    if call.matcher is not None:
+                    if call is self._recent_calls.get(plan_cls):   # its matcher refused it
+                        call.rematch(args, kwargs, key[2], positions)
+                    elif call.matcher is not None:
                         self._recent_calls[plan_cls] = call
                     return result
         return self._run(plan_cls, args, kwargs, None, key, ints, positions)

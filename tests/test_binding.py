@@ -1431,15 +1431,21 @@ def test_a_functional_call_is_served_by_its_recent_bound_call_on_its_own_values(
 
 def test_a_recent_call_recorded_with_other_keywords_serves_no_functional_call(monkeypatch):
     """A bound call recorded through ``Runtime.run`` with keywords other than the functional
-    call's serves none of its calls: they go on to the keyed path (which here finds the same
-    bound call by its key)."""
+    call's serves none of its calls: they go on to the keyed path, which here finds the same
+    bound call by its key, and that makes it a matcher of the functional call's keywords."""
     import sys
+    runtime_module = sys.modules["graphrt.runtime"]
     functional, rt, x, launched, full = _served_stand_in(monkeypatch, "stand_in_other_names")
     (call,) = rt._recent_calls.values()
     call.matcher.names = ("eps", "y")
+    keyed = []
+    real_key = runtime_module._call_key
+    monkeypatch.setattr(runtime_module, "_call_key", lambda *a: keyed.append(1) or real_key(*a))
     assert functional(x, runtime=rt).y.shape == x.shape
-    assert call.served is sys.modules["graphrt.runtime"]._serves_nothing
-    assert len(launched) == 1 and not full
+    assert len(keyed) == 1 and call.rematches == 1 and call.served is None
+    functional(x, runtime=rt)
+    assert len(keyed) == 1 and call.served is not runtime_module._serves_nothing
+    assert len(launched) == 2 and not full
 
 
 def test_a_served_functional_call_runs_its_before_run_unless_idle(monkeypatch):
@@ -1452,3 +1458,25 @@ def test_a_served_functional_call_runs_its_before_run_unless_idle(monkeypatch):
     assert not checks and len(launched) == 1 and not full
     functional(x, runtime=rt)
     assert checks == [{"check": True}]
+
+
+def test_a_recent_call_rematches_calls_of_its_key_that_its_matcher_refused(monkeypatch):
+    """A module's calls differ from a first call of their key made under no_grad only in
+    requires_grad, which the matcher's tensor test tells apart and the key does not: after one
+    keyed call the recent call serves them, and calls that keep alternating stop making new
+    matchers after ``REMATCHES``."""
+    import sys
+    runtime_module = sys.modules["graphrt.runtime"]
+    functional, rt, x, launched, full = _served_stand_in(monkeypatch, "stand_in_rematched")
+    keyed = []
+    real_key = runtime_module._call_key
+    monkeypatch.setattr(runtime_module, "_call_key", lambda *a: keyed.append(1) or real_key(*a))
+    x_grad = x.detach().requires_grad_(True)
+    for _ in range(3):
+        assert functional(x_grad, runtime=rt).y.shape == x.shape
+    assert len(keyed) == 1 and len(launched) == 3 and not full
+    (call,) = rt._recent_calls.values()
+    for i in range(2 * runtime_module.REMATCHES):
+        functional(x if i % 2 else x_grad, runtime=rt)
+    assert call.rematches == runtime_module.REMATCHES
+    assert not full and len(launched) == 3 + 2 * runtime_module.REMATCHES

@@ -149,3 +149,29 @@ def test_grouped_linear_traces_with_fullgraph_cpu(seed):
     assert rel_l2(y, eager) < 1e-2
     assert rel_l2(grads[0], x.grad) < 1e-2 and rel_l2(grads[1], layer.weight.grad) < 1e-2
     assert "graphrt.grouped_gemm_wgrad" in graphs[1]
+
+
+@pytest.mark.gpu
+def test_training_calls_after_a_no_grad_evaluation_are_served_without_their_key(seed,
+                                                                                monkeypatch):
+    """An evaluation under no_grad first records the forward's bound call with inputs that do
+    not require grad; the training calls of the same key (inputs that do) are keyed once, then
+    served by the recent call's new matcher, and give the reference's values."""
+    import sys
+    from graphrt.ops import RmsNormForward
+    runtime_module = sys.modules["graphrt.runtime"]
+    norm = graphrt.nn.RMSNorm(1208, device="cuda")   # a hidden size no other test binds
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.3 * torch.randn(1208))
+        for _ in range(3):
+            norm(torch.randn(40, 1208, dtype=BF16, device="cuda"))
+    keyed = []
+    real_key = runtime_module._call_key
+    monkeypatch.setattr(runtime_module, "_call_key",
+                        lambda plan_cls, *a: keyed.append(plan_cls) or real_key(plan_cls, *a))
+    for _ in range(4):
+        x = torch.randn(40, 1208, dtype=BF16, device="cuda", requires_grad=True)
+        y = norm(x)
+    assert keyed.count(RmsNormForward) == 1
+    ry, *_ = _fp64_module(x, norm.weight, 1e-6)
+    assert rel_l2(y, ry) < 5e-3
