@@ -1,8 +1,8 @@
 """Where a functional call's host time goes, on the GPU host: each part of a bound functional
-call timed alone behind a GPU sleep (output allocation, the arena, the key, the replayed
-launches, the Result), the parts of ``plan.execute`` (the wrapper's tests, the binding key,
-the lookup, the replay), and the C launch of Triton's compiled kernel alone (the floor under
-any pre-bound launch).
+call timed alone behind a GPU sleep (the recent call's served function, output allocation,
+the arena, the key, the replayed launches, the Result), the parts of ``plan.execute`` (the
+wrapper's tests, the binding key, the lookup, the replay), and the C launch of Triton's
+compiled kernel alone (the floor under any pre-bound launch).
 
     python scripts/host_parts.py
 """
@@ -68,10 +68,13 @@ def op_rows(device, rt) -> dict:
         functional = entry.functional()
         for _ in range(3):
             functional(*inputs, **config)
-        seen = []   # what the functional call passes to Runtime.run
+        seen = []   # what the functional call passes to Runtime.run (served by no recent call)
+        recent_calls = dict(rt._recent_calls)
+        rt._recent_calls.clear()
         rt.run = lambda plan_cls, args, kwargs, stream=None: seen.append((plan_cls, kwargs))
         functional(*inputs, **config)
         del rt.run
+        rt._recent_calls.update(recent_calls)
         plan_cls, kwargs = seen[0]
         keyed = runtime_module._call_key(plan_cls, inputs, kwargs)
         if keyed is None:
@@ -84,6 +87,14 @@ def op_rows(device, rt) -> dict:
             lambda p=plan_cls, i=inputs, k=kwargs: runtime_module._call_key(p, i, k))
         if call is None:
             continue
+        recent = rt._recent_calls.get(plan_cls)
+        if recent is not None and recent.served not in (None, runtime_module._serves_nothing):
+            served, seen = recent.served, []   # the values the functional call hands it
+            recent.served = lambda *values: seen.append(values) or served(*values)
+            functional(*inputs, **config)
+            recent.served = served
+            rows[f"{entry.name}: its served function alone (tests, allocate, launch, Result)"] = (
+                lambda f=served, v=seen[0]: f(*v))
         rows[f"{entry.name}: bound call (allocate, arena, launch, Result)"] = (
             lambda c=call, i=inputs, k=kwargs, a=addresses, n=ints: c(rt, i, k, a, n))
         allocations = call.allocations
