@@ -20,7 +20,7 @@ DEFAULT_ARENA_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 DEFAULT_PLAN_CACHE_SIZE = 256
 BOUND_CALLS = 256
 RECENT_PLANS = 4   # per plan class: plans asked to serve calls that have no binding key
-REMATCHES = 8   # new matchers a bound call makes for calls of its key its matcher refused
+MATCHERS = 4   # matchers a bound call keeps for kinds of calls of its key (``rematch``)
 COUNTERS = object()   # a bound call's source of the counters its workspace region owns
 _GENERATING = threading.Lock()   # one thread makes a bound call's function (and keeps its region)
 
@@ -59,7 +59,7 @@ class _BoundCall:
 
     __slots__ = ("plan", "binding", "slots", "low_bits", "version", "allocations", "given",
                  "nbytes", "results", "make_result", "check_bindable", "backend", "matcher",
-                 "stream", "n_inputs", "_run", "served", "_kept", "rematches", "__weakref__")
+                 "stream", "n_inputs", "_run", "served", "_kept", "_matchers", "__weakref__")
 
     def __init__(self, plan, found, sources, version, allocated, given, n_inputs: int):
         self.plan, self.binding, self.version, self.given = plan, found, version, given
@@ -84,7 +84,7 @@ class _BoundCall:
         self._run = None   # the generated function (``_generated``), made at the first call
         self.served = None   # ``serve_as``'s function, made at the first functional call
         self._kept = _NOT_YET   # ``_kept_region``'s, once
-        self.rematches = 0
+        self._matchers: list = []   # [matcher, its served function or None]: ``rematch``'s
 
     def __call__(self, rt: "Runtime", args: tuple, kwargs: dict, inputs: list,
                  ints: list) -> Result | None:
@@ -102,15 +102,22 @@ class _BoundCall:
         return run(rt, kwargs, inputs, ints)
 
     def rematch(self, args: tuple, kwargs: dict, key: tuple, positions: list) -> None:
-        """A matcher made for this call, which the recorded one refused though its key is this
-        call's (the tensors' test also tells apart tensor types and requires_grad: a module's
-        calls after a first call under no_grad or with a detached weight). At most
-        ``REMATCHES`` times a call: calls that alternate between such kinds stay keyed."""
-        if self.rematches < REMATCHES:
-            matcher = binding.call_matcher(args, kwargs, key, positions)
-            if matcher is not None:
-                with _GENERATING:
-                    self.rematches += 1
+        """Makes ``matcher`` (and ``served``) one that serves calls like this one, which the
+        current one refused though its key is this call's: the tensors' test also tells apart
+        tensor types and requires_grad, as in a module's training calls after an evaluation
+        under no_grad. The call keeps up to ``MATCHERS`` of them and switches between those it
+        has (one test each) before it makes another; past that, such calls stay keyed."""
+        with _GENERATING:
+            if not self._matchers:
+                self._matchers.append([self.matcher, self.served])
+            for kept in self._matchers:
+                if kept[0] is not self.matcher and kept[0].match(args, kwargs) is not None:
+                    self.matcher, self.served = kept
+                    return
+            if len(self._matchers) < MATCHERS:
+                matcher = binding.call_matcher(args, kwargs, key, positions)
+                if matcher is not None:
+                    self._matchers.append([matcher, None])
                     self.matcher, self.served = matcher, None
 
     def serve_as(self, rt: "Runtime", names: tuple):
@@ -132,6 +139,9 @@ class _BoundCall:
                     self.served = self._generated(
                         rt, f"def served(rt, {', '.join(values)}):", values, lambda k: f"i{k}",
                         lambda name: values[names.index(name)], matcher.ints(values.__getitem__))
+                for kept in self._matchers:   # kept for when ``rematch`` switches back to it
+                    if kept[0] is matcher:
+                        kept[1] = self.served
             return self.served
 
     def _generated(self, rt: "Runtime", header: str, names: tuple, address, given, ints: str):

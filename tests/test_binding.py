@@ -1442,7 +1442,7 @@ def test_a_recent_call_recorded_with_other_keywords_serves_no_functional_call(mo
     real_key = runtime_module._call_key
     monkeypatch.setattr(runtime_module, "_call_key", lambda *a: keyed.append(1) or real_key(*a))
     assert functional(x, runtime=rt).y.shape == x.shape
-    assert len(keyed) == 1 and call.rematches == 1 and call.served is None
+    assert len(keyed) == 1 and len(call._matchers) == 2 and call.served is None
     functional(x, runtime=rt)
     assert len(keyed) == 1 and call.served is not runtime_module._serves_nothing
     assert len(launched) == 2 and not full
@@ -1463,8 +1463,9 @@ def test_a_served_functional_call_runs_its_before_run_unless_idle(monkeypatch):
 def test_a_recent_call_rematches_calls_of_its_key_that_its_matcher_refused(monkeypatch):
     """A module's calls differ from a first call of their key made under no_grad only in
     requires_grad, which the matcher's tensor test tells apart and the key does not: after one
-    keyed call the recent call serves them, and calls that keep alternating stop making new
-    matchers after ``REMATCHES``."""
+    keyed call the recent call serves them. Calls that alternate between such kinds switch
+    between the matchers kept for them (one keyed call each switch, no new matcher); a kind
+    beyond ``MATCHERS`` stays keyed."""
     import sys
     runtime_module = sys.modules["graphrt.runtime"]
     functional, rt, x, launched, full = _served_stand_in(monkeypatch, "stand_in_rematched")
@@ -1476,7 +1477,19 @@ def test_a_recent_call_rematches_calls_of_its_key_that_its_matcher_refused(monke
         assert functional(x_grad, runtime=rt).y.shape == x.shape
     assert len(keyed) == 1 and len(launched) == 3 and not full
     (call,) = rt._recent_calls.values()
-    for i in range(2 * runtime_module.REMATCHES):
+    for i in range(6):   # each switch of kind: one keyed call, then served
         functional(x if i % 2 else x_grad, runtime=rt)
-    assert call.rematches == runtime_module.REMATCHES
-    assert not full and len(launched) == 3 + 2 * runtime_module.REMATCHES
+        functional(x if i % 2 else x_grad, runtime=rt)
+    assert len(keyed) == 1 + 5 and len(call._matchers) == 2
+    kinds = [torch.nn.Parameter(x.detach(), requires_grad=False),
+             torch.nn.Parameter(x.detach()), x.detach().as_subclass(_OtherTensor)]
+    for kind in kinds:   # two more kinds kept, the fifth keyed every time
+        functional(kind, runtime=rt)
+        functional(kind, runtime=rt)
+    assert len(call._matchers) == runtime_module.MATCHERS == 4
+    assert len(keyed) == 6 + 1 + 1 + 2
+    assert not full and len(launched) == 3 + 12 + 6
+
+
+class _OtherTensor(torch.Tensor):
+    """A tensor subclass: another kind of tensor for the matcher's test."""
