@@ -35,8 +35,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 BINDINGS_PER_PLAN = 16
+MATCHERS = 4   # matchers a binding (or bound call) keeps for kinds of calls of its key
 EXPANSIONS_PER_DESCRIPTOR = 4   # base addresses whose launch arguments a descriptor keeps
 _local = threading.local()
+_REMATCHING = threading.Lock()   # one thread switches a binding's matcher
 _this_module = sys.modules[__name__]   # generated matchers read its _current_raw_stream late
 _persistent: list[tuple[int, int]] = []   # (address, bytes) of tensors kept for the process
 
@@ -294,6 +296,26 @@ def call_matcher(args: tuple, kwargs: dict, key: tuple, tensors: list) -> CallMa
                        stream)
 
 
+def matcher_for(kept: list, current: list, args: tuple, kwargs: dict, key: tuple,
+                positions: list) -> list | None:
+    """For a call of ``key`` that the matcher of entry ``current`` ([matcher, data]) refused
+    (the tensors' test also tells apart tensor types and requires_grad, which the key leaves
+    out): the entry of ``kept`` whose matcher serves it (one test each), else a new [matcher,
+    None] for it, kept while ``kept`` holds fewer than ``MATCHERS``; None when neither (such
+    calls stay keyed). ``kept`` starts with ``current``. The caller holds its lock."""
+    if not kept:
+        kept.append(current)
+    for entry in kept:
+        if entry is not current and entry[0].match(args, kwargs) is not None:
+            return entry
+    if len(kept) < MATCHERS:
+        matcher = call_matcher(args, kwargs, key, positions)
+        if matcher is not None:
+            kept.append([matcher, None])
+            return kept[-1]
+    return None
+
+
 def _extent(t: torch.Tensor) -> int:
     """Bytes from ``t``'s address to one past the last byte it can reach (0 if empty)."""
     if t.numel() == 0:
@@ -318,7 +340,7 @@ class Binding:
     extents that the overlap check compares."""
 
     __slots__ = ("launches", "outputs", "inputs", "names", "splits", "_replays", "_checked",
-                 "matcher", "_launcher")
+                 "matcher", "_launcher", "_matchers")
 
     def __init__(self, launches, outputs, inputs, names, splits=()):
         self.launches = launches   # (run, grid, function, metadata, stream, template)
@@ -340,6 +362,17 @@ class Binding:
         self._checked: list | None = None   # the addresses the overlap check last passed
         self._launcher = None   # _generated_launcher's function, made at the first launch
         self.matcher: CallMatcher | None = None   # set by Bindings.record
+        self._matchers: list = []   # [matcher, None] entries: ``rematch``'s
+
+    def rematch(self, args: tuple, kwargs: dict, key: tuple, positions: list) -> None:
+        """Makes ``matcher`` one that serves calls like this one, which the current one refused
+        though its key is this call's (``matcher_for``)."""
+        with _REMATCHING:
+            current = next((e for e in self._matchers if e[0] is self.matcher),
+                           [self.matcher, None])
+            entry = matcher_for(self._matchers, current, args, kwargs, key, positions)
+            if entry is not None:
+                self.matcher = entry[0]
 
     def replay(self, addresses: list, ints: list = ()) -> None:
         """The overlap check on these addresses, then the launches. The check's result depends

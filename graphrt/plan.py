@@ -326,6 +326,8 @@ def _after_compile(execute):
         key, positions, addresses, ints = bound
         found = bindings.lookup(key)
         if found is not None:
+            if found is recent:   # its matcher refused a call of its own key
+                found.rematch(args, kwargs, key, positions)
             found.replay(addresses, ints)
             return None
         bindings.record(key, positions, addresses, execute, self, args, kwargs, positional,

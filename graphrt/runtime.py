@@ -20,7 +20,6 @@ DEFAULT_ARENA_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 DEFAULT_PLAN_CACHE_SIZE = 256
 BOUND_CALLS = 256
 RECENT_PLANS = 4   # per plan class: plans asked to serve calls that have no binding key
-MATCHERS = 4   # matchers a bound call keeps for kinds of calls of its key (``rematch``)
 COUNTERS = object()   # a bound call's source of the counters its workspace region owns
 _GENERATING = threading.Lock()   # one thread makes a bound call's function (and keeps its region)
 
@@ -103,22 +102,14 @@ class _BoundCall:
 
     def rematch(self, args: tuple, kwargs: dict, key: tuple, positions: list) -> None:
         """Makes ``matcher`` (and ``served``) one that serves calls like this one, which the
-        current one refused though its key is this call's: the tensors' test also tells apart
-        tensor types and requires_grad, as in a module's training calls after an evaluation
-        under no_grad. The call keeps up to ``MATCHERS`` of them and switches between those it
-        has (one test each) before it makes another; past that, such calls stay keyed."""
+        current one refused though its key is this call's (``binding.matcher_for``: a
+        module's training calls after an evaluation under no_grad)."""
         with _GENERATING:
-            if not self._matchers:
-                self._matchers.append([self.matcher, self.served])
-            for kept in self._matchers:
-                if kept[0] is not self.matcher and kept[0].match(args, kwargs) is not None:
-                    self.matcher, self.served = kept
-                    return
-            if len(self._matchers) < MATCHERS:
-                matcher = binding.call_matcher(args, kwargs, key, positions)
-                if matcher is not None:
-                    self._matchers.append([matcher, None])
-                    self.matcher, self.served = matcher, None
+            current = next((e for e in self._matchers if e[0] is self.matcher),
+                           [self.matcher, self.served])
+            entry = binding.matcher_for(self._matchers, current, args, kwargs, key, positions)
+            if entry is not None:
+                self.matcher, self.served = entry
 
     def serve_as(self, rt: "Runtime", names: tuple):
         """``served``, made for a functional call whose values are ``names`` (its inputs, then

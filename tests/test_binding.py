@@ -1486,10 +1486,51 @@ def test_a_recent_call_rematches_calls_of_its_key_that_its_matcher_refused(monke
     for kind in kinds:   # two more kinds kept, the fifth keyed every time
         functional(kind, runtime=rt)
         functional(kind, runtime=rt)
-    assert len(call._matchers) == runtime_module.MATCHERS == 4
+    assert len(call._matchers) == binding.MATCHERS == 4
     assert len(keyed) == 6 + 1 + 1 + 2
     assert not full and len(launched) == 3 + 12 + 6
 
 
 class _OtherTensor(torch.Tensor):
     """A tensor subclass: another kind of tensor for the matcher's test."""
+
+
+def test_plan_execute_rematches_calls_of_its_key_that_its_matcher_refused(monkeypatch):
+    """``plan.execute``'s recent binding: a call of its key that its matcher refuses (the
+    input requires grad) is keyed once and then matched; alternating kinds switch between the
+    kept matchers, and each call launches at its own addresses."""
+    from graphrt.plan import Plan
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
+    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: 7)
+    launched, keyed = [], []
+
+    def run(*launch):
+        launched.append(launch[-2:])
+
+    class Stand(Plan):
+        records_launches = True
+        output_names, also_written, run_time_ints = ("y",), (), {}
+
+        def execute(self, x, *, y=None, workspace=None, stream=None):
+            binding.active_recording().launches.append(
+                (run, (1, 1, 1), "f", "m", 0,
+                 (binding.Address(x.data_ptr()), binding.Address(y.data_ptr())), ["x", "y"]))
+
+    plan = object.__new__(Stand)
+    plan._compiled, plan._bindings = True, binding.Bindings()
+    real_key = binding.binding_key
+    monkeypatch.setattr(binding, "binding_key", lambda *a: keyed.append(1) or real_key(*a))
+
+    def aligned(requires_grad=False):   # 16 floats at the same address bits
+        buffer = torch.zeros(128, requires_grad=requires_grad)
+        start = -buffer.data_ptr() % 256 // 4
+        return buffer[start:start + 16]
+    x, y, x_grad = aligned(), aligned(), aligned(requires_grad=True)
+    plan.execute(x, y=y)   # recorded (its launch goes to the recording)
+    for _ in range(2):
+        plan.execute(x, y=y)
+    assert len(keyed) == 1 and len(launched) == 2   # keyed once, then matched
+    for t in (x_grad, x_grad, x_grad, x, x, x_grad):   # a key at each switch of kind
+        plan.execute(t, y=y)
+    assert len(keyed) == 1 + 3 and len(plan._bindings.recent._matchers) == 2
+    assert launched[-1] == (x_grad.data_ptr(), y.data_ptr()) and len(launched) == 8
