@@ -1,8 +1,9 @@
 """Where a functional call's host time goes, on the GPU host: each part of a bound functional
 call timed alone behind a GPU sleep (the recent call's served function, output allocation,
 the arena, the key, the replayed launches, the Result), the parts of ``plan.execute`` (the
-wrapper's tests, the binding key, the lookup, the replay), and the C launch of Triton's
-compiled kernel alone (the floor under any pre-bound launch).
+wrapper's tests, the binding key, the lookup, the replay), the C launch of Triton's compiled
+kernel alone (the floor under any pre-bound launch), and graphrt.nn.RMSNorm's eager forward +
+backward split against torch.nn.RMSNorm's.
 
     python scripts/host_parts.py
 """
@@ -153,6 +154,50 @@ def execute_rows(device, rt) -> dict:
     return rows
 
 
+def module_rows(device) -> dict:
+    """graphrt.nn.RMSNorm's eager forward + backward split against torch.nn.RMSNorm's (the
+    first shape of ``graphrt bench host``'s modules): the module with an FP32 and a BF16
+    weight, a bare autograd.Function over the same functional calls, and those calls alone.
+    Each module's input requires grad, as in training (the module's own kind of call)."""
+    from graphrt.bench.host import MODULE_SHAPES
+    from graphrt.ops import rmsnorm_backward, rmsnorm_forward
+    rows, hidden = MODULE_SHAPES[0]
+    x = torch.randn(rows, hidden, dtype=torch.bfloat16, device=device, requires_grad=True)
+    g = torch.randn_like(x)
+    fp32 = graphrt.nn.RMSNorm(hidden, device=device)
+    bf16 = graphrt.nn.RMSNorm(hidden, device=device, dtype=torch.bfloat16)
+    native = torch.nn.RMSNorm(hidden, eps=1e-6, device=device, dtype=torch.bfloat16)
+    w = fp32.weight.detach()
+    _, rstd = rmsnorm_forward(x.detach(), w, eps=1e-6)
+
+    class Bare(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            y, rstd = rmsnorm_forward(x, w, eps=1e-6)
+            ctx.save_for_backward(x, w, rstd)
+            return y
+
+        @staticmethod
+        def backward(ctx, gy):
+            x, w, rstd = ctx.saved_tensors
+            dx, dw = rmsnorm_backward(gy, x, w, rstd)
+            return dx, dw
+    bare_x = x.detach().requires_grad_(True)
+    return {
+        "module: rmsnorm_forward alone (weight detached)": lambda: rmsnorm_forward(
+            x.detach(), w, eps=1e-6),
+        "module: rmsnorm_backward alone (weight detached)": lambda: rmsnorm_backward(
+            g, x.detach(), w, rstd),
+        "module: graphrt.nn.RMSNorm forward, FP32 / BF16 weight": lambda: (fp32(x), bf16(x)),
+        "module: torch.nn.RMSNorm forward": lambda: native(x),
+        "module: graphrt.nn.RMSNorm forward + backward, FP32 weight": lambda: fp32(x).backward(g),
+        "module: graphrt.nn.RMSNorm forward + backward, BF16 weight": lambda: bf16(x).backward(g),
+        "module: torch.nn.RMSNorm forward + backward": lambda: native(x).backward(g),
+        "module: a bare autograd.Function over the functional calls, forward + backward":
+            lambda: Bare.apply(bare_x, fp32.weight).backward(g),
+    }
+
+
 def c_launch_rows(device) -> dict:
     """Triton's C launch of a 3-argument kernel, called with its arguments ready."""
     from graphrt.kernel_utils import direct_run
@@ -181,6 +226,7 @@ def main() -> None:
     rows.update(arena_rows(rt))
     rows.update(op_rows(device, rt))
     rows.update(execute_rows(device, rt))
+    rows.update(module_rows(device))
     results = {name: float("inf") for name in rows}
     for _ in range(5):
         for name, fn in rows.items():
