@@ -300,13 +300,14 @@ def matcher_for(kept: list, current: list, args: tuple, kwargs: dict, key: tuple
                 positions: list) -> list | None:
     """For a call of ``key`` that the matcher of entry ``current`` ([matcher, data]) refused
     (the tensors' test also tells apart tensor types and requires_grad, which the key leaves
-    out): the entry of ``kept`` whose matcher serves it (one test each), else a new [matcher,
-    None] for it, kept while ``kept`` holds fewer than ``MATCHERS``; None when neither (such
-    calls stay keyed). ``kept`` starts with ``current``. The caller holds its lock."""
+    out): the entry of ``kept`` whose matcher serves it (one test each; ``current`` too, which
+    another thread may have switched to since it refused), else a new [matcher, None] for it,
+    kept while ``kept`` holds fewer than ``MATCHERS``; None when neither (such calls stay
+    keyed). ``kept`` starts with ``current``. The caller holds its lock."""
     if not kept:
         kept.append(current)
     for entry in kept:
-        if entry is not current and entry[0].match(args, kwargs) is not None:
+        if entry[0].match(args, kwargs) is not None:
             return entry
     if len(kept) < MATCHERS:
         matcher = call_matcher(args, kwargs, key, positions)

@@ -1437,7 +1437,8 @@ def test_a_recent_call_recorded_with_other_keywords_serves_no_functional_call(mo
     runtime_module = sys.modules["graphrt.runtime"]
     functional, rt, x, launched, full = _served_stand_in(monkeypatch, "stand_in_other_names")
     (call,) = rt._recent_calls.values()
-    call.matcher.names = ("eps", "y")
+    others = (x,), {"eps": 1e-6, "scale": 2, "out": None}   # a Runtime.run caller's
+    call.matcher = binding.call_matcher(*others, binding.binding_key(*others)[0], [0])
     keyed = []
     real_key = runtime_module._call_key
     monkeypatch.setattr(runtime_module, "_call_key", lambda *a: keyed.append(1) or real_key(*a))
@@ -1534,3 +1535,58 @@ def test_plan_execute_rematches_calls_of_its_key_that_its_matcher_refused(monkey
         plan.execute(t, y=y)
     assert len(keyed) == 1 + 3 and len(plan._bindings.recent._matchers) == 2
     assert launched[-1] == (x_grad.data_ptr(), y.data_ptr()) and len(launched) == 8
+
+
+def test_served_calls_from_threads_that_switch_matchers_all_launch_their_own_addresses(
+        monkeypatch):
+    """Threads sharing a runtime call the same op with two kinds of input (one requiring
+    grad), so the recent call's matcher keeps switching under them while they are served:
+    every call launches once, at its own input's address, with a fresh output."""
+    import sys
+    import threading
+    functional, rt, x, launched, full = _served_stand_in(monkeypatch, "stand_in_threads")
+    x_grad = x.detach().requires_grad_(True)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    errors, calls = [], 200
+
+    def caller(t):
+        try:
+            for _ in range(calls):
+                y = functional(t, runtime=rt).y
+                assert y.shape == t.shape and y.data_ptr() != t.data_ptr()
+        except Exception as err:   # reported by the main thread
+            errors.append(err)
+    try:
+        threads = [threading.Thread(target=caller, args=(t,)) for t in (x, x_grad, x, x_grad)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors and not full
+    assert len(launched) == 4 * calls and all(a[0] == x.data_ptr() for a in launched)
+    (call,) = rt._recent_calls.values()
+    assert len(call._matchers) == 2
+
+
+def test_matcher_for_keeps_the_current_matcher_where_it_serves_the_call(monkeypatch):
+    """``binding.matcher_for`` tests the current matcher too: another thread may have switched
+    to it since it refused this call, and a new matcher would then be a second one of the same
+    kind."""
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
+    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: 7)
+    x = torch.zeros(16)
+    x_grad = x.detach().requires_grad_(True)
+
+    def entry(t):
+        key, positions, _, _ = binding.binding_key((t,), {"eps": 1e-6})
+        return [binding.call_matcher((t,), {"eps": 1e-6}, key, positions), None]
+    plain, with_grad = entry(x), entry(x_grad)
+    kept = [plain, with_grad]
+    key, positions, _, _ = binding.binding_key((x,), {"eps": 1e-6})
+    assert binding.matcher_for(kept, plain, (x,), {"eps": 1e-6}, key, positions) is plain
+    assert binding.matcher_for(kept, plain, (x_grad,), {"eps": 1e-6}, key,
+                               positions) is with_grad
+    assert len(kept) == 2
