@@ -182,7 +182,7 @@ class OpSpec:
             ns["_NAMES"] = names
             idle = f" and _idle({', '.join(own)})" if self.before_run is not None else ""
             lines += [f"    if stream is None{idle}:",
-                      "        call = rt._recent_calls.get(_plan)",
+                      "        call = rt._thread.recent_calls.get(_plan)",
                       "        if call is not None:",
                       "            result = (call.served or call.serve_as(rt, _NAMES))"
                       f"(rt, {', '.join(names)})",

@@ -219,6 +219,15 @@ def _serves_nothing(rt, *values) -> None:
     return None
 
 
+class _ThisThread(threading.local):
+    """What a runtime keeps per thread: the bound call that last served each plan class on
+    it. Threads usually launch on streams of their own, and a call is served only on its
+    recorded stream, so one shared recent call would turn away every other thread's calls."""
+
+    def __init__(self):
+        self.recent_calls: dict = {}
+
+
 def _as_device(device) -> torch.device:
     if device is None:
         if torch.cuda.is_available():
@@ -258,11 +267,16 @@ class Runtime:
         self._rng: RngState | None = None
         self._graph_pool = None
         self._bound_calls: dict = {}
-        self._recent_calls: dict = {}   # plan class -> the _BoundCall that served it last
+        self._thread = _ThisThread()   # per thread: the bound calls that served it last
         # plan class -> (plan, store version, backend) of its latest plans that serve calls
         # without a binding key (``Plan.serve_recent``), newest first
         self._recent_plans: dict = {}
         self._lazy_lock = threading.Lock()   # threads may make the first call together
+
+    @property
+    def _recent_calls(self) -> dict:
+        """This thread's recent bound calls by plan class (``_ThisThread``)."""
+        return self._thread.recent_calls
 
     @property
     def rng(self) -> RngState:
@@ -320,7 +334,7 @@ class Runtime:
                             self.plans.count_hit()
                             return result
         elif stream is None and plan_cls.records_launches and self._on_cuda:
-            call = self._recent_calls.get(plan_cls)
+            call = self._thread.recent_calls.get(plan_cls)
             if call is not None and call.version == self.plans.version \
                     and call.backend == env_backend():
                 hit = call.matcher.match(args, kwargs)
@@ -343,10 +357,10 @@ class Runtime:
             if call is not None and call.version == self.plans.version:
                 result = call(self, args, kwargs, inputs, ints)
                 if result is not None:
-                    if call is self._recent_calls.get(plan_cls):   # its matcher refused it
+                    if call is self._thread.recent_calls.get(plan_cls):   # its matcher refused it
                         call.rematch(args, kwargs, key[2], positions)
                     elif call.matcher is not None:
-                        self._recent_calls[plan_cls] = call
+                        self._thread.recent_calls[plan_cls] = call
                     return result
         return self._run(plan_cls, args, kwargs, None, key, ints, positions)
 
@@ -435,7 +449,7 @@ class Runtime:
         call.matcher = binding.call_matcher(args, kwargs, call_key[2], positions)
         self._bound_calls[call_key] = call
         if call.matcher is not None:
-            self._recent_calls[type(plan)] = call
+            self._thread.recent_calls[type(plan)] = call
 
     def stats(self) -> dict:
         return {"device": str(self.device), "plans": self.plans.stats(), "arena": self.arena.stats()}

@@ -1352,7 +1352,8 @@ def _served_stand_in(monkeypatch, name: str, before_run=None):
     """A stand-in plan class with a functional call (``y = f(x, eps=..., scale=...)``, and
     ``check=True`` for ``before_run``, idle when False) whose runtime holds one recent bound
     call of the kind ``(x, eps=1e-6, scale=2)``: (functional, runtime, x, what its binding
-    launched, what took the full path)."""
+    launched, what took the full path, a function that binds that kind of call on the calling
+    thread's stream as the first call of that kind there would)."""
     import math
     import sys
     from graphrt.contract import row_spec
@@ -1391,16 +1392,24 @@ def _served_stand_in(monkeypatch, name: str, before_run=None):
     x = aligned((16,), (1,), dtype=torch.bfloat16, device="cpu")
     y = aligned((16,), (1,), dtype=torch.bfloat16, device="cpu")
     args, kwargs = (x,), {"eps": 1e-6, "scale": 2, "y": None}
-    call_key, _, ints, positions = runtime_module._call_key(Stand, args, kwargs)
     plan = object.__new__(Stand)
     plan._checked = True
-    executed = binding.binding_key(args, {"y": y, "workspace": None, "stream": None}, {})
-    plan._bindings = type("Bindings", (), {"recorded": {executed[0]: Recorded()}})()
+    plan._bindings = type("Bindings", (), {"recorded": {}})()
     rt = graphrt.Runtime("cpu")
-    rt._bind_call(call_key, plan, args, kwargs, {"y": y}, {"y": y}, None, None, ints, positions)
-    assert rt._recent_calls[Stand].matcher is not None
+
+    def bind():
+        call_key, _, ints, positions = runtime_module._call_key(Stand, args, kwargs)
+        executed = binding.binding_key(args, {"y": y, "workspace": None, "stream": None}, {})
+        plan._bindings.recorded[executed[0]] = Recorded()
+        on_cuda, rt._on_cuda = rt._on_cuda, False   # no CUDA stream to read here
+        rt._bind_call(call_key, plan, args, kwargs, {"y": y}, {"y": y}, None, None, ints,
+                      positions)
+        rt._on_cuda = on_cuda
+        assert rt._recent_calls[Stand].matcher is not None
+    bind()
+    rt._on_cuda = True   # as the stand-in's tensors pretend: Runtime.run serves their calls
     monkeypatch.setattr(rt, "_run", lambda *a, **k: full.append(a[2]) or "full path")
-    return spec.functional, rt, x, launched, full
+    return spec.functional, rt, x, launched, full, bind
 
 
 def test_a_functional_call_is_served_by_its_recent_bound_call_on_its_own_values(monkeypatch):
@@ -1408,7 +1417,7 @@ def test_a_functional_call_is_served_by_its_recent_bound_call_on_its_own_values(
     kind launches the binding at the call's addresses with a fresh output, taking no other
     path; a call with another value of any option, another kind of value, an output passed,
     another stream or another store version is turned away to the keyed path."""
-    functional, rt, x, launched, full = _served_stand_in(monkeypatch, "stand_in_served")
+    functional, rt, x, launched, full, _ = _served_stand_in(monkeypatch, "stand_in_served")
     served = functional(x, eps=1e-6, runtime=rt)
     assert not full and len(launched) == 1
     y = served.y
@@ -1435,7 +1444,7 @@ def test_a_recent_call_recorded_with_other_keywords_serves_no_functional_call(mo
     bound call by its key, and that makes it a matcher of the functional call's keywords."""
     import sys
     runtime_module = sys.modules["graphrt.runtime"]
-    functional, rt, x, launched, full = _served_stand_in(monkeypatch, "stand_in_other_names")
+    functional, rt, x, launched, full, _ = _served_stand_in(monkeypatch, "stand_in_other_names")
     (call,) = rt._recent_calls.values()
     others = (x,), {"eps": 1e-6, "scale": 2, "out": None}   # a Runtime.run caller's
     call.matcher = binding.call_matcher(*others, binding.binding_key(*others)[0], [0])
@@ -1453,7 +1462,7 @@ def test_a_served_functional_call_runs_its_before_run_unless_idle(monkeypatch):
     """An op whose functional call runs a check before the launch (the grouped wgrad's host
     read of the offsets) is served without it only where the check would do nothing."""
     checks = []
-    functional, rt, x, launched, full = _served_stand_in(
+    functional, rt, x, launched, full, _ = _served_stand_in(
         monkeypatch, "stand_in_before_run", lambda rt, args, config, own: checks.append(own))
     functional(x, runtime=rt, check=False)
     assert not checks and len(launched) == 1 and not full
@@ -1469,7 +1478,7 @@ def test_a_recent_call_rematches_calls_of_its_key_that_its_matcher_refused(monke
     beyond ``MATCHERS`` stays keyed."""
     import sys
     runtime_module = sys.modules["graphrt.runtime"]
-    functional, rt, x, launched, full = _served_stand_in(monkeypatch, "stand_in_rematched")
+    functional, rt, x, launched, full, _ = _served_stand_in(monkeypatch, "stand_in_rematched")
     keyed = []
     real_key = runtime_module._call_key
     monkeypatch.setattr(runtime_module, "_call_key", lambda *a: keyed.append(1) or real_key(*a))
@@ -1544,7 +1553,7 @@ def test_served_calls_from_threads_that_switch_matchers_all_launch_their_own_add
     every call launches once, at its own input's address, with a fresh output."""
     import sys
     import threading
-    functional, rt, x, launched, full = _served_stand_in(monkeypatch, "stand_in_threads")
+    functional, rt, x, launched, full, _ = _served_stand_in(monkeypatch, "stand_in_threads")
     x_grad = x.detach().requires_grad_(True)
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
@@ -1590,3 +1599,45 @@ def test_matcher_for_keeps_the_current_matcher_where_it_serves_the_call(monkeypa
     assert binding.matcher_for(kept, plain, (x_grad,), {"eps": 1e-6}, key,
                                positions) is with_grad
     assert len(kept) == 2
+
+
+def test_threads_on_streams_of_their_own_are_each_served_by_their_own_recent_call(monkeypatch):
+    """Two threads sharing a runtime, each launching on its own stream: each thread's calls
+    are served by the bound call of its stream (recent calls are kept per thread), so after
+    its first call neither thread builds a key, however their calls interleave."""
+    import sys
+    import threading
+    runtime_module = sys.modules["graphrt.runtime"]
+    functional, rt, x, launched, full, bind = _served_stand_in(monkeypatch, "stand_in_streams")
+    streams = threading.local()
+    monkeypatch.setattr(binding, "_current_raw_stream",
+                        lambda index: getattr(streams, "stream", 7))
+    keyed = []
+    real_key = runtime_module._call_key
+    monkeypatch.setattr(runtime_module, "_call_key",
+                        lambda *a: keyed.append(threading.get_ident()) or real_key(*a))
+    ready, errors = threading.Barrier(2), []
+
+    def caller(stream):
+        try:
+            streams.stream = stream
+            if stream != 7:
+                bind()   # this stream's first call of the kind (the main thread bound 7's)
+            ready.wait()
+            for _ in range(1000):
+                functional(x, runtime=rt)
+        except Exception as err:   # reported by the main thread
+            errors.append(err)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=caller, args=(s,)) for s in (7, 8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors and not full and len(launched) == 2000
+    assert keyed.count(threads[0].ident) == 1   # its first call found the bound call by key
+    assert keyed.count(threads[1].ident) == 1   # bind()'s own key; then served throughout
