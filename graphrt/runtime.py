@@ -320,7 +320,9 @@ class Runtime:
 
         A call on the current stream of a kind seen before (see ``_BoundCall``) skips the
         plan lookup and the checks, but the overlap check of outputs the caller passed; one of
-        the kind last served skips building its key too (``binding.CallMatcher``). Calls whose
+        the kind last served on this thread skips building its key too
+        (``binding.CallMatcher``; the functional calls hand it their values directly,
+        ``_BoundCall.serve_as``). Calls whose
         arguments have no binding key (lists of tensors) are served likewise by the last few
         plans of their class (``Plan.serve_recent``)."""
         if stream is None and plan_cls.serves_recent_calls and self._on_cuda:
