@@ -1546,17 +1546,31 @@ def test_plan_execute_rematches_calls_of_its_key_that_its_matcher_refused(monkey
     assert launched[-1] == (x_grad.data_ptr(), y.data_ptr()) and len(launched) == 8
 
 
+def _in_threads(target, arguments) -> list:
+    """Runs ``target(a)`` for each of ``arguments`` in threads of its own, switching threads
+    every microsecond, until all are done; the threads."""
+    import sys
+    import threading
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=target, args=(a,)) for a in arguments]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    return threads
+
+
 def test_served_calls_from_threads_that_switch_matchers_all_launch_their_own_addresses(
         monkeypatch):
     """Threads sharing a runtime call the same op with two kinds of input (one requiring
     grad), so the recent call's matcher keeps switching under them while they are served:
     every call launches once, at its own input's address, with a fresh output."""
-    import sys
-    import threading
     functional, rt, x, launched, full, _ = _served_stand_in(monkeypatch, "stand_in_threads")
     x_grad = x.detach().requires_grad_(True)
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
     errors, calls = [], 200
 
     def caller(t):
@@ -1566,14 +1580,7 @@ def test_served_calls_from_threads_that_switch_matchers_all_launch_their_own_add
                 assert y.shape == t.shape and y.data_ptr() != t.data_ptr()
         except Exception as err:   # reported by the main thread
             errors.append(err)
-    try:
-        threads = [threading.Thread(target=caller, args=(t,)) for t in (x, x_grad, x, x_grad)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    _in_threads(caller, (x, x_grad, x, x_grad))
     assert not errors and not full
     assert len(launched) == 4 * calls and all(a[0] == x.data_ptr() for a in launched)
     (call,) = rt._recent_calls.values()
@@ -1628,16 +1635,7 @@ def test_threads_on_streams_of_their_own_are_each_served_by_their_own_recent_cal
                 functional(x, runtime=rt)
         except Exception as err:   # reported by the main thread
             errors.append(err)
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=caller, args=(s,)) for s in (7, 8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    threads = _in_threads(caller, (7, 8))
     assert not errors and not full and len(launched) == 2000
     assert keyed.count(threads[0].ident) == 1   # its first call found the bound call by key
     assert keyed.count(threads[1].ident) == 1   # bind()'s own key; then served throughout
