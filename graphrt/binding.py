@@ -267,6 +267,21 @@ class CallMatcher:
         return f"[{', '.join(value(i) for i in self._run_time)}]"
 
 
+def tensor_guard(tensors: list):
+    """PyTorch's ``TensorGuards`` of ``tensors``: its ``check(*others)`` tells in one C++ call
+    whether others are of their kind (type, dtype, device, requires_grad, shapes, strides);
+    None where this PyTorch has none, takes other arguments, or refuses the tensors
+    themselves."""
+    if _TensorGuards is None:
+        return None
+    try:
+        guard = _TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                              dynamic_dims_strides=[list(t.stride()) for t in tensors])
+    except Exception:  # pragma: no cover - another PyTorch's signature
+        return None
+    return guard if guard.check(*tensors) else None
+
+
 def call_matcher(args: tuple, kwargs: dict, key: tuple, tensors: list) -> CallMatcher | None:
     """The ``CallMatcher`` of calls of this one's kind, from its ``binding_key`` (``key`` and
     the ``tensors``' positions), or None where the fast test does not apply (a stream passed,
@@ -280,12 +295,8 @@ def call_matcher(args: tuple, kwargs: dict, key: tuple, tensors: list) -> CallMa
     keyed_apart = {*tensors, *run_time}
     others = tuple((i, type(v), v) for i, v in enumerate(values) if i not in keyed_apart)
     given = [values[i] for i in tensors]
-    try:
-        guard = _TensorGuards(*given, dynamic_dims_sizes=[list(t.shape) for t in given],
-                              dynamic_dims_strides=[list(t.stride()) for t in given])
-    except Exception:  # pragma: no cover - another PyTorch's signature
-        return None
-    if not guard.check(*given):
+    guard = tensor_guard(given)
+    if guard is None:
         return None
     stream = key[len(values)]
     if type(stream) is not int:

@@ -175,7 +175,7 @@ class OpSpec:
         args = "(" + "".join(n + ", " for n in self.input_names) + ")"
         own = [o.name for o in self.options if not o.to_plan]
         done = "return None" if self.returns == "none" else "return result"
-        served = self.prepare is None and getattr(self.plan, "records_launches", False) and (
+        served = self.prepare is None and self.plan.records_launches and (
             self.before_run is None or self.before_run_idle is not None)
         if served:   # the recent bound call first (no config dict, no Runtime.run)
             names = (*self.input_names, *passed)

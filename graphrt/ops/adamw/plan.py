@@ -121,6 +121,13 @@ RECENT_KINDS = 4   # servers a plan keeps (parameter groups stepped in turn)
 _SEQUENCES = frozenset((list, tuple))
 
 
+def _plain_floats(betas, eps, weight_decay) -> bool:
+    """Whether betas is a tuple of two floats and eps and weight_decay are floats: the only
+    kinds a server keeps and takes (equal values of other kinds may check otherwise)."""
+    return type(betas) is tuple and len(betas) == 2 and type(betas[0]) is float \
+        and type(betas[1]) is float and type(eps) is float and type(weight_decay) is float
+
+
 def _serves_on(device: torch.device) -> bool:
     """Whether calls on ``device`` get servers: CUDA ones (a server tests the CUDA stream)."""
     return device.type == "cuda"
@@ -136,15 +143,12 @@ class _RecentStep:
     __slots__ = ("_checked", "_lengths", "_addresses", "_guard", "_lr",
                  "_fixed", "_maximize", "_launches", "_device", "_stream", "_done")
 
-    def __init__(self, checked: _CheckedCall, lists: tuple, lr, betas: tuple, eps: float,
-                 weight_decay: float, maximize: bool):
-        flat = [t for ts in lists for t in ts]
+    def __init__(self, checked: _CheckedCall, lists: tuple, flat: list, guard, lr,
+                 betas: tuple, eps: float, weight_decay: float, maximize: bool):
         self._checked = checked
         self._lengths = tuple(map(len, lists))
         self._addresses = tuple(map(_Tensor.data_ptr, flat))
-        self._guard = binding._TensorGuards(
-            *flat, dynamic_dims_sizes=[list(t.shape) for t in flat],
-            dynamic_dims_strides=[list(t.stride()) for t in flat]).check
+        self._guard = guard.check   # ``binding.tensor_guard`` of ``flat``
         self._lr = lr if isinstance(lr, torch.Tensor) else None   # None: any float lr
         self._fixed = (betas, eps, weight_decay)
         beta1, beta2 = _betas(betas)
@@ -182,11 +186,8 @@ class _RecentStep:
                 return False
         except TypeError:   # something in a list that is not a tensor
             return False
-        betas, eps, weight_decay = self._fixed
-        if type(given) is not tuple or given != betas or type(given[0]) is not float \
-                or type(given[1]) is not float or type(given_eps) is not float \
-                or given_eps != eps or type(given_decay) is not float \
-                or given_decay != weight_decay:
+        if (given, given_eps, given_decay) != self._fixed \
+                or not _plain_floats(given, given_eps, given_decay):
             return False
         if self._lr is not None:
             if lr is not self._lr:
@@ -314,9 +315,7 @@ class AdamWStep(Plan):
         gradients every step would pay for a guard each call), some parameter launched alone,
         a hyperparameter not a plain float."""
         if checked.calls < 2 or checked.alone or not checked._tables \
-                or binding._TensorGuards is None or type(betas) is not tuple \
-                or type(betas[0]) is not float or type(betas[1]) is not float \
-                or type(eps) is not float or type(weight_decay) is not float \
+                or not _plain_floats(betas, eps, weight_decay) \
                 or not (type(lr) is float or isinstance(lr, torch.Tensor)):
             return
         fixed, lr_tensor = (betas, eps, weight_decay), lr if type(lr) is not float else None
@@ -324,7 +323,11 @@ class AdamWStep(Plan):
         if any(s._checked is checked and s._fixed == fixed and s._lr is lr_tensor
                for s in servers):
             return
-        server = _RecentStep(checked, lists, lr, betas, eps, weight_decay,
+        flat = [t for ts in lists for t in ts]
+        guard = binding.tensor_guard(flat)
+        if guard is None:
+            return
+        server = _RecentStep(checked, lists, flat, guard, lr, betas, eps, weight_decay,
                              self.contract.flag("maximize"))
         self._servers = (server, *servers[:RECENT_KINDS - 1])
 
