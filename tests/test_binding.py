@@ -1316,36 +1316,14 @@ def test_a_bound_functional_call_gets_the_matcher_of_its_key(monkeypatch):
     found (its binding key and tensor positions), on stand-ins: it serves the call and turns
     away one with another scalar."""
     import sys
-    from graphrt.plan import Plan
     runtime_module = sys.modules["graphrt.runtime"]
-    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
-    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: 7)
-
-    class Stand:
-        output_names, also_written, run_time_ints = ("y",), (), {}
-        bindable = staticmethod(Plan.bindable)
-
-        class spec:
-            outputs = ()
-
-        def workspace_bytes(self):
-            return 0
-
-    buffer = torch.empty(64, dtype=torch.bfloat16)
-    x = buffer[-buffer.data_ptr() % 256 // 2:][:16]
-    y = torch.empty(16, dtype=torch.bfloat16)
-    args, kwargs = (x,), {"eps": 1e-6}
-    call_key, addresses, ints, positions = runtime_module._call_key(Stand, args, kwargs)
-    plan = Stand()
-    executed = binding.binding_key(args, {"y": y, "workspace": None, "stream": None}, {})
-    plan._bindings = type("Recorded", (), {"recorded": {executed[0]: "a binding"}})()
-    rt = graphrt.Runtime("cpu")
-    rt._bind_call(call_key, plan, args, kwargs, {"y": y}, {"y": y}, None, None, ints,
-                  positions)
+    _, rt, x, _, _, _ = _served_stand_in(monkeypatch, "stand_in_matcher")
     (call,) = rt._bound_calls.values()
-    assert call.binding == "a binding"
+    args, kwargs = (x,), {"eps": 1e-6, "scale": 2, "y": None}
+    _, addresses, ints, _ = runtime_module._call_key(type(call.plan), args, kwargs)
+    assert call.binding is next(iter(call.plan._bindings.recorded.values()))
     assert call.matcher.match(args, kwargs) == (addresses, ints)
-    assert call.matcher.match(args, {"eps": 1e-5}) is None
+    assert call.matcher.match(args, {**kwargs, "eps": 1e-5}) is None
 
 
 def _served_stand_in(monkeypatch, name: str, before_run=None):
