@@ -549,6 +549,15 @@ def _locate(address: int, starts: list, extents: list) -> tuple | None:
     return found
 
 
+class _RecentBinding(threading.local):
+    """The binding that last served a plan on this thread, when it has a matcher. Threads
+    usually launch on streams of their own and a matcher serves only its recorded stream, so
+    one shared recent binding would turn away every other thread's calls."""
+
+    def __init__(self):
+        self.binding: Binding | None = None
+
+
 class Bindings:
     """The bindings of one plan by key, least recently used dropped first."""
 
@@ -557,14 +566,19 @@ class Bindings:
         self.recorded: OrderedDict = OrderedDict()
         self.lock = threading.Lock()
         self.hits = 0
-        self.recent: Binding | None = None   # the last one served, when it has a matcher
+        self._this_thread = _RecentBinding()
+
+    @property
+    def recent(self) -> Binding | None:
+        """This thread's recent binding (``_RecentBinding``)."""
+        return self._this_thread.binding
 
     def lookup(self, key) -> Binding | None:
         found = self.recorded.get(key)
         if found is not None:
             self.hits += 1
             if found.matcher is not None:
-                self.recent = found
+                self._this_thread.binding = found
             try:
                 self.recorded.move_to_end(key)
             except KeyError:  # dropped by another thread meanwhile
@@ -637,9 +651,9 @@ class Bindings:
             while len(self.recorded) > self.size:
                 self.recorded.popitem(last=False)
             if made.matcher is not None:
-                self.recent = made
+                self._this_thread.binding = made
 
     def clear(self) -> None:
         with self.lock:
             self.recorded.clear()
-            self.recent = None
+            self._this_thread = _RecentBinding()   # every thread's

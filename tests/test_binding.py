@@ -1483,13 +1483,14 @@ class _OtherTensor(torch.Tensor):
     """A tensor subclass: another kind of tensor for the matcher's test."""
 
 
-def test_plan_execute_rematches_calls_of_its_key_that_its_matcher_refused(monkeypatch):
-    """``plan.execute``'s recent binding: a call of its key that its matcher refuses (the
-    input requires grad) is keyed once and then matched; alternating kinds switch between the
-    kept matchers, and each call launches at its own addresses."""
+def _stand_in_plan(monkeypatch, stream=lambda index: 7):
+    """A plan whose ``execute`` records one launch of x and y (on the stream ``stream(index)``
+    names), with its bindings: (plan, the launches' (x, y) addresses, the binding keys built,
+    by thread)."""
+    import threading
     from graphrt.plan import Plan
     monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
-    monkeypatch.setattr(binding, "_current_raw_stream", lambda index: 7)
+    monkeypatch.setattr(binding, "_current_raw_stream", stream)
     launched, keyed = [], []
 
     def run(*launch):
@@ -1507,13 +1508,24 @@ def test_plan_execute_rematches_calls_of_its_key_that_its_matcher_refused(monkey
     plan = object.__new__(Stand)
     plan._compiled, plan._bindings = True, binding.Bindings()
     real_key = binding.binding_key
-    monkeypatch.setattr(binding, "binding_key", lambda *a: keyed.append(1) or real_key(*a))
+    monkeypatch.setattr(binding, "binding_key",
+                        lambda *a: keyed.append(threading.get_ident()) or real_key(*a))
+    return plan, launched, keyed
 
-    def aligned(requires_grad=False):   # 16 floats at the same address bits
-        buffer = torch.zeros(128, requires_grad=requires_grad)
-        start = -buffer.data_ptr() % 256 // 4
-        return buffer[start:start + 16]
-    x, y, x_grad = aligned(), aligned(), aligned(requires_grad=True)
+
+def _aligned(requires_grad=False):
+    """16 floats at the same address bits as every other call's."""
+    buffer = torch.zeros(128, requires_grad=requires_grad)
+    start = -buffer.data_ptr() % 256 // 4
+    return buffer[start:start + 16]
+
+
+def test_plan_execute_rematches_calls_of_its_key_that_its_matcher_refused(monkeypatch):
+    """``plan.execute``'s recent binding: a call of its key that its matcher refuses (the
+    input requires grad) is keyed once and then matched; alternating kinds switch between the
+    kept matchers, and each call launches at its own addresses."""
+    plan, launched, keyed = _stand_in_plan(monkeypatch)
+    x, y, x_grad = _aligned(), _aligned(), _aligned(requires_grad=True)
     plan.execute(x, y=y)   # recorded (its launch goes to the recording)
     for _ in range(2):
         plan.execute(x, y=y)
@@ -1617,3 +1629,31 @@ def test_threads_on_streams_of_their_own_are_each_served_by_their_own_recent_cal
     assert not errors and not full and len(launched) == 2000
     assert keyed.count(threads[0].ident) == 1   # its first call found the bound call by key
     assert keyed.count(threads[1].ident) == 1   # bind()'s own key; then served throughout
+
+
+def test_threads_on_streams_of_their_own_are_each_matched_by_their_plans_recent_binding(
+        monkeypatch):
+    """Two threads executing one plan, each on its own stream: each thread's recent binding
+    is its stream's (kept per thread), so after its first call, which records that stream's
+    binding, neither thread builds a binding key, however their calls interleave."""
+    import threading
+    streams = threading.local()
+    plan, launched, keyed = _stand_in_plan(
+        monkeypatch, lambda index: getattr(streams, "stream", 7))
+    x, y = _aligned(), _aligned()
+    ready, errors = threading.Barrier(2), []
+
+    def caller(stream):
+        try:
+            streams.stream = stream
+            plan.execute(x, y=y)   # this stream's binding recorded
+            ready.wait()
+            for _ in range(1000):
+                plan.execute(x, y=y)
+        except Exception as err:   # reported by the main thread
+            errors.append(err)
+    threads = _in_threads(caller, (7, 8))
+    assert not errors and len(launched) == 2000
+    assert [keyed.count(t.ident) for t in threads] == [1, 1]
+    plan._bindings.clear()
+    assert plan._bindings.recent is None
