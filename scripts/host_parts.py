@@ -182,8 +182,22 @@ def module_rows(device) -> dict:
             x, w, rstd = ctx.saved_tensors
             dx, dw = rmsnorm_backward(gy, x, w, rstd)
             return dx, dw
+    class Scaled(torch.autograd.Function):   # the Python autograd layer alone: one mul a way
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(w)
+            return x * w
+
+        @staticmethod
+        def backward(ctx, gy):
+            (w,) = ctx.saved_tensors
+            return gy * w, None
     bare_x = x.detach().requires_grad_(True)
+    w16 = native.weight.detach()
     return {
+        "module: x * w forward + backward, native autograd": lambda: (x * w16).backward(g),
+        "module: x * w forward + backward, a Python autograd.Function": lambda: Scaled.apply(
+            x, w16).backward(g),
         "module: rmsnorm_forward alone (weight detached)": lambda: rmsnorm_forward(
             x.detach(), w, eps=1e-6),
         "module: rmsnorm_backward alone (weight detached)": lambda: rmsnorm_backward(
