@@ -103,11 +103,18 @@ def op_rows(device, rt) -> dict:
             lambda a=allocations: [torch.empty_strided(s, st, dtype=d, device=v)
                                    for s, st, d, v in a])
         made = [torch.empty_strided(s, st, dtype=d, device=v) for s, st, d, v in allocations]
+        # the workspace and zeroed counters the bound call launches with: its kept region's
         workspace = torch.empty(max(call.nbytes, 1), dtype=torch.uint8, device=device)
-        pool = [*addresses, *(t.data_ptr() for t in made), workspace.data_ptr()]
+        counters = torch.zeros(64, dtype=torch.int32, device=device)
+        kept = getattr(call, "_kept", None)
+        if type(kept) is tuple:
+            _, w_address, c_address = kept
+        else:
+            w_address, c_address = workspace.data_ptr(), counters.data_ptr()
+        pool = [*addresses, *(t.data_ptr() for t in made), w_address, c_address]
         replay_addresses = [pool[i] for i in call.slots]
         rows[f"{entry.name}: the binding's launches alone ({len(call.binding.launches)})"] = (
-            lambda b=call.binding, a=replay_addresses, n=ints, keep=(made, workspace):
+            lambda b=call.binding, a=replay_addresses, n=ints, keep=(made, workspace, counters):
             b.launch(a, n))
     return rows
 
