@@ -10,6 +10,7 @@ backward split against torch.nn.RMSNorm's.
 from __future__ import annotations
 
 import importlib
+import traceback
 
 import torch
 
@@ -242,12 +243,13 @@ def main() -> None:
     small = torch.zeros(16, device=device)
     rows = {"torch.add, 16 elements": lambda: torch.add(small, small),
             "bare Triton launch, 3 arguments": lambda: _add_one_kernel[(1,)](small, 16, BLOCK=16)}
-    rows.update(c_launch_rows(device))
-    rows.update(allocation_rows(device))
-    rows.update(arena_rows(rt))
-    rows.update(op_rows(device, rt))
-    rows.update(execute_rows(device, rt))
-    rows.update(module_rows(device))
+    for builder, arguments in ((c_launch_rows, (device,)), (allocation_rows, (device,)),
+                               (arena_rows, (rt,)), (op_rows, (device, rt)),
+                               (execute_rows, (device, rt)), (module_rows, (device,))):
+        try:
+            rows.update(builder(*arguments))
+        except Exception:   # the other groups' rows still print
+            print(f"{builder.__name__} failed:\n{traceback.format_exc()}")
     results = {name: float("inf") for name in rows}
     for _ in range(5):
         for name, fn in rows.items():
