@@ -190,6 +190,7 @@ def module_rows(device) -> dict:
             x, w, rstd = ctx.saved_tensors
             dx, dw = rmsnorm_backward(gy, x, w, rstd)
             return dx, dw
+
     class Scaled(torch.autograd.Function):   # the Python autograd layer alone: one mul a way
         @staticmethod
         def forward(ctx, x, w):
