@@ -307,23 +307,24 @@ def call_matcher(args: tuple, kwargs: dict, key: tuple, tensors: list) -> CallMa
                        stream)
 
 
-def matcher_for(kept: list, current: list, args: tuple, kwargs: dict, key: tuple,
+def matcher_for(kept: list, matcher: CallMatcher, data, args: tuple, kwargs: dict, key: tuple,
                 positions: list) -> list | None:
-    """For a call of ``key`` that the matcher of entry ``current`` ([matcher, data]) refused
-    (the tensors' test also tells apart tensor types and requires_grad, which the key leaves
-    out): the entry of ``kept`` whose matcher serves it (one test each; ``current`` too, which
-    another thread may have switched to since it refused), else a new [matcher, None] for it,
-    kept while ``kept`` holds fewer than ``MATCHERS``; None when neither (such calls stay
-    keyed). ``kept`` starts with ``current``. The caller holds its lock."""
+    """For a call of ``key`` that ``matcher`` (kept with ``data``) refused (the tensors' test
+    also tells apart tensor types and requires_grad, which the key leaves out): the entry
+    ([matcher, data]) of ``kept`` whose matcher serves it (one test each; ``matcher``'s too,
+    which another thread may have switched to since it refused), else a new [matcher, None]
+    for it, kept while ``kept`` holds fewer than ``MATCHERS``; None when neither (such calls
+    stay keyed). ``kept`` starts with ``matcher``'s entry, so ``matcher`` is always the
+    matcher of one of them. The caller holds its lock."""
     if not kept:
-        kept.append(current)
+        kept.append([matcher, data])
     for entry in kept:
         if entry[0].match(args, kwargs) is not None:
             return entry
     if len(kept) < MATCHERS:
-        matcher = call_matcher(args, kwargs, key, positions)
-        if matcher is not None:
-            kept.append([matcher, None])
+        made = call_matcher(args, kwargs, key, positions)
+        if made is not None:
+            kept.append([made, None])
             return kept[-1]
     return None
 
@@ -380,9 +381,8 @@ class Binding:
         """Makes ``matcher`` one that serves calls like this one, which the current one refused
         though its key is this call's (``matcher_for``)."""
         with _REMATCHING:
-            current = next((e for e in self._matchers if e[0] is self.matcher),
-                           [self.matcher, None])
-            entry = matcher_for(self._matchers, current, args, kwargs, key, positions)
+            entry = matcher_for(self._matchers, self.matcher, None, args, kwargs, key,
+                                positions)
             if entry is not None:
                 self.matcher = entry[0]
 

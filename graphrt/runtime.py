@@ -105,9 +105,8 @@ class _BoundCall:
         current one refused though its key is this call's (``binding.matcher_for``: a
         module's training calls after an evaluation under no_grad)."""
         with _GENERATING:
-            current = next((e for e in self._matchers if e[0] is self.matcher),
-                           [self.matcher, self.served])
-            entry = binding.matcher_for(self._matchers, current, args, kwargs, key, positions)
+            entry = binding.matcher_for(self._matchers, self.matcher, self.served, args,
+                                        kwargs, key, positions)
             if entry is not None:
                 self.matcher, self.served = entry
 

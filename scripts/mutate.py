@@ -214,7 +214,7 @@ MUTATIONS = [
      "        if False:", ["tests/test_binding.py", "-k", "rematches or switch"]),
     ("recent-call-switch-skips-current", "graphrt/binding.py",
      "        if entry[0].match(args, kwargs) is not None:",
-     "        if entry is not current and entry[0].match(args, kwargs) is not None:",
+     "        if entry[0] is not matcher and entry[0].match(args, kwargs) is not None:",
      ["tests/test_binding.py", "-k", "matcher_for_keeps"]),
     ("recent-calls-shared-by-threads", "graphrt/runtime.py",
      "class _ThisThread(threading.local):", "class _ThisThread:",

@@ -1592,8 +1592,9 @@ def test_matcher_for_keeps_the_current_matcher_where_it_serves_the_call(monkeypa
     plain, with_grad = entry(x), entry(x_grad)
     kept = [plain, with_grad]
     key, positions, _, _ = binding.binding_key((x,), {"eps": 1e-6})
-    assert binding.matcher_for(kept, plain, (x,), {"eps": 1e-6}, key, positions) is plain
-    assert binding.matcher_for(kept, plain, (x_grad,), {"eps": 1e-6}, key,
+    assert binding.matcher_for(kept, plain[0], None, (x,), {"eps": 1e-6}, key,
+                               positions) is plain
+    assert binding.matcher_for(kept, plain[0], None, (x_grad,), {"eps": 1e-6}, key,
                                positions) is with_grad
     assert len(kept) == 2
 
