@@ -1326,6 +1326,14 @@ def test_a_bound_functional_call_gets_the_matcher_of_its_key(monkeypatch):
     assert call.matcher.match(args, {**kwargs, "eps": 1e-5}) is None
 
 
+def _at_256(n: int, dtype=torch.float32, requires_grad=False) -> torch.Tensor:
+    """``n`` zeros of ``dtype`` starting on a 256-byte boundary, as CUDA allocations do (CPU
+    ones need not): every such tensor has the same address bits."""
+    buffer = torch.zeros(n + 256, dtype=dtype, requires_grad=requires_grad)
+    start = -buffer.data_ptr() % 256 // buffer.element_size()
+    return buffer[start:start + n]
+
+
 def _served_stand_in(monkeypatch, name: str, before_run=None):
     """A stand-in plan class with a functional call (``y = f(x, eps=..., scale=...)``, and
     ``check=True`` for ``before_run``, idle when False) whose runtime holds one recent bound
@@ -1361,11 +1369,9 @@ def _served_stand_in(monkeypatch, name: str, before_run=None):
                    *checked),
                   (Output("y", **like("x")),), doc="a stand-in", before_run=before_run,
                   before_run_idle=(lambda check: check is False) if before_run else None)
-    real_empty = torch.empty_strided
 
     def aligned(shape, strides, *, dtype, device):   # as the CUDA allocator aligns
-        buffer = real_empty((256 + math.prod(shape),), (1,), dtype=dtype, device=device)
-        return buffer[-buffer.data_ptr() % 256 // buffer.element_size():][:math.prod(shape)]
+        return _at_256(math.prod(shape), dtype).view(shape)
     monkeypatch.setattr(torch, "empty_strided", aligned)
     x = aligned((16,), (1,), dtype=torch.bfloat16, device="cpu")
     y = aligned((16,), (1,), dtype=torch.bfloat16, device="cpu")
@@ -1513,19 +1519,12 @@ def _stand_in_plan(monkeypatch, stream=lambda index: 7):
     return plan, launched, keyed
 
 
-def _aligned(requires_grad=False):
-    """16 floats at the same address bits as every other call's."""
-    buffer = torch.zeros(128, requires_grad=requires_grad)
-    start = -buffer.data_ptr() % 256 // 4
-    return buffer[start:start + 16]
-
-
 def test_plan_execute_rematches_calls_of_its_key_that_its_matcher_refused(monkeypatch):
     """``plan.execute``'s recent binding: a call of its key that its matcher refuses (the
     input requires grad) is keyed once and then matched; alternating kinds switch between the
     kept matchers, and each call launches at its own addresses."""
     plan, launched, keyed = _stand_in_plan(monkeypatch)
-    x, y, x_grad = _aligned(), _aligned(), _aligned(requires_grad=True)
+    x, y, x_grad = _at_256(16), _at_256(16), _at_256(16, requires_grad=True)
     plan.execute(x, y=y)   # recorded (its launch goes to the recording)
     for _ in range(2):
         plan.execute(x, y=y)
@@ -1641,7 +1640,7 @@ def test_threads_on_streams_of_their_own_are_each_matched_by_their_plans_recent_
     streams = threading.local()
     plan, launched, keyed = _stand_in_plan(
         monkeypatch, lambda index: getattr(streams, "stream", 7))
-    x, y = _aligned(), _aligned()
+    x, y = _at_256(16), _at_256(16)
     ready, errors = threading.Barrier(2), []
 
     def caller(stream):
