@@ -118,7 +118,7 @@ for step in $steps; do
       echo "source page rc=$? $(wc -c < "$OUT/stalls_sass.csv") bytes" ;;
     host) python3 -m graphrt.cli bench host 2>&1 | tee "$OUT/bench_host.log" ;;
     host_parts) python3 scripts/host_parts.py 2>&1 | tee "$OUT/host_parts.log" ;;
-    autograd_split) python3 scripts/autograd_split.py 2>&1 | tee "$OUT/autograd_split.log" ;;
+    autograd_split) python3 scripts/host_parts.py --autograd 2>&1 | tee "$OUT/autograd_split.log" ;;
     hstu_one_launch) python3 scripts/hstu_one_launch.py 2>&1 | tee "$OUT/hstu_one_launch.log" ;;
     host_profile) python3 -m graphrt.bench.host --profile "${PROFILE_CASE:-graphrt.nn.RMSNorm forward + backward}" 2>&1 | tee "$OUT/host_profile.log" | head -45 ;;
     host_trace) python3 -m graphrt.bench.host --trace "${PROFILE_CASE:-graphrt.nn.RMSNorm forward + backward}" 2>&1 | tee "$OUT/host_trace.log" | head -45 ;;

@@ -3,13 +3,15 @@ call timed alone behind a GPU sleep (the recent call's served function, output a
 the arena, the key, the replayed launches, the Result), the parts of ``plan.execute`` (the
 wrapper's tests, the binding key, the lookup, the replay), the C launch of Triton's compiled
 kernel alone (the floor under any pre-bound launch), and graphrt.nn.RMSNorm's eager forward +
-backward split against torch.nn.RMSNorm's.
+backward split against torch.nn.RMSNorm's. ``--autograd``: only the Python autograd layer's
+cost, with autograd's device threads on and off.
 
-    python scripts/host_parts.py
+    python scripts/host_parts.py [--autograd]
 """
 from __future__ import annotations
 
 import importlib
+import sys
 import traceback
 
 import torch
@@ -162,6 +164,19 @@ def execute_rows(device, rt) -> dict:
     return rows
 
 
+class Scaled(torch.autograd.Function):
+    """The Python autograd layer alone: one multiply each way."""
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, gy):
+        (w,) = ctx.saved_tensors
+        return gy * w, None
+
+
 def module_rows(device) -> dict:
     """graphrt.nn.RMSNorm's eager forward + backward split against torch.nn.RMSNorm's (the
     first shape of ``graphrt bench host``'s modules): the module with an FP32 and a BF16
@@ -191,16 +206,6 @@ def module_rows(device) -> dict:
             dx, dw = rmsnorm_backward(gy, x, w, rstd)
             return dx, dw
 
-    class Scaled(torch.autograd.Function):   # the Python autograd layer alone: one mul a way
-        @staticmethod
-        def forward(ctx, x, w):
-            ctx.save_for_backward(w)
-            return x * w
-
-        @staticmethod
-        def backward(ctx, gy):
-            (w,) = ctx.saved_tensors
-            return gy * w, None
     bare_x = x.detach().requires_grad_(True)
     w16 = native.weight.detach()
     return {
@@ -238,8 +243,44 @@ def c_launch_rows(device) -> dict:
     return {"Triton's C launch alone, 3 arguments": lambda: c_launch(*leading, *args)}
 
 
+def autograd_split(device) -> None:
+    """Each case's forward + backward, enqueued behind a GPU sleep and as wall time, with
+    autograd's device threads on (the default) and off (the backward on the calling thread):
+    where the Python autograd.Function's cost over a native op goes on this host."""
+    from graphrt.bench.host import MODULE_SHAPES
+    rows, hidden = MODULE_SHAPES[0]
+    x = torch.randn(rows, hidden, dtype=torch.bfloat16, device=device, requires_grad=True)
+    g = torch.randn_like(x)
+    xs = torch.randn(16, 16, dtype=torch.bfloat16, device=device, requires_grad=True)
+    gs = torch.randn_like(xs)   # 16 x 16: GPU time about nil
+    ws = torch.randn(16, dtype=torch.bfloat16, device=device)
+    c_apply = super(torch.autograd.Function, Scaled).apply   # without Function.apply's Python
+    module = graphrt.nn.RMSNorm(hidden, device=device)
+    native = torch.nn.RMSNorm(hidden, eps=1e-6, device=device, dtype=torch.bfloat16)
+    cases = {
+        "16x16 x * w, native": lambda: (xs * ws).backward(gs),
+        "16x16 x * w, Python Function.apply": lambda: Scaled.apply(xs, ws).backward(gs),
+        "16x16 x * w, the C apply alone": lambda: c_apply(xs, ws).backward(gs),
+        "16x16 x * w forward only, native": lambda: xs * ws,
+        "16x16 x * w forward only, Function.apply": lambda: Scaled.apply(xs, ws),
+        f"graphrt.nn.RMSNorm, {rows}x{hidden}": lambda: module(x).backward(g),
+        f"torch.nn.RMSNorm, {rows}x{hidden}": lambda: native(x).backward(g),
+    }
+    width = max(map(len, cases))
+    for threads in (True, False):
+        with torch.autograd.set_multithreading_enabled(threads):
+            for name, fn in cases.items():
+                queued = best(fn)
+                wall = min(host_us(fn, sleep=False) for _ in range(5))
+                print(f"autograd threads {'on ' if threads else 'off'}  {name:<{width}}  behind a "
+                      f"sleep {queued:7.2f} us, wall {wall:7.2f} us", flush=True)
+
+
 def main() -> None:
     device = torch.device("cuda", torch.cuda.current_device())
+    if "--autograd" in sys.argv[1:]:
+        autograd_split(device)
+        return
     rt = graphrt.runtime(device)
     small = torch.zeros(16, device=device)
     rows = {"torch.add, 16 elements": lambda: torch.add(small, small),
