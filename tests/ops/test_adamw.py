@@ -369,8 +369,10 @@ def test_a_recent_call_serves_only_calls_of_its_kind(monkeypatch):
     class Real(float):   # equal values of another kind: the server takes only floats
         pass
     changed = {"lr": [0, -1e-3, float("nan"), float("inf"), torch.ones(())],
-               "betas": [(0.9, 0.999), [0.9, 0.99], (0.9, Real(0.99))],
-               "eps": [1e-7, 1, Real(1e-8)], "weight_decay": [0.0, Real(0.01)],
+               "betas": [(0.9, 0.999), [0.9, 0.99], (0.9, Real(0.99)),
+                         torch.tensor([0.9, 0.99])],
+               "eps": [1e-7, 1, Real(1e-8), torch.tensor(1e-8)],
+               "weight_decay": [0.0, Real(0.01)],
                "maximize": [True]}
     for name, values in changed.items():
         for value in values:

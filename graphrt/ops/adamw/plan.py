@@ -186,8 +186,9 @@ class _RecentStep:
                 return False
         except TypeError:   # something in a list that is not a tensor
             return False
-        if (given, given_eps, given_decay) != self._fixed \
-                or not _plain_floats(given, given_eps, given_decay):
+        # kinds first: a tensor compared by value would be read on the host
+        if not _plain_floats(given, given_eps, given_decay) \
+                or (given, given_eps, given_decay) != self._fixed:
             return False
         if self._lr is not None:
             if lr is not self._lr:
