@@ -1,0 +1,205 @@
+"""Can the MXFP8 values pass run under the BF16 product, in the product's own programs? A
+feasibility probe for issue 27's MXFP8 goal (docs/perf/wgrad.md, 2026-12-07).
+
+The plan first writes every E4M3 code's BF16 value (the values pass, about 0.25 of the
+product's time at the small case), then runs the BF16 K-K tensor2d kernel over them. A pass
+beside the product on a few SMs is bounded at 1.14 / 1.18 / 1.33x the product
+(scripts/copier_rate.py --beside): the product loses those SMs. Here the pass runs inside
+every program of the product instead, in a fourth partition of CONV_WARPS warps: TMA brings
+[64, 32]-code chunks into a ring of shared memory, and the warps turn them into values (each
+row's 32 tokens times its E8M0 scale) stored 16 bytes at a time.
+
+The kernel composes the package's own loader and MMA partitions (kernels_tensor2d,
+kernels_gluon) with that converter. Nothing connects the two yet: the converter converts a
+buffer of the case's size that the product does not read, so what this measures is
+- the product's cost of sharing its SMs (the registers it gives up, issue slots, shared and
+  DRAM bandwidth), with and without conversions to do, and
+- whether the converters finish the whole pass within the product's time.
+A design that meets the goal would add per-block counters: the converters release each block
+of 64 tokens, the loader acquires it before its TMA loads.
+
+Usage: python3 scripts/convert_under.py   (times: graphrt.bench.timing.stream_time_us)
+"""
+import itertools
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+from graphrt.bench.timing import stream_time_us
+from graphrt.device_checks import error_flags
+from graphrt.gluon_api import cta_barrier, tma_load
+from graphrt.kernel_utils import gluon_descriptor, LAUNCH_OPTIONS
+from graphrt.ops.grouped_gemm import kernels_tensor2d as t2d
+from graphrt.ops.grouped_gemm.kernels import experts_vector
+from graphrt.ops.grouped_gemm.kernels_gluon import _load_partition, _stage_ring
+
+CHUNK = [64, 32]             # rows x tokens of codes: one E8M0 scale a row
+CONV_WARPS = gl.constexpr(2)
+CONV_STAGES = gl.constexpr(8)
+# registers (setmaxnreg) of the loader's warpgroup (the loader and the converter) and of the
+# second MMA warpgroup; the first takes the rest (504 - both). Compiled for sm_90a under 3.6,
+# the composed kernel spills 16 / 64 / 240 bytes at these splits, the package kernel 8.
+REG_SPLITS = ((32, 232), (48, 224), (80, 208))
+
+
+@gluon.jit
+def _convert_partition(codes_desc, codes, bars, SCALES, VALUES, chunks, tiles_t, tokens_sum,
+                       values_stride):
+    """Chunks p, p + programs, ... of codes [rows, T] written to VALUES [rows, values_stride]
+    as BF16 values: code * 2^(scale - 127), one E8M0 scale per row and 32 tokens."""
+    CR: gl.constexpr = codes_desc.block_type.shape[0]
+    CT: gl.constexpr = codes_desc.block_type.shape[1]
+    S: gl.constexpr = codes.shape[0]
+    layout: gl.constexpr = gl.BlockedLayout([1, 16], [16, 2], [gl.num_warps(), 1], [1, 0])
+    stride = values_stride // 8 * 8
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    mine = (chunks - pid + programs - 1) // programs
+    for q in gl.static_range(S):
+        if q < mine:
+            t = pid + q * programs
+            mbarrier.expect(bars.index(q), CR * CT)
+            tma_load(codes_desc, [(t // tiles_t) * CR, (t % tiles_t) * CT], bars.index(q),
+                     codes.index(q))
+    for j in range(mine):
+        s = j % S
+        mbarrier.wait(bars.index(s), (j // S) & 1)
+        c = codes.index(s).load(layout)
+        cta_barrier()                      # every converter thread has read the stage
+        refill = j + S
+        if refill < mine:
+            u = pid + refill * programs
+            mbarrier.expect(bars.index(s), CR * CT)
+            tma_load(codes_desc, [(u // tiles_t) * CR, (u % tiles_t) * CT], bars.index(s),
+                     codes.index(s))
+        t = pid + j * programs
+        r0 = (t // tiles_t) * CR
+        t0 = (t % tiles_t) * CT
+        rows = r0 + gl.arange(0, CR, layout=gl.SliceLayout(1, layout))
+        toks = t0 + gl.arange(0, CT, layout=gl.SliceLayout(0, layout))
+        scale = gl.load(SCALES + rows.to(gl.int64) * (tokens_sum // 32) + t0 // 32)
+        factor = gl.exp2(scale.to(gl.float32) - 127.0)
+        v = (c.to(gl.float32) * factor[:, None]).to(gl.bfloat16)
+        gl.store(VALUES + rows.to(gl.int64)[:, None] * stride + toks[None, :], v)
+
+
+@gluon.jit(do_not_specialize=["experts", "tokens_sum", "chunks", "tiles_t", "values_stride"])
+def _product_with_converter(a_desc, b_desc, OFFSETS, OUT, OUT_PTRS, ERRORS, experts, tokens_sum,
+                            codes_desc, SCALES, VALUES, chunks, tiles_t, values_stride,
+                            HIDDEN: gl.constexpr, INTER: gl.constexpr,
+                            OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr,
+                            GROUP: gl.constexpr, EXPERTS_POW2: gl.constexpr,
+                            CONVERT: gl.constexpr, SHARE_REGS: gl.constexpr,
+                            MMA_REGS: gl.constexpr):
+    """The tensor2d kernel's BF16 K-K product (dense BF16 output, sorted split), with the
+    converter partition when CONVERT."""
+    a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES)
+    if CONVERT:
+        codes = gl.allocate_shared_memory(codes_desc.dtype,
+                                          [CONV_STAGES] + codes_desc.block_type.shape,
+                                          codes_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [CONV_STAGES, 1], mbarrier.MBarrierLayout())
+        for q in gl.static_range(CONV_STAGES):
+            mbarrier.init(bars.index(q), count=1)
+        gl.warp_specialize([
+            (t2d._mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
+                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, False, False,
+                                  OUT_DTYPE, GROUP, True, True, True, EXPERTS_POW2, 0)),
+            (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
+                               experts, tokens_sum, HIDDEN, INTER, GROUP, True, True, True,
+                               EXPERTS_POW2)),
+            (t2d._mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
+                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, False, False,
+                                  OUT_DTYPE, GROUP, True, True, True, EXPERTS_POW2, 64)),
+            (_convert_partition, (codes_desc, codes, bars, SCALES, VALUES, chunks, tiles_t,
+                                  tokens_sum, values_stride)),
+        ], [1, 4, CONV_WARPS], [SHARE_REGS, MMA_REGS, SHARE_REGS])
+    else:
+        gl.warp_specialize([
+            (t2d._mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
+                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, False, False,
+                                  OUT_DTYPE, GROUP, True, True, True, EXPERTS_POW2, 0)),
+            (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
+                               experts, tokens_sum, HIDDEN, INTER, GROUP, True, True, True,
+                               EXPERTS_POW2)),
+            (t2d._mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
+                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, False, False,
+                                  OUT_DTYPE, GROUP, True, True, True, EXPERTS_POW2, 64)),
+        ], [1, 4], [t2d.LOADER_REGS, t2d.MMA_REGS])
+
+
+def _case(experts, hidden, inter, tokens, gen):
+    from graphrt.bench.wgrad import random_counts
+    counts = random_counts(experts, tokens, gen)
+    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
+    a = torch.randn(hidden, tokens, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(inter, tokens, device="cuda", dtype=torch.bfloat16).t()
+    rows = hidden + inter
+    codes = torch.randn(rows, tokens, device="cuda").to(torch.float8_e4m3fn)
+    scales = torch.randint(120, 135, (rows, tokens // 32), device="cuda", dtype=torch.uint8)
+    values = torch.empty(rows, tokens, device="cuda", dtype=torch.bfloat16)
+    return offsets, a, b, codes, scales, values
+
+
+def main():
+    from graphrt.ops.registry import op
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"device {torch.cuda.get_device_name(0)}, {sms} SMs; converter {CONV_WARPS} warps, "
+          f"chunks {CHUNK}, {CONV_STAGES} stages", flush=True)
+    gen = torch.Generator().manual_seed(0)
+    for experts, hidden, inter, tokens in op("grouped_gemm_wgrad").cases:
+        offsets, a, b, codes, scales, values = _case(experts, hidden, inter, tokens, gen)
+        out = torch.empty(experts, hidden, inter, device="cuda", dtype=torch.bfloat16)
+        errors = error_flags(a.device)
+        cfg = t2d.TENSOR2D_TMA_CONFIG
+        a_box, b_box = t2d._boxes(True, True, cfg.block_n)
+        a_desc, b_desc = gluon_descriptor(a, a_box), gluon_descriptor(b.t(), b_box)
+        codes_desc = gluon_descriptor(codes, CHUNK)
+        tiles_t = tokens // CHUNK[1]
+        all_chunks = (codes.shape[0] // CHUNK[0]) * tiles_t
+        programs = min(t2d._tile_count(hidden, inter, cfg.block_n) * experts, sms)
+
+        def composed(convert, chunks, share=t2d.LOADER_REGS.value, mma=t2d.MMA_REGS.value):
+            return lambda: _product_with_converter[(programs,)](
+                a_desc, b_desc, offsets, out, offsets, errors, experts, tokens, codes_desc,
+                scales, values, chunks, tiles_t, values.stride(0), HIDDEN=hidden, INTER=inter,
+                OUT_DTYPE=gl.bfloat16, STAGES=cfg.stages, GROUP=cfg.group, EXPERTS_POW2=experts_vector(experts),
+                CONVERT=convert, SHARE_REGS=share, MMA_REGS=mma, num_warps=4,
+                maxnreg=t2d.LAUNCH_REGS, **LAUNCH_OPTIONS)
+
+        def plan_kernel():
+            t2d.launch_wgrad_tensor2d_tma(a, b, offsets, out, None, torch.bfloat16, errors,
+                                          hidden=hidden, inter=inter, accumulate=False)
+
+        # correctness first: the product against the package kernel's, the values against torch
+        plan_kernel()
+        expected = out.clone()
+        expected_values = (codes.float() * torch.exp2(
+            scales.float().repeat_interleave(32, dim=1) - 127.0)).to(torch.bfloat16)
+        runs = {"package kernel": plan_kernel, "composed, no converter": composed(False, 0)}
+        for share, mma in REG_SPLITS:
+            runs[f"converter idle, registers {share} / {mma}"] = composed(True, 0, share, mma)
+            runs[f"converter with the whole pass, registers {share} / {mma}"] = composed(
+                True, all_chunks, share, mma)
+        for name, fn in runs.items():
+            out.fill_(float("nan"))
+            values.fill_(float("nan"))
+            fn()
+            torch.cuda.synchronize()
+            same = torch.equal(out, expected)
+            converted = torch.equal(values, expected_values) if "whole" in name else None
+            print(f"  {name}: product equal {same}, values equal {converted}", flush=True)
+        moved = codes.numel() * 3
+        print(f"E{experts} {hidden}x{inter} T{tokens}: values pass {moved / 1e6:.0f} MB, "
+              f"{all_chunks} chunks", flush=True)
+        base = None
+        for name, fn in runs.items():
+            us = stream_time_us(fn, calls=5, repeats=5)
+            base = base or us
+            print(f"  {name:<56} {us:9.1f} us ({us / base:.3f})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
