@@ -7,7 +7,8 @@ beside the product on a few SMs is bounded at 1.14 / 1.18 / 1.33x the product
 (scripts/copier_rate.py --beside): the product loses those SMs. Here the pass runs inside
 every program of the product instead, in a fourth partition of CONV_WARPS warps: TMA brings
 [64, 32]-code chunks into a ring of shared memory, and the warps turn them into values (each
-row's 32 tokens times its E8M0 scale) stored 16 bytes at a time.
+row's 32 tokens times its E8M0 scale, the scales loaded two chunks ahead) stored 16 bytes at a
+time.
 
 The kernel composes the package's own loader and MMA partitions (kernels_tensor2d,
 kernels_gluon) with that converter. Nothing connects the two yet: the converter converts a
@@ -17,6 +18,8 @@ buffer of the case's size that the product does not read, so what this measures 
 - whether the converters finish the whole pass within the product's time.
 A design that meets the goal would add per-block counters: the converters release each block
 of 64 tokens, the loader acquires it before its TMA loads.
+
+A last row runs the converters with every expert empty: their rate with no product beside them.
 
 Usage: python3 scripts/convert_under.py   (times: graphrt.bench.timing.stream_time_us)
 """
@@ -35,20 +38,30 @@ from graphrt.ops.grouped_gemm import kernels_tensor2d as t2d
 from graphrt.ops.grouped_gemm.kernels import experts_vector
 from graphrt.ops.grouped_gemm.kernels_gluon import _load_partition, _stage_ring
 
-CHUNK = [64, 32]             # rows x tokens of codes: one E8M0 scale a row
 CONV_WARPS = gl.constexpr(2)
-CONV_STAGES = gl.constexpr(8)
+# (rows x tokens of codes a chunk, one E8M0 scale a row; chunks in flight): 24 KB of codes
+CHUNKS = (([64, 32], 12), ([128, 32], 6), ([256, 32], 3))
 # registers (setmaxnreg) of the loader's warpgroup (the loader and the converter) and of the
 # second MMA warpgroup; the first takes the rest (504 - both). Compiled for sm_90a under 3.6,
 # the composed kernel spills 16 / 64 / 240 bytes at these splits, the package kernel 8.
-REG_SPLITS = ((32, 232), (48, 224), (80, 208))
+REG_SPLITS = ((48, 224), (80, 208))
+
+
+@gluon.jit
+def _chunk_scales(SCALES, t, live, tiles_t, tokens_sum, CR: gl.constexpr, CT: gl.constexpr,
+                  layout: gl.constexpr):
+    """The E8M0 scales of chunk t's rows (one a row: its 32 tokens), zeros where not live."""
+    rows = (t // tiles_t) * CR + gl.arange(0, CR, layout=gl.SliceLayout(1, layout))
+    return gl.load(SCALES + rows.to(gl.int64) * (tokens_sum // 32) + (t % tiles_t) * CT // 32,
+                   mask=live & (rows >= 0), other=0)
 
 
 @gluon.jit
 def _convert_partition(codes_desc, codes, bars, SCALES, VALUES, chunks, tiles_t, tokens_sum,
                        values_stride):
     """Chunks p, p + programs, ... of codes [rows, T] written to VALUES [rows, values_stride]
-    as BF16 values: code * 2^(scale - 127), one E8M0 scale per row and 32 tokens."""
+    as BF16 values: code * 2^(scale - 127), one E8M0 scale per row and 32 tokens. The codes
+    come by TMA CONV_STAGES chunks ahead, the scales by loads two chunks ahead."""
     CR: gl.constexpr = codes_desc.block_type.shape[0]
     CT: gl.constexpr = codes_desc.block_type.shape[1]
     S: gl.constexpr = codes.shape[0]
@@ -63,6 +76,9 @@ def _convert_partition(codes_desc, codes, bars, SCALES, VALUES, chunks, tiles_t,
             mbarrier.expect(bars.index(q), CR * CT)
             tma_load(codes_desc, [(t // tiles_t) * CR, (t % tiles_t) * CT], bars.index(q),
                      codes.index(q))
+    scale = _chunk_scales(SCALES, pid, mine > 0, tiles_t, tokens_sum, CR, CT, layout)
+    scale_next = _chunk_scales(SCALES, pid + programs, mine > 1, tiles_t, tokens_sum, CR, CT,
+                               layout)
     for j in range(mine):
         s = j % S
         mbarrier.wait(bars.index(s), (j // S) & 1)
@@ -74,15 +90,16 @@ def _convert_partition(codes_desc, codes, bars, SCALES, VALUES, chunks, tiles_t,
             mbarrier.expect(bars.index(s), CR * CT)
             tma_load(codes_desc, [(u // tiles_t) * CR, (u % tiles_t) * CT], bars.index(s),
                      codes.index(s))
+        scale_later = _chunk_scales(SCALES, pid + (j + 2) * programs, j + 2 < mine, tiles_t,
+                                    tokens_sum, CR, CT, layout)
         t = pid + j * programs
-        r0 = (t // tiles_t) * CR
-        t0 = (t % tiles_t) * CT
-        rows = r0 + gl.arange(0, CR, layout=gl.SliceLayout(1, layout))
-        toks = t0 + gl.arange(0, CT, layout=gl.SliceLayout(0, layout))
-        scale = gl.load(SCALES + rows.to(gl.int64) * (tokens_sum // 32) + t0 // 32)
+        rows = (t // tiles_t) * CR + gl.arange(0, CR, layout=gl.SliceLayout(1, layout))
+        toks = (t % tiles_t) * CT + gl.arange(0, CT, layout=gl.SliceLayout(0, layout))
         factor = gl.exp2(scale.to(gl.float32) - 127.0)
         v = (c.to(gl.float32) * factor[:, None]).to(gl.bfloat16)
         gl.store(VALUES + rows.to(gl.int64)[:, None] * stride + toks[None, :], v)
+        scale = scale_next
+        scale_next = scale_later
 
 
 @gluon.jit(do_not_specialize=["experts", "tokens_sum", "chunks", "tiles_t", "values_stride"])
@@ -91,8 +108,8 @@ def _product_with_converter(a_desc, b_desc, OFFSETS, OUT, OUT_PTRS, ERRORS, expe
                             HIDDEN: gl.constexpr, INTER: gl.constexpr,
                             OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr,
                             GROUP: gl.constexpr, EXPERTS_POW2: gl.constexpr,
-                            CONVERT: gl.constexpr, SHARE_REGS: gl.constexpr,
-                            MMA_REGS: gl.constexpr):
+                            CONVERT: gl.constexpr, CONV_STAGES: gl.constexpr,
+                            SHARE_REGS: gl.constexpr, MMA_REGS: gl.constexpr):
     """The tensor2d kernel's BF16 K-K product (dense BF16 output, sorted split), with the
     converter partition when CONVERT."""
     a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES)
@@ -146,8 +163,8 @@ def _case(experts, hidden, inter, tokens, gen):
 def main():
     from graphrt.ops.registry import op
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    print(f"device {torch.cuda.get_device_name(0)}, {sms} SMs; converter {CONV_WARPS} warps, "
-          f"chunks {CHUNK}, {CONV_STAGES} stages", flush=True)
+    print(f"device {torch.cuda.get_device_name(0)}, {sms} SMs; converter {CONV_WARPS.value} "
+          f"warps", flush=True)
     gen = torch.Generator().manual_seed(0)
     for experts, hidden, inter, tokens in op("grouped_gemm_wgrad").cases:
         offsets, a, b, codes, scales, values = _case(experts, hidden, inter, tokens, gen)
@@ -156,18 +173,22 @@ def main():
         cfg = t2d.TENSOR2D_TMA_CONFIG
         a_box, b_box = t2d._boxes(True, True, cfg.block_n)
         a_desc, b_desc = gluon_descriptor(a, a_box), gluon_descriptor(b.t(), b_box)
-        codes_desc = gluon_descriptor(codes, CHUNK)
-        tiles_t = tokens // CHUNK[1]
-        all_chunks = (codes.shape[0] // CHUNK[0]) * tiles_t
         programs = min(t2d._tile_count(hidden, inter, cfg.block_n) * experts, sms)
 
-        def composed(convert, chunks, share=t2d.LOADER_REGS.value, mma=t2d.MMA_REGS.value):
+        no_tokens = torch.zeros_like(offsets)
+
+        def composed(convert, whole, chunk=CHUNKS[0][0], stages=CHUNKS[0][1],
+                     share=t2d.LOADER_REGS.value, mma=t2d.MMA_REGS.value, routing=offsets):
+            codes_desc = gluon_descriptor(codes, chunk)
+            tiles_t = tokens // chunk[1]
+            chunks = (codes.shape[0] // chunk[0]) * tiles_t if whole else 0
             return lambda: _product_with_converter[(programs,)](
-                a_desc, b_desc, offsets, out, offsets, errors, experts, tokens, codes_desc,
+                a_desc, b_desc, routing, out, routing, errors, experts, tokens, codes_desc,
                 scales, values, chunks, tiles_t, values.stride(0), HIDDEN=hidden, INTER=inter,
-                OUT_DTYPE=gl.bfloat16, STAGES=cfg.stages, GROUP=cfg.group, EXPERTS_POW2=experts_vector(experts),
-                CONVERT=convert, SHARE_REGS=share, MMA_REGS=mma, num_warps=4,
-                maxnreg=t2d.LAUNCH_REGS, **LAUNCH_OPTIONS)
+                OUT_DTYPE=gl.bfloat16, STAGES=cfg.stages, GROUP=cfg.group,
+                EXPERTS_POW2=experts_vector(experts), CONVERT=convert, CONV_STAGES=stages,
+                SHARE_REGS=share, MMA_REGS=mma, num_warps=4, maxnreg=t2d.LAUNCH_REGS,
+                **LAUNCH_OPTIONS)
 
         def plan_kernel():
             t2d.launch_wgrad_tensor2d_tma(a, b, offsets, out, None, torch.bfloat16, errors,
@@ -178,27 +199,34 @@ def main():
         expected = out.clone()
         expected_values = (codes.float() * torch.exp2(
             scales.float().repeat_interleave(32, dim=1) - 127.0)).to(torch.bfloat16)
-        runs = {"package kernel": plan_kernel, "composed, no converter": composed(False, 0)}
+        runs = {"package kernel": plan_kernel, "composed, no converter": composed(False, False)}
         for share, mma in REG_SPLITS:
-            runs[f"converter idle, registers {share} / {mma}"] = composed(True, 0, share, mma)
-            runs[f"converter with the whole pass, registers {share} / {mma}"] = composed(
-                True, all_chunks, share, mma)
+            runs[f"converter idle, registers {share} / {mma}"] = composed(
+                True, False, share=share, mma=mma)
+            for chunk, stages in CHUNKS:
+                runs[f"whole pass, chunks {chunk[0]}x{chunk[1]} x{stages}, registers {share} / "
+                     f"{mma}"] = composed(True, True, chunk, stages, share, mma)
+            chunk, stages = CHUNKS[1]
+            runs[f"whole pass, no product (every expert empty), chunks {chunk[0]}x{chunk[1]}, "
+                 f"registers {share} / {mma}"] = composed(True, True, chunk, stages, share, mma,
+                                                          no_tokens)
         for name, fn in runs.items():
             out.fill_(float("nan"))
             values.fill_(float("nan"))
             fn()
             torch.cuda.synchronize()
-            same = torch.equal(out, expected)
+            same = torch.equal(out, expected) if "no product" not in name else None
             converted = torch.equal(values, expected_values) if "whole" in name else None
             print(f"  {name}: product equal {same}, values equal {converted}", flush=True)
         moved = codes.numel() * 3
-        print(f"E{experts} {hidden}x{inter} T{tokens}: values pass {moved / 1e6:.0f} MB, "
-              f"{all_chunks} chunks", flush=True)
+        print(f"E{experts} {hidden}x{inter} T{tokens}: values pass {moved / 1e6:.0f} MB",
+              flush=True)
         base = None
         for name, fn in runs.items():
             us = stream_time_us(fn, calls=5, repeats=5)
             base = base or us
-            print(f"  {name:<56} {us:9.1f} us ({us / base:.3f})", flush=True)
+            rate = f", {moved / us / 1e3 / programs:.1f} GB/s an SM" if "whole" in name else ""
+            print(f"  {name:<56} {us:9.1f} us ({us / base:.3f}{rate})", flush=True)
 
 
 if __name__ == "__main__":
