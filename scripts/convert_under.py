@@ -6,20 +6,22 @@ product's time at the small case), then runs the BF16 K-K tensor2d kernel over t
 beside the product on a few SMs is bounded at 1.14 / 1.18 / 1.33x the product
 (scripts/copier_rate.py --beside): the product loses those SMs. Here the pass runs inside
 every program of the product instead, in a fourth partition of CONV_WARPS warps: TMA brings
-[64, 32]-code chunks into a ring of shared memory, and the warps turn them into values (each
-row's 32 tokens times its E8M0 scale, the scales loaded two chunks ahead) stored 16 bytes at a
-time.
+chunks of [rows, 32] codes (CHUNKS: 64, 128 or 256 rows) into a ring of shared memory, and
+the warps turn them into values (each row's 32 tokens times its E8M0 scale, the scales loaded
+two chunks ahead) stored 16 bytes at a time.
 
 The kernel composes the package's own loader and MMA partitions (kernels_tensor2d,
-kernels_gluon) with that converter. Nothing connects the two yet: the converter converts a
-buffer of the case's size that the product does not read, so what this measures is
+kernels_gluon) with that converter, at the register splits of REG_SPLITS. Nothing connects the
+two: the converter converts a buffer of the case's size that the product does not read, so
+what this measures is a bound:
 - the product's cost of sharing its SMs (the registers it gives up, issue slots, shared and
-  DRAM bandwidth), with and without conversions to do, and
-- whether the converters finish the whole pass within the product's time.
-A design that meets the goal would add per-block counters: the converters release each block
-of 64 tokens, the loader acquires it before its TMA loads.
-
-A last row runs the converters with every expert empty: their rate with no product beside them.
+  DRAM bandwidth), with and without conversions to do;
+- whether the converters finish the whole pass within the product's time;
+- the converters' rate alone (a last row with every expert empty).
+A design that used it would add per-block counters: the converters release each block of 64
+tokens, the loader acquires it before its TMA loads. Measured on 2026-12-07 (H100): the
+converters move 4.5-6.5 GB/s an SM beside the product and 8-10 alone, short of the small
+case's need, so that design was not built.
 
 Usage: python3 scripts/convert_under.py   (times: graphrt.bench.timing.stream_time_us)
 """
