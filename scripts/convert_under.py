@@ -34,11 +34,13 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from graphrt.bench.timing import stream_time_us
 from graphrt.device_checks import error_flags
-from graphrt.gluon_api import cta_barrier, tma_load
+from graphrt.gluon_api import cta_barrier
 from graphrt.kernel_utils import gluon_descriptor, LAUNCH_OPTIONS
 from graphrt.ops.grouped_gemm import kernels_tensor2d as t2d
 from graphrt.ops.grouped_gemm.kernels import experts_vector
 from graphrt.ops.grouped_gemm.kernels_gluon import _load_partition, _stage_ring
+
+from copier_rate import fill_ring, load_tile   # run from scripts/, beside it
 
 CONV_WARPS = gl.constexpr(2)
 # (rows x tokens of codes a chunk, one E8M0 scale a row; chunks in flight): 24 KB of codes
@@ -72,12 +74,7 @@ def _convert_partition(codes_desc, codes, bars, SCALES, VALUES, chunks, tiles_t,
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
     mine = (chunks - pid + programs - 1) // programs
-    for q in gl.static_range(S):
-        if q < mine:
-            t = pid + q * programs
-            mbarrier.expect(bars.index(q), CR * CT)
-            tma_load(codes_desc, [(t // tiles_t) * CR, (t % tiles_t) * CT], bars.index(q),
-                     codes.index(q))
+    fill_ring(codes_desc, codes, bars, mine, tiles_t)
     scale = _chunk_scales(SCALES, pid, mine > 0, tiles_t, tokens_sum, CR, CT, layout)
     scale_next = _chunk_scales(SCALES, pid + programs, mine > 1, tiles_t, tokens_sum, CR, CT,
                                layout)
@@ -86,12 +83,8 @@ def _convert_partition(codes_desc, codes, bars, SCALES, VALUES, chunks, tiles_t,
         mbarrier.wait(bars.index(s), (j // S) & 1)
         c = codes.index(s).load(layout)
         cta_barrier()                      # every converter thread has read the stage
-        refill = j + S
-        if refill < mine:
-            u = pid + refill * programs
-            mbarrier.expect(bars.index(s), CR * CT)
-            tma_load(codes_desc, [(u // tiles_t) * CR, (u % tiles_t) * CT], bars.index(s),
-                     codes.index(s))
+        if j + S < mine:
+            load_tile(codes_desc, codes, bars, s, pid + (j + S) * programs, tiles_t)
         scale_later = _chunk_scales(SCALES, pid + (j + 2) * programs, j + 2 < mine, tiles_t,
                                     tokens_sum, CR, CT, layout)
         t = pid + j * programs
@@ -110,43 +103,30 @@ def _product_with_converter(a_desc, b_desc, OFFSETS, OUT, OUT_PTRS, ERRORS, expe
                             HIDDEN: gl.constexpr, INTER: gl.constexpr,
                             OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr,
                             GROUP: gl.constexpr, EXPERTS_POW2: gl.constexpr,
-                            CONVERT: gl.constexpr, CONV_STAGES: gl.constexpr,
+                            CONV_STAGES: gl.constexpr,
                             SHARE_REGS: gl.constexpr, MMA_REGS: gl.constexpr):
-    """The tensor2d kernel's BF16 K-K product (dense BF16 output, sorted split), with the
-    converter partition when CONVERT."""
+    """The tensor2d kernel's BF16 K-K product (dense BF16 output, sorted split) with the
+    converter partition beside its loader."""
     a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES)
-    if CONVERT:
-        codes = gl.allocate_shared_memory(codes_desc.dtype,
-                                          [CONV_STAGES] + codes_desc.block_type.shape,
-                                          codes_desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [CONV_STAGES, 1], mbarrier.MBarrierLayout())
-        for q in gl.static_range(CONV_STAGES):
-            mbarrier.init(bars.index(q), count=1)
-        gl.warp_specialize([
-            (t2d._mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
-                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, False, False,
-                                  OUT_DTYPE, GROUP, True, True, True, EXPERTS_POW2, 0)),
-            (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
-                               experts, tokens_sum, HIDDEN, INTER, GROUP, True, True, True,
-                               EXPERTS_POW2)),
-            (t2d._mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
-                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, False, False,
-                                  OUT_DTYPE, GROUP, True, True, True, EXPERTS_POW2, 64)),
-            (_convert_partition, (codes_desc, codes, bars, SCALES, VALUES, chunks, tiles_t,
-                                  tokens_sum, values_stride)),
-        ], [1, 4, CONV_WARPS], [SHARE_REGS, MMA_REGS, SHARE_REGS])
-    else:
-        gl.warp_specialize([
-            (t2d._mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
-                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, False, False,
-                                  OUT_DTYPE, GROUP, True, True, True, EXPERTS_POW2, 0)),
-            (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
-                               experts, tokens_sum, HIDDEN, INTER, GROUP, True, True, True,
-                               EXPERTS_POW2)),
-            (t2d._mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
-                                  ERRORS, experts, tokens_sum, HIDDEN, INTER, False, False,
-                                  OUT_DTYPE, GROUP, True, True, True, EXPERTS_POW2, 64)),
-        ], [1, 4], [t2d.LOADER_REGS, t2d.MMA_REGS])
+    codes = gl.allocate_shared_memory(codes_desc.dtype,
+                                      [CONV_STAGES] + codes_desc.block_type.shape,
+                                      codes_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [CONV_STAGES, 1], mbarrier.MBarrierLayout())
+    for q in gl.static_range(CONV_STAGES):
+        mbarrier.init(bars.index(q), count=1)
+    gl.warp_specialize([
+        (t2d._mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
+                              ERRORS, experts, tokens_sum, HIDDEN, INTER, False, False,
+                              OUT_DTYPE, GROUP, True, True, True, EXPERTS_POW2, 0)),
+        (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
+                           experts, tokens_sum, HIDDEN, INTER, GROUP, True, True, True,
+                           EXPERTS_POW2)),
+        (t2d._mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, OFFSETS, OUT, OUT_PTRS,
+                              ERRORS, experts, tokens_sum, HIDDEN, INTER, False, False,
+                              OUT_DTYPE, GROUP, True, True, True, EXPERTS_POW2, 64)),
+        (_convert_partition, (codes_desc, codes, bars, SCALES, VALUES, chunks, tiles_t,
+                              tokens_sum, values_stride)),
+    ], [1, 4, CONV_WARPS], [SHARE_REGS, MMA_REGS, SHARE_REGS])
 
 
 def _case(experts, hidden, inter, tokens, gen):
@@ -179,8 +159,8 @@ def main():
 
         no_tokens = torch.zeros_like(offsets)
 
-        def composed(convert, whole, chunk=CHUNKS[0][0], stages=CHUNKS[0][1],
-                     share=t2d.LOADER_REGS.value, mma=t2d.MMA_REGS.value, routing=offsets):
+        def composed(whole, chunk=CHUNKS[0][0], stages=CHUNKS[0][1], share=48, mma=224,
+                     routing=offsets):
             codes_desc = gluon_descriptor(codes, chunk)
             tiles_t = tokens // chunk[1]
             chunks = (codes.shape[0] // chunk[0]) * tiles_t if whole else 0
@@ -188,7 +168,7 @@ def main():
                 a_desc, b_desc, routing, out, routing, errors, experts, tokens, codes_desc,
                 scales, values, chunks, tiles_t, values.stride(0), HIDDEN=hidden, INTER=inter,
                 OUT_DTYPE=gl.bfloat16, STAGES=cfg.stages, GROUP=cfg.group,
-                EXPERTS_POW2=experts_vector(experts), CONVERT=convert, CONV_STAGES=stages,
+                EXPERTS_POW2=experts_vector(experts), CONV_STAGES=stages,
                 SHARE_REGS=share, MMA_REGS=mma, num_warps=4, maxnreg=t2d.LAUNCH_REGS,
                 **LAUNCH_OPTIONS)
 
@@ -201,16 +181,16 @@ def main():
         expected = out.clone()
         expected_values = (codes.float() * torch.exp2(
             scales.float().repeat_interleave(32, dim=1) - 127.0)).to(torch.bfloat16)
-        runs = {"package kernel": plan_kernel, "composed, no converter": composed(False, False)}
+        runs = {"package kernel": plan_kernel}
         for share, mma in REG_SPLITS:
             runs[f"converter idle, registers {share} / {mma}"] = composed(
-                True, False, share=share, mma=mma)
+                False, share=share, mma=mma)
             for chunk, stages in CHUNKS:
                 runs[f"whole pass, chunks {chunk[0]}x{chunk[1]} x{stages}, registers {share} / "
-                     f"{mma}"] = composed(True, True, chunk, stages, share, mma)
+                     f"{mma}"] = composed(True, chunk, stages, share, mma)
             chunk, stages = CHUNKS[1]
             runs[f"whole pass, no product (every expert empty), chunks {chunk[0]}x{chunk[1]}, "
-                 f"registers {share} / {mma}"] = composed(True, True, chunk, stages, share, mma,
+                 f"registers {share} / {mma}"] = composed(True, chunk, stages, share, mma,
                                                           no_tokens)
         for name, fn in runs.items():
             out.fill_(float("nan"))

@@ -40,6 +40,25 @@ STAGES = [4, 8, 12]
 
 
 @gluon.jit
+def load_tile(desc, bufs, bars, slot, t, tiles_c):
+    """Tile t of desc's tensor (tiles_c tiles a row of tiles) by TMA into bufs[slot]."""
+    BR: gl.constexpr = desc.block_type.shape[0]
+    BC: gl.constexpr = desc.block_type.shape[1]
+    mbarrier.expect(bars.index(slot), BR * BC * desc.dtype.primitive_bitwidth // 8)
+    tma_load(desc, [(t // tiles_c) * BR, (t % tiles_c) * BC], bars.index(slot), bufs.index(slot))
+
+
+@gluon.jit
+def fill_ring(desc, bufs, bars, mine, tiles_c):
+    """This program's first tiles (pid, pid + programs, ...; at most ``mine``) loading into
+    the ring, whose barriers are made."""
+    S: gl.constexpr = bufs.shape[0]
+    for q in gl.static_range(S):
+        if q < mine:
+            load_tile(desc, bufs, bars, q, gl.program_id(0) + q * gl.num_programs(0), tiles_c)
+
+
+@gluon.jit
 def _tma_copy(src, dst, tiles_c, total, STAGES: gl.constexpr):
     """Tiles pid, pid + N, ... of src copied to dst, STAGES loads in flight and two stores."""
     BR: gl.constexpr = src.block_type.shape[0]
@@ -51,11 +70,7 @@ def _tma_copy(src, dst, tiles_c, total, STAGES: gl.constexpr):
     pid = gl.program_id(0)
     npro = gl.num_programs(0)
     mine = (total - pid + npro - 1) // npro
-    for q in gl.static_range(STAGES):
-        if q < mine:
-            t = pid + q * npro
-            mbarrier.expect(bars.index(q), BR * BC * 2)
-            tma_load(src, [(t // tiles_c) * BR, (t % tiles_c) * BC], bars.index(q), bufs.index(q))
+    fill_ring(src, bufs, bars, mine, tiles_c)
     for j in range(mine):
         s = j % STAGES
         mbarrier.wait(bars.index(s), (j // STAGES) & 1)
@@ -64,10 +79,7 @@ def _tma_copy(src, dst, tiles_c, total, STAGES: gl.constexpr):
         tma.store_wait(1)                  # the store of tile j - 1 has read its stage
         refill = j - 1 + STAGES
         if (j > 0) & (refill < mine):
-            r = (j - 1) % STAGES
-            u = pid + refill * npro
-            mbarrier.expect(bars.index(r), BR * BC * 2)
-            tma_load(src, [(u // tiles_c) * BR, (u % tiles_c) * BC], bars.index(r), bufs.index(r))
+            load_tile(src, bufs, bars, (j - 1) % STAGES, pid + refill * npro, tiles_c)
     tma.store_wait(0)
 
 
@@ -86,12 +98,7 @@ def _tma_values(src, dst, scale, tiles_c, total, STAGES: gl.constexpr):
     pid = gl.program_id(0)
     npro = gl.num_programs(0)
     mine = (total - pid + npro - 1) // npro
-    for q in gl.static_range(STAGES):
-        if q < mine:
-            t = pid + q * npro
-            mbarrier.expect(bars.index(q), BR * BC)
-            tma_load(src, [(t // tiles_c) * BR, (t % tiles_c) * BC], bars.index(q),
-                     codes.index(q))
+    fill_ring(src, codes, bars, mine, tiles_c)
     for j in range(mine):
         s = j % STAGES
         mbarrier.wait(bars.index(s), (j // STAGES) & 1)
@@ -103,12 +110,8 @@ def _tma_values(src, dst, scale, tiles_c, total, STAGES: gl.constexpr):
         cta_barrier()                      # every thread's values written, its codes read
         t = pid + j * npro
         tma_store(dst, [(t // tiles_c) * BR, (t % tiles_c) * BC], vals.index(j % 2))
-        refill = j + STAGES
-        if refill < mine:
-            u = pid + refill * npro
-            mbarrier.expect(bars.index(s), BR * BC)
-            tma_load(src, [(u // tiles_c) * BR, (u % tiles_c) * BC], bars.index(s),
-                     codes.index(s))
+        if j + STAGES < mine:
+            load_tile(src, codes, bars, s, pid + (j + STAGES) * npro, tiles_c)
     tma.store_wait(0)
 
 
