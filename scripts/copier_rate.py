@@ -59,18 +59,28 @@ def fill_ring(desc, bufs, bars, mine, tiles_c):
 
 
 @gluon.jit
+def start_ring(desc, bufs, total, tiles_c):
+    """The ring's barriers made, this program's tiles among ``total`` counted (pid, pid +
+    programs, ...), and its first tiles loading: (barriers, tiles)."""
+    S: gl.constexpr = bufs.shape[0]
+    bars = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    for q in gl.static_range(S):
+        mbarrier.init(bars.index(q), count=1)
+    programs = gl.num_programs(0)
+    mine = (total - gl.program_id(0) + programs - 1) // programs
+    fill_ring(desc, bufs, bars, mine, tiles_c)
+    return bars, mine
+
+
+@gluon.jit
 def _tma_copy(src, dst, tiles_c, total, STAGES: gl.constexpr):
     """Tiles pid, pid + N, ... of src copied to dst, STAGES loads in flight and two stores."""
     BR: gl.constexpr = src.block_type.shape[0]
     BC: gl.constexpr = src.block_type.shape[1]
     bufs = gl.allocate_shared_memory(src.dtype, [STAGES, BR, BC], src.layout)
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for q in gl.static_range(STAGES):
-        mbarrier.init(bars.index(q), count=1)
+    bars, mine = start_ring(src, bufs, total, tiles_c)
     pid = gl.program_id(0)
     npro = gl.num_programs(0)
-    mine = (total - pid + npro - 1) // npro
-    fill_ring(src, bufs, bars, mine, tiles_c)
     for j in range(mine):
         s = j % STAGES
         mbarrier.wait(bars.index(s), (j // STAGES) & 1)
@@ -92,13 +102,9 @@ def _tma_values(src, dst, scale, tiles_c, total, STAGES: gl.constexpr):
     reg: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
     codes = gl.allocate_shared_memory(src.dtype, [STAGES, BR, BC], src.layout)
     vals = gl.allocate_shared_memory(dst.dtype, [2, BR, BC], dst.layout)
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for q in gl.static_range(STAGES):
-        mbarrier.init(bars.index(q), count=1)
+    bars, mine = start_ring(src, codes, total, tiles_c)
     pid = gl.program_id(0)
     npro = gl.num_programs(0)
-    mine = (total - pid + npro - 1) // npro
-    fill_ring(src, codes, bars, mine, tiles_c)
     for j in range(mine):
         s = j % STAGES
         mbarrier.wait(bars.index(s), (j // STAGES) & 1)
