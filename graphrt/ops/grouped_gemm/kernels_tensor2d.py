@@ -77,6 +77,13 @@ class Tensor2dTmaConfig:
 TENSOR2D_TMA_CONFIG = Tensor2dTmaConfig()
 
 
+@gluon.constexpr_function
+def _instr_k(dtype):
+    """Tokens one wgmma instruction takes: 32 bytes of the operands' type (16 BF16, 32 FP8;
+    FP8 operands serve only scripts/fp8_unscaled.py's bound, not the contract)."""
+    return 256 // dtype.primitive_bitwidth
+
+
 @gluon.jit
 def _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, m0, n0, begin, end,
               i, z, HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
@@ -86,7 +93,7 @@ def _item_sum(a_bufs, b_bufs, ready, empty, zeroed, OUT, OUT_PTRS, expert, m0, n
     onwards) with one product in flight, and its store; (stages used, zeroings) so far."""
     BN: gl.constexpr = _box_extents(b_bufs.shape, B_K_MAJOR)[1]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, _instr_k(a_bufs.dtype)])
     acc = gl.zeros([64, BN], gl.float32, layout)
     first = begin // BLOCK_K
     last = (end + BLOCK_K - 1) // BLOCK_K
