@@ -10,8 +10,8 @@ instructions and stages of 64 tokens (24 KB). If that reaches well past 1.3x, wh
 in Gluon 3.6) is the bound.
 
 Each case, x256 counts: BF16 K-K (the package kernel), the same kernel on FP8 codes at 4, 6 and
-8 stages (checked against FP32 per expert), and the plan's 1x128 Gluon kernel on the same
-codes with FP32 scales. Usage: python3 scripts/fp8_unscaled.py
+8 stages, at its 128 x 256 tiles and at the 1x128 kernel's 128 x 128 (each checked against FP32
+per expert), and the plan's 1x128 Gluon kernel on the same codes with FP32 scales. Usage: python3 scripts/fp8_unscaled.py
 """
 import itertools
 
@@ -45,8 +45,8 @@ def main():
         errors = error_flags(a16.device)
         flop = 2.0 * hidden * inter * tokens
 
-        def tensor2d(a, b, stages):
-            cfg = t2d.Tensor2dTmaConfig(stages=stages)
+        def tensor2d(a, b, stages, block_n=256):
+            cfg = t2d.Tensor2dTmaConfig(stages=stages, block_n=block_n)
             return lambda: t2d.launch_wgrad_tensor2d_tma(
                 a, b, offsets, out, None, torch.bfloat16, errors, hidden=hidden, inter=inter,
                 accumulate=False, config=cfg)
@@ -54,6 +54,9 @@ def main():
         runs = {"BF16 K-K, 4 stages (the package's)": tensor2d(a16, b16, 4)}
         for stages in STAGES:
             runs[f"FP8 codes unscaled, {stages} stages"] = tensor2d(a8, b8, stages)
+        for stages in STAGES:   # the 1x128 kernel's tile, 128 x 128
+            runs[f"FP8 codes unscaled, 128 x 128, {stages} stages"] = tensor2d(a8, b8, stages,
+                                                                                128)
         runs["1x128 Gluon kernel (the plan's)"] = lambda: fp8k.launch_wgrad_fp8_gluon(
             a8, b8, a_scale, b_scale, offsets, out, None, torch.bfloat16, errors, hidden=hidden,
             inter=inter, accumulate=False)
@@ -77,7 +80,7 @@ def main():
             us = stream_time_us(fn, calls=5, repeats=5)
             tflops = flop / us / 1e6
             base = base or tflops
-            print(f"  {name:<40} {us:9.1f} us  {tflops:7.1f} TFLOP/s  ({tflops / base:.3f}x "
+            print(f"  {name:<48} {us:9.1f} us  {tflops:7.1f} TFLOP/s  ({tflops / base:.3f}x "
                   f"BF16's)", flush=True)
 
 
