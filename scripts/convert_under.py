@@ -25,7 +25,6 @@ case's need, so that design was not built.
 
 Usage: python3 scripts/convert_under.py   (times: graphrt.bench.timing.stream_time_us)
 """
-import itertools
 
 import torch
 from triton.experimental import gluon
@@ -130,9 +129,9 @@ def _product_with_converter(a_desc, b_desc, OFFSETS, OUT, OUT_PTRS, ERRORS, expe
 
 
 def _case(experts, hidden, inter, tokens, gen):
-    from graphrt.bench.wgrad import random_counts
+    from graphrt.bench.wgrad import offsets_of, random_counts
     counts = random_counts(experts, tokens, gen)
-    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
+    offsets = offsets_of(counts)
     a = torch.randn(hidden, tokens, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(inter, tokens, device="cuda", dtype=torch.bfloat16).t()
     rows = hidden + inter

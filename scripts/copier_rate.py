@@ -20,7 +20,6 @@ could reach with nothing waiting on it; the readiness waits such a design needs 
 Usage: python3 scripts/copier_rate.py [--beside] [--warps W]   (times: graphrt.bench.timing)
 """
 import argparse
-import itertools
 
 import torch
 from triton.experimental import gluon
@@ -28,10 +27,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from graphrt.bench.timing import stream_time_us
-from graphrt.gluon_api import cta_barrier, tma_load
+from graphrt.gluon_api import cta_barrier, tma_load, tma_store
 from graphrt.kernel_utils import gluon_descriptor
-
-tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_shared_to_global
 
 ROWS, COLS = 32768, 16384                 # 1 GiB of BF16, 0.5 GiB of codes
 BOX = [128, 64]
@@ -155,7 +152,7 @@ def _events_us(fns_by_stream, repeats=7):
 
 
 def beside(warps):
-    from graphrt.bench.wgrad import random_counts
+    from graphrt.bench.wgrad import offsets_of, random_counts
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm import kernels_tensor2d as t2d
     from graphrt.ops.registry import op
@@ -165,8 +162,7 @@ def beside(warps):
     gen = torch.Generator().manual_seed(0)
     for experts, hidden, inter, tokens in op("grouped_gemm_wgrad").cases:
         counts = random_counts(experts, tokens, gen)
-        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                               device="cuda")
+        offsets = offsets_of(counts)
         a = torch.randn(hidden, tokens, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(inter, tokens, device="cuda", dtype=torch.bfloat16).t()
         out = torch.empty(experts, hidden, inter, device="cuda", dtype=torch.bfloat16)

@@ -20,7 +20,7 @@ import itertools
 import torch
 
 from graphrt.bench.timing import stream_time_us
-from graphrt.bench.wgrad import random_counts
+from graphrt.bench.wgrad import offsets_of, random_counts
 from graphrt.device_checks import error_flags
 from graphrt.ops.grouped_gemm import kernels_gluon as fp8k
 from graphrt.ops.grouped_gemm import kernels_tensor2d as t2d
@@ -34,8 +34,7 @@ def main():
     gen = torch.Generator().manual_seed(0)
     for experts, hidden, inter, tokens in op("grouped_gemm_wgrad").cases:
         counts = random_counts(experts, tokens, gen)
-        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                               device="cuda")
+        offsets = offsets_of(counts)
         a16 = torch.randn(hidden, tokens, device="cuda", dtype=torch.bfloat16)
         b16 = torch.randn(inter, tokens, device="cuda", dtype=torch.bfloat16).t()
         a8 = torch.randn(hidden, tokens, device="cuda").to(torch.float8_e4m3fn)

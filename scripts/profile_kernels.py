@@ -56,14 +56,13 @@ def calls():
 def wgrad_fp8_calls():
     """The 1x128 FP8 wgrad at the first benchmark case: the functional call and the
     warp-specialized Gluon kernel called directly."""
-    import itertools
 
-    from graphrt.bench.wgrad import _fp8_operands, random_counts
+    from graphrt.bench.wgrad import _fp8_operands, offsets_of, random_counts
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm import kernels_gluon
     experts, hidden, inter, tokens = op("grouped_gemm_wgrad").cases[0]
     counts = random_counts(experts, tokens, torch.Generator().manual_seed(0))
-    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device=dev)
+    offsets = offsets_of(counts, dev)
     a, b, sa, sb = _fp8_operands(tokens, hidden, inter, torch.float32, 128)
     out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device=dev)
     label = f"wgrad fp8 1x128 {experts}x{hidden}x{inter} T{tokens}"

@@ -6,13 +6,13 @@ plan at odd counts and at those counts in turn (the odd / x256 ratio). The count
 
     python scripts/ragged_in_turn.py
 """
-import itertools
 
 import torch
 
 from graphrt.bench.timing import rotating
 from graphrt.bench.wgrad import (_operands, call_workspace, CASES, layouts_in_turn,
-                                  medians_in_turn, odd_counts, random_counts)
+                                  medians_in_turn, odd_counts, offsets_of,
+                                  random_counts)
 from graphrt.ops import GroupedGemmWgrad
 
 
@@ -22,8 +22,7 @@ def ragged_odd_and_x256(experts, hidden, inter, tokens, aligned, odd, rounds=5):
     out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
     runs = {}
     for name, counts in (("odd", odd), ("x256", aligned)):
-        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                               device="cuda")
+        offsets = offsets_of(counts)
         plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets,
                                 input_order="tensor_ragged").compile()
         ws = call_workspace(plan, tokens)

@@ -31,7 +31,8 @@ import torch
 
 from graphrt.bench.timing import rotating, stream_time_us
 from graphrt.bench.wgrad import (CASES, FP8_RECIPES, _fp8_operands, _operands, odd_counts,
-                                  medians_in_turn, random_counts, call_workspace)
+                                  medians_in_turn, offsets_of, random_counts,
+                                  call_workspace)
 from graphrt.block_scaling import dequantize_blocks
 from graphrt.device_checks import error_flags
 from graphrt.ops import GroupedGemmWgrad
@@ -85,7 +86,7 @@ LAYOUT_CONFIGS = [
 def _case(experts, hidden, inter, tokens, gen):
     """(offsets, expert bounds, BF16 output, FLOPs) of a benchmark case at random counts."""
     counts = random_counts(experts, tokens, gen)
-    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
+    offsets = offsets_of(counts)
     out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
     return offsets, expert_bounds(offsets, tokens), out, 2.0 * hidden * inter * tokens
 
@@ -150,7 +151,7 @@ def main(fp8: bool, first: bool):
 def _ragged_case(counts, operands, hidden, inter):
     """(offsets, FP32 reference) of ragged ``counts`` over ``operands`` (a K-major buffer and
     the transpose of one), the experts' blocks one after another."""
-    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
+    offsets = offsets_of(counts)
     a_flat, b_flat = operands[0].reshape(-1), operands[1].t().reshape(-1)
     ref, begin = [], 0
     for n in counts:
@@ -358,8 +359,7 @@ def main_rows(first: bool):
                          device="cuda")
         a_rows, b_rows = ragged_rows_views(ws, tokens, hidden, inter)
         for label, counts in (("odd", odd_counts(aligned, gen)), ("x256", aligned)):
-            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                                   device="cuda")
+            offsets = offsets_of(counts)
             begins = [0] + list(itertools.accumulate(counts))[:-1]
             copied = sum(n for s0, n in zip(begins, counts)
                          if n and (n % 8 or s0 * hidden % 8 or s0 * inter % 8))
@@ -408,8 +408,7 @@ def main_padded(first: bool):
         counts = odd_counts(random_counts(experts, tokens, gen), gen)
         a = torch.randn(hidden, tokens, dtype=torch.bfloat16, device="cuda")
         b = torch.randn(inter, tokens, dtype=torch.bfloat16, device="cuda")
-        offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                               device="cuda")
+        offsets = offsets_of(counts)
         # the copy's output argument (computed into only with offsets out of order)
         out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
         errors = error_flags(a.device)
@@ -458,8 +457,7 @@ def main_tensor2d_tma(first: bool):
             sets = [_operands(tokens, hidden, inter, a_major.lower(), b_major.lower())
                     for _ in range(2)]
             for label, counts in (("x256", aligned), ("odd", odd)):
-                offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                                       device="cuda")
+                offsets = offsets_of(counts)
                 a0, b0 = sets[0]
                 ref = torch.stack([a0[:, s:e].float() @ b0[s:e].float()
                                    for s, e in expert_bounds(offsets, tokens)])
@@ -562,8 +560,7 @@ def main_mx_values():
     for experts, hidden, inter, tokens in CASES:
         aligned = random_counts(experts, tokens, gen)
         for counts_name, counts in (("x256", aligned), ("odd", odd_counts(aligned, gen))):
-            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                                   device="cuda")
+            offsets = offsets_of(counts)
             out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
             mx_sets = [_fp8_operands(tokens, hidden, inter, torch.uint8, 32) for _ in range(2)]
             bf_sets = [_operands(tokens, hidden, inter, "k", "k") for _ in range(2)]

@@ -6,7 +6,6 @@ this process imports, one JSON line per row, so that runs under two Tritons on o
 
 Usage (device machine): python3 scripts/triton_versions.py [--no-gluon] [--first] > rows.jsonl
 """
-import itertools
 import json
 import sys
 
@@ -35,8 +34,7 @@ def wgrad_rows(cases) -> None:
         flops = 2.0 * hidden * inter * tokens
         out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
         for counts_name, counts in (("x256", aligned), ("odd", wgrad.odd_counts(aligned, gen))):
-            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                                   device="cuda")
+            offsets = wgrad.offsets_of(counts)
             impls = {}
             for a_major, b_major, order in wgrad.LAYOUTS:
                 sets = [wgrad._operands(tokens, hidden, inter, a_major, b_major)

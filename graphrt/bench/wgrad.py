@@ -26,6 +26,11 @@ def random_counts(experts: int, tokens: int, generator: torch.Generator) -> list
     return counts
 
 
+def offsets_of(counts: list[int], device="cuda") -> torch.Tensor:
+    """The int32 offsets (each expert's end, cumulative) of token ``counts`` on ``device``."""
+    return torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device=device)
+
+
 # (A major, B major, input order); the first is MoE's (A the transpose of the activations)
 LAYOUTS = (("m", "n", "tensor2d"), ("k", "n", "tensor2d"), ("k", "k", "tensor2d"),
            ("m", "k", "tensor2d"), ("k", "k", "tensor_ragged"))
@@ -118,7 +123,7 @@ def layouts_in_turn(experts: int, hidden: int, inter: int, tokens: int, counts: 
     for ``rounds`` rounds, each one's median. A long product heats the GPU and its clock drifts
     within a run (the same kernel measured 1382, 1447 and 1480 us over 20 s on the H200), so
     layouts timed one after another would also compare their places in the run."""
-    offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32, device="cuda")
+    offsets = offsets_of(counts)
     out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
     runs = {}
     for a_major, b_major, order in LAYOUTS:
@@ -152,8 +157,7 @@ def run(progress=print) -> list[dict]:
                 LAYOUTS, (("x256", aligned), ("odd", odd_counts(aligned, gen)))):
             progress(f"wgrad E={experts} hidden={hidden} intermediate={inter} tokens={tokens} "
                      f"A {a_major}-major, B {b_major}-major, {order}, counts {counts_name} ...")
-            offsets = torch.tensor(list(itertools.accumulate(counts)), dtype=torch.int32,
-                                   device="cuda")
+            offsets = offsets_of(counts)
             sets = [_operands(tokens, hidden, inter, a_major, b_major) for _ in range(2)]
             out = torch.empty(experts, hidden, inter, dtype=torch.bfloat16, device="cuda")
             plan = GroupedGemmWgrad(sets[0][0], sets[0][1], offsets, input_order=order).compile()
