@@ -11,7 +11,8 @@ in Gluon 3.6) is the bound.
 
 Each case, x256 counts: BF16 K-K (the package kernel), the same kernel on FP8 codes at 4, 6 and
 8 stages, at its 128 x 256 tiles and at the 1x128 kernel's 128 x 128 (each checked against FP32
-per expert), and the plan's 1x128 Gluon kernel on the same codes with FP32 scales.
+per expert), and the 1x128 Gluon kernel on the same codes with FP32 scales, the plan's and at
+128 x 192 tiles (checked against the dequantized codes' FP32 product).
 
 Usage: python3 scripts/fp8_unscaled.py
 """
@@ -27,6 +28,8 @@ from graphrt.ops.grouped_gemm import kernels_tensor2d as t2d
 from graphrt.ops.registry import op
 
 STAGES = (4, 6, 8)
+# the 1x128 kernel at 128 x 192 tiles (two products a block, 128 and 64 columns)
+SCALED_CONFIGS = [fp8k.GluonConfig(192, 4), fp8k.GluonConfig(192, 4, 240)]
 
 
 def main():
@@ -58,19 +61,27 @@ def main():
         for stages in STAGES:   # the 1x128 kernel's tile, 128 x 128
             runs[f"FP8 codes unscaled, 128 x 128, {stages} stages"] = tensor2d(a8, b8, stages,
                                                                                 128)
-        runs["1x128 Gluon kernel (the plan's)"] = lambda: fp8k.launch_wgrad_fp8_gluon(
-            a8, b8, a_scale, b_scale, offsets, out, None, torch.bfloat16, errors, hidden=hidden,
-            inter=inter, accumulate=False)
+        def scaled(config=fp8k.GLUON_CONFIG):
+            return lambda: fp8k.launch_wgrad_fp8_gluon(
+                a8, b8, a_scale, b_scale, offsets, out, None, torch.bfloat16, errors,
+                hidden=hidden, inter=inter, accumulate=False, config=config)
+
+        runs["1x128 Gluon kernel (the plan's)"] = scaled()
+        for config in SCALED_CONFIGS:
+            runs[f"1x128 Gluon kernel, {config}"] = scaled(config)
+        a_val = a8.float() * a_scale.repeat_interleave(128, dim=1)
+        b_val = b8.float() * b_scale.repeat_interleave(128, dim=0)
         begins = [0] + list(itertools.accumulate(counts))[:-1]
         for name, fn in runs.items():
-            if "unscaled" not in name:
+            if "BF16" in name:
                 continue
+            a_ref, b_ref = (a8, b8) if "unscaled" in name else (a_val, b_val)
             out.fill_(float("nan"))
             fn()
             torch.cuda.synchronize()
             worst = 0.0
             for e, (lo, n) in enumerate(zip(begins, counts)):
-                ref = a8[:, lo:lo + n].float() @ b8[lo:lo + n].float()
+                ref = a_ref[:, lo:lo + n].float() @ b_ref[lo:lo + n].float()
                 err = (out[e].float() - ref).norm() / ref.norm().clamp_min(1e-30)
                 worst = max(worst, err.item())
             print(f"  {name}: worst relative error against FP32 per expert {worst:.2e}",

@@ -459,12 +459,14 @@ def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
                                                        (torch.bfloat16, "discrete", True),
                                                        (torch.float16, "dense", True)])
 @pytest.mark.parametrize("scales_mn_major", [False, True])
+@pytest.mark.parametrize("block_n", [128, 192])
 def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate,
-                                       scales_mn_major):
+                                       scales_mn_major, block_n):
     """The warp-specialized 1x128 kernel (kernels_gluon.py), called directly, both scale
-    layouts: experts starting and ending inside scale blocks, one inside a single block, empty
-    ones, a hidden and an intermediate size that are no multiple of the tile, NaN codes in the
-    neighbours' tokens of shared blocks, and more tiles than SMs (programs take several)."""
+    layouts, the plan's tile and 128 x 192 (two products a block): experts starting and ending
+    inside scale blocks, one inside a single block, empty ones, a hidden and an intermediate
+    size that are no multiple of the tile, NaN codes in the neighbours' tokens of shared
+    blocks, and more tiles than SMs (programs take several)."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm import kernels_gluon
     hidden, inter = 1160, 1000
@@ -479,9 +481,10 @@ def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate
     w = init.clone() if accumulate else torch.full_like(init, float("nan"))
     ptrs = (torch.tensor([w[e].data_ptr() for e in range(len(counts))], device="cuda")
             if mode == "discrete" else None)
+    config = kernels_gluon.GluonConfig(block_n, 6 if block_n == 128 else 4)
     kernels_gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, w, ptrs, out_dtype,
                                          error_flags(a.device), hidden=hidden, inter=inter,
-                                         accumulate=accumulate)
+                                         accumulate=accumulate, config=config)
     want = _fp64(a, b, sa, sb, counts)
     for e, n in enumerate(counts):
         expected = want[e] + init[e].double().cpu() if accumulate else want[e]

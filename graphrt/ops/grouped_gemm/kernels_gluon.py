@@ -48,15 +48,19 @@ GLUON_API_OK = ON_TESTED_TRITON   # Gluon's API moves: the Tritons these kernels
 # Warps launched: an MMA warpgroup (the default partition), the loader's warp padded to a
 # warpgroup, the other MMA warpgroup; setmaxnreg moves the loader's registers to the MMA ones.
 LAUNCH_REGS = register_share(4 + 4 + 4)
-LOADER_REGS, MMA_REGS = gl.constexpr(24), gl.constexpr(232)
+LOADER_REGS = gl.constexpr(24)
 
 
 @dataclass(frozen=True)
 class GluonConfig:
-    """Output columns per tile (128 output rows) and shared-memory stages."""
+    """Output columns per tile (128 output rows) and shared-memory stages. A ``block_n`` that
+    is no power of two (192) is multiplied as two products, the largest power of two below it
+    and the rest, from the same A rows; ``mma_regs``: the registers setmaxnreg gives an MMA
+    thread (the loader keeps 24)."""
 
     block_n: int = 128
     stages: int = 6
+    mma_regs: int = 232
 
 
 GLUON_CONFIG = GluonConfig()
@@ -144,6 +148,27 @@ def _tile_count(hidden, inter, block_n):
 
 
 @gluon.constexpr_function
+def _column_parts(block_n):
+    """A tile's columns as (first, second) products: the largest power of two up to
+    ``block_n`` and the rest (0 when ``block_n`` is a power of two)."""
+    first = 1 << (block_n.bit_length() - 1)
+    return first, block_n - first
+
+
+@gluon.constexpr_function
+def _stage_shape(box, rows):
+    """A stage of ``rows`` rows of ``box`` ([rows, cols], rows rounded up to a power of two
+    as shared memory needs; the box itself when 0)."""
+    return [1 << (rows - 1).bit_length(), box[1]] if rows else list(box)
+
+
+@gluon.constexpr_function
+def _stage_columns(b_shape, k_major, block_n):
+    """The B columns a stage of ``b_shape`` holds: ``block_n`` when given (0: all)."""
+    return block_n if block_n else _box_extents(b_shape, k_major)[1]
+
+
+@gluon.constexpr_function
 def _box_extents(shape, k_major):
     """(tokens, other axis) of a box or a ring of them (its last two axes): K-major boxes hold
     tokens along their last axis, M- and N-major ones along the one before."""
@@ -194,12 +219,16 @@ def _sorted_tile_work(round_, ranks, idx, taken, OFFSETS, ERRORS, experts, token
 
 @gluon.jit
 def _load_blocks(a_desc, b_desc, a_bufs, b_bufs, ready, empty, i, m0, n0, begin, end,
-                 A_K_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr):
+                 A_K_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr, BN: gl.constexpr):
     """One work item's blocks of tokens (those holding [begin, end), counted from token 0)
-    streamed into the ring from the i-th filled on: the next to fill."""
+    streamed into the ring from the i-th filled on, BN columns of B a stage: the next to
+    fill."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     BK: gl.constexpr = _box_extents(a_desc.block_type.shape, A_K_MAJOR)[0]
-    NBYTES: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    # a stage's B columns may span several of the descriptor's boxes (_stage_ring)
+    B_BOX: gl.constexpr = _box_extents(b_desc.block_type.shape, B_K_MAJOR)[1]
+    B_BOXES: gl.constexpr = BN // B_BOX
+    NBYTES: gl.constexpr = a_desc.block_type.nbytes + B_BOXES * b_desc.block_type.nbytes
     for block in range(begin // BK, (end + BK - 1) // BK):
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1
@@ -210,10 +239,13 @@ def _load_blocks(a_desc, b_desc, a_bufs, b_bufs, ready, empty, i, m0, n0, begin,
             tma_load(a_desc, [m0, k0], bar, a_bufs.index(s))
         else:
             tma_load(a_desc, [k0, m0], bar, a_bufs.index(s))
-        if B_K_MAJOR:
-            tma_load(b_desc, [n0, k0], bar, b_bufs.index(s))
-        else:
-            tma_load(b_desc, [k0, n0], bar, b_bufs.index(s))
+        for box in gl.static_range(B_BOXES):
+            if B_K_MAJOR:
+                tma_load(b_desc, [n0 + box * B_BOX, k0], bar,
+                         b_bufs.index(s).slice(box * B_BOX, B_BOX, dim=0))
+            else:
+                tma_load(b_desc, [k0, n0 + box * B_BOX], bar,
+                         b_bufs.index(s).slice(box * B_BOX, B_BOX, dim=1))
         i += 1
     return i
 
@@ -222,12 +254,14 @@ def _load_blocks(a_desc, b_desc, a_bufs, b_bufs, ready, empty, i, m0, n0, begin,
 def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS, experts,
                     tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr, GROUP: gl.constexpr,
                     A_K_MAJOR: gl.constexpr = True, B_K_MAJOR: gl.constexpr = True,
-                    SORTED: gl.constexpr = False, EXPERTS_POW2: gl.constexpr = 2):
+                    SORTED: gl.constexpr = False, EXPERTS_POW2: gl.constexpr = 2,
+                    BLOCK_N: gl.constexpr = 0):
     """Streams each work item's blocks into the ring, items p, p + programs, ... (experts
     outermost) or with SORTED in ``_sorted_tile_work``'s order. ``A_K_MAJOR``/``B_K_MAJOR``:
     the descriptors' boxes hold the tokens along their second axis; otherwise along their
-    first (the transposes of [tokens, hidden] and [tokens, intermediate] activations)."""
-    BN: gl.constexpr = _box_extents(b_desc.block_type.shape, B_K_MAJOR)[1]
+    first (the transposes of [tokens, hidden] and [tokens, intermediate] activations).
+    BLOCK_N: a tile's columns, where B's stages hold more (0: all, ``_stage_columns``)."""
+    BN: gl.constexpr = _stage_columns(b_bufs.shape, B_K_MAJOR, BLOCK_N)
     tiles: gl.constexpr = _tile_count(HIDDEN, INTER, BN)
     i = 0
     if SORTED:
@@ -239,13 +273,13 @@ def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERROR
                 INTER, BN, GROUP)
             if live:
                 i = _load_blocks(a_desc, b_desc, a_bufs, b_bufs, ready, empty, i, m0, n0,
-                                 begin, end, A_K_MAJOR, B_K_MAJOR)
+                                 begin, end, A_K_MAJOR, B_K_MAJOR, BN)
     else:
         for work in range(gl.program_id(0), experts * tiles, gl.num_programs(0)):
             expert, m0, n0, begin, end = _work(work, OFFSETS, ERRORS, experts, tokens_sum,
                                                False, HIDDEN, INTER, BN, GROUP)
             i = _load_blocks(a_desc, b_desc, a_bufs, b_bufs, ready, empty, i, m0, n0, begin,
-                             end, A_K_MAJOR, B_K_MAJOR)
+                             end, A_K_MAJOR, B_K_MAJOR, BN)
 
 
 @gluon.jit
@@ -270,20 +304,26 @@ def _zero_outside(buf, lo, hi, k0, ROWS: gl.constexpr, COLS: gl.constexpr,
 
 
 @gluon.jit
+def _col_scales(B_SCALE, block, valid, n, sb_k, sb_n, INTER: gl.constexpr):
+    """b_scale[block, n] (zeros where not ``valid``), loaded in the layout of ``n``."""
+    return gl.load(B_SCALE + block * sb_k + n.to(gl.int64) * sb_n, mask=(n < INTER) & valid,
+                   other=0.0)
+
+
+@gluon.jit
 def _block_scales(A_SCALE, B_SCALE, block, valid, m, n, sa_m, sa_k, sb_k, sb_n,
                   HIDDEN: gl.constexpr, INTER: gl.constexpr):
     """a_scale[m, block] and b_scale[block, n] (zeros where not ``valid``), loaded in the
     layouts of ``m`` and ``n``."""
     sa = gl.load(A_SCALE + m.to(gl.int64) * sa_m + block * sa_k, mask=(m < HIDDEN) & valid,
                  other=0.0)
-    sb = gl.load(B_SCALE + block * sb_k + n.to(gl.int64) * sb_n, mask=(n < INTER) & valid,
-                 other=0.0)
-    return sa, sb
+    return sa, _col_scales(B_SCALE, block, valid, n, sb_k, sb_n, INTER)
 
 
 @gluon.jit
 def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: gl.constexpr,
-                 A_K_MAJOR: gl.constexpr = True, B_K_MAJOR: gl.constexpr = True):
+                 A_K_MAJOR: gl.constexpr = True, B_K_MAJOR: gl.constexpr = True,
+                 BLOCK_N: gl.constexpr = 0):
     """Waits for the i-th stage the loader filled (block ``block`` of BK tokens) and zeroes
     its tokens outside [begin, end) when the expert shares the block (both operands; each
     warpgroup its A rows and half of B's, joined by a barrier): (the stage, the zeroings so
@@ -291,9 +331,7 @@ def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: g
     otherwise [tokens, rows]."""
     STAGES: gl.constexpr = a_bufs.shape[0]
     BK: gl.constexpr = _box_extents(a_bufs.shape, A_K_MAJOR)[0]
-    BN: gl.constexpr = _box_extents(b_bufs.shape, B_K_MAJOR)[1]
-    HALF_N: gl.constexpr = BN // 2
-    B_ROW0: gl.constexpr = ROW0 // 64 * HALF_N   # this warpgroup's half of B's rows to zero
+    BN: gl.constexpr = _stage_columns(b_bufs.shape, B_K_MAJOR, BLOCK_N)
     s = i % STAGES
     mbarrier.wait(ready.index(s), (i // STAGES) & 1)
     k0 = block * BK
@@ -304,17 +342,32 @@ def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: g
             _zero_outside(a_bufs.index(s).slice(ROW0, 64, dim=0), lo, hi, k0, 64, BK)
         else:
             _zero_outside(a_bufs.index(s).slice(ROW0, 64, dim=1), lo, hi, k0, BK, 64, 0)
-        if B_K_MAJOR:
-            _zero_outside(b_bufs.index(s).slice(B_ROW0, HALF_N, dim=0), lo, hi, k0, HALF_N,
-                          BK)
-        else:
-            _zero_outside(b_bufs.index(s).slice(B_ROW0, HALF_N, dim=1), lo, hi, k0, BK,
-                          HALF_N, 0)
+        # this warpgroup's half of each of B's column parts
+        PART0: gl.constexpr = _column_parts(BN)[0]
+        PART1: gl.constexpr = _column_parts(BN)[1]
+        _zero_b_half(b_bufs.index(s), 0, PART0, lo, hi, k0, ROW0, B_K_MAJOR)
+        if PART1 > 0:
+            _zero_b_half(b_bufs.index(s), PART0, PART1, lo, hi, k0, ROW0, B_K_MAJOR)
         cta_barrier()
         mbarrier.arrive(zeroed)
         mbarrier.wait(zeroed, z & 1)
         z += 1
     return s, z
+
+
+@gluon.jit
+def _zero_b_half(b_stage, first: gl.constexpr, count: gl.constexpr, lo, hi, k0, ROW0: gl.constexpr,
+                 B_K_MAJOR: gl.constexpr):
+    """``_zero_outside`` on the warpgroup ROW0's half of B's columns first .. first + count
+    of a staged block."""
+    BK: gl.constexpr = _box_extents(b_stage.shape, B_K_MAJOR)[0]
+    HALF: gl.constexpr = count // 2
+    if B_K_MAJOR:
+        _zero_outside(b_stage.slice(first + ROW0 // 64 * HALF, HALF, dim=0), lo, hi, k0, HALF,
+                      BK)
+    else:
+        _zero_outside(b_stage.slice(first + ROW0 // 64 * HALF, HALF, dim=1), lo, hi, k0, BK,
+                      HALF, 0)
 
 
 @gluon.jit
@@ -354,12 +407,19 @@ def _first_scales(A_SCALE, B_SCALE, m0, n0, begin, end, live, m_rows, n_cols, sa
 
 
 @gluon.jit
+def _first_col_scales(B_SCALE, n0, begin, end, live, n_cols, sb_k, sb_n, INTER: gl.constexpr):
+    """``_first_scales``' column scales alone, at columns n0 + ``n_cols``."""
+    return _col_scales(B_SCALE, begin // BLOCK_K, live & (end > begin), n0 + n_cols, sb_k,
+                       sb_n, INTER)
+
+
+@gluon.jit
 def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                    ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
-                   ROW0: gl.constexpr):
-    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile.
+                   ROW0: gl.constexpr, BN: gl.constexpr):
+    """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile of BN columns.
 
     A block's scales are loaded one value a thread (64 + BLOCK_N values over 128 threads) and
     spread through shared memory to the threads that scale the product: each thread loading
@@ -367,14 +427,20 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
     against 705). The loads for the expert's next block are issued while this block's
     product runs (705 -> 797 TFLOP/s). An item's bounds are loaded two items ahead and its
     first block's scales one item ahead: loaded at its start, one after the other, they kept
-    the tensor cores idle there, which cost short experts most."""
-    BN: gl.constexpr = b_bufs.shape[1]
+    the tensor cores idle there, which cost short experts most. A tile whose columns are no
+    power of two takes them as two products (``_column_parts``), waited for together."""
+    BN0: gl.constexpr = _column_parts(BN)[0]
+    BN1: gl.constexpr = _column_parts(BN)[1]
+    # the second part's layouts exist (at BN0's width) where there is none, unused
+    BN1_SHAPE: gl.constexpr = BN1 if BN1 > 0 else BN0
     layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
-    out_layout: gl.constexpr = _store_layout(BN)
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN0, 32])
+    layout1: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN1_SHAPE, 32])
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     m_rows = ROW0 + gl.arange(0, 64, layout=flat)
-    n_cols = gl.arange(0, BN, layout=flat)
+    n_cols = gl.arange(0, BN0, layout=flat)
+    n_cols1 = BN0 + gl.arange(0, BN1_SHAPE, layout=flat)
     work_items = experts * _tile_count(HIDDEN, INTER, BN)
     programs = gl.num_programs(0)
     i = 0
@@ -388,45 +454,84 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
         INTER, BN, GROUP)
     sa_first, sb_first = _first_scales(A_SCALE, B_SCALE, m0, n0, begin, end, True, m_rows,
                                        n_cols, sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+    sb1_first = gl.zeros([BN1_SHAPE], gl.float32, flat)
+    if BN1 > 0:
+        sb1_first = _first_col_scales(B_SCALE, n0, begin, end, True, n_cols1, sb_k, sb_n,
+                                      INTER)
     for work in range(gl.program_id(0), work_items, programs):
         expert_2, m0_2, n0_2, begin_2, end_2 = _work_ahead(
             work + 2 * programs, OFFSETS, ERRORS, experts, tokens_sum, FLAG, HIDDEN, INTER,
             BN, GROUP)
+        live_1 = work + programs < work_items
         sa_first_1, sb_first_1 = _first_scales(A_SCALE, B_SCALE, m0_1, n0_1, begin_1, end_1,
-                                               work + programs < work_items, m_rows, n_cols,
-                                               sa_m, sa_k, sb_k, sb_n, HIDDEN, INTER)
+                                               live_1, m_rows, n_cols, sa_m, sa_k, sb_k, sb_n,
+                                               HIDDEN, INTER)
+        sb1_first_1 = sb1_first
+        if BN1 > 0:
+            sb1_first_1 = _first_col_scales(B_SCALE, n0_1, begin_1, end_1, live_1, n_cols1,
+                                            sb_k, sb_n, INTER)
         m_flat = m0 + m_rows
         n_flat = n0 + n_cols
-        total = gl.zeros([64, BN], gl.float32, layout)
+        n_flat1 = n0 + n_cols1
+        total = gl.zeros([64, BN0], gl.float32, layout)
+        total1 = gl.zeros([64, BN1_SHAPE], gl.float32, layout1)
         first = begin // BLOCK_K
         last = (end + BLOCK_K - 1) // BLOCK_K
         # blocks first .. scaled - 1 hold the expert's tokens (none when it is empty: an empty
         # expert inside a block still runs that block, on zeroed tokens, and its scales load
         # as 0, so that a neighbour's NaN or infinite scale leaves its zeros alone)
         scaled = gl.where(end > begin, last, first)
-        sa_next, sb_next = sa_first, sb_first
+        sa_next, sb_next, sb1_next = sa_first, sb_first, sb1_first
         for block in range(first, last):
-            s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0)
-            issued = warpgroup_mma(a_bufs.index(s).slice(ROW0, 64, dim=0),
-                                   b_bufs.index(s).permute((1, 0)),
-                                   gl.zeros([64, BN], gl.float32, layout), use_acc=False,
+            s, z = _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0,
+                                BLOCK_N=BN)
+            a_rows = a_bufs.index(s).slice(ROW0, 64, dim=0)
+            issued = warpgroup_mma(a_rows, b_bufs.index(s).slice(0, BN0, dim=0).permute((1, 0)),
+                                   gl.zeros([64, BN0], gl.float32, layout), use_acc=False,
                                    is_async=True)
-            sa_flat, sb_flat = sa_next, sb_next
+            if BN1 > 0:
+                issued1 = warpgroup_mma(
+                    a_rows, b_bufs.index(s).slice(BN0, BN1, dim=0).permute((1, 0)),
+                    gl.zeros([64, BN1], gl.float32, layout1), use_acc=False, is_async=True)
+            sa_flat, sb_flat, sb1_flat = sa_next, sb_next, sb1_next
             sa_next, sb_next = _block_scales(A_SCALE, B_SCALE, block + 1, block + 1 < scaled,
                                              m_flat, n_flat, sa_m, sa_k, sb_k, sb_n, HIDDEN,
                                              INTER)
+            if BN1 > 0:
+                sb1_next = _col_scales(B_SCALE, block + 1, block + 1 < scaled, n_flat1, sb_k,
+                                       sb_n, INTER)
             sa, sb = _spread(sa_flat, sb_flat, layout)
-            done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
+            if BN1 > 0:
+                done, done1 = warpgroup_mma_wait(num_outstanding=0, deps=(issued, issued1))
+            else:
+                done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
             _release(empty, i)
             total += done * sa[:, None] * sb[None, :]
+            if BN1 > 0:
+                sa1, sb1 = _spread(sa_flat, sb1_flat, layout1)
+                total1 += done1 * sa1[:, None] * sb1[None, :]
             i += 1
-        m = m0 + ROW0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
-        n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, out_layout))
-        _store_item(gl.convert_layout(total, out_layout), OUT, OUT_PTRS, expert, m, n,
-                    end > begin, HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
+        _store_part(total, OUT, OUT_PTRS, expert, m0 + ROW0, n0, end > begin, HIDDEN, INTER,
+                    DISCRETE, ACCUMULATE, OUT_DTYPE)
+        if BN1 > 0:
+            _store_part(total1, OUT, OUT_PTRS, expert, m0 + ROW0, n0 + BN0, end > begin, HIDDEN,
+                        INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
         expert, m0, n0, begin, end = expert_1, m0_1, n0_1, begin_1, end_1
         expert_1, m0_1, n0_1, begin_1, end_1 = expert_2, m0_2, n0_2, begin_2, end_2
-        sa_first, sb_first = sa_first_1, sb_first_1
+        sa_first, sb_first, sb1_first = sa_first_1, sb_first_1, sb1_first_1
+
+
+@gluon.jit
+def _store_part(total, OUT, OUT_PTRS, expert, m0, n0, has_tokens, HIDDEN: gl.constexpr,
+                INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
+                OUT_DTYPE: gl.constexpr):
+    """A warpgroup's [64, width] sum stored at rows m0.. and columns n0.. (``_store_item``)."""
+    WIDTH: gl.constexpr = total.shape[1]
+    out_layout: gl.constexpr = _store_layout(WIDTH)
+    m = m0 + gl.arange(0, 64, layout=gl.SliceLayout(1, out_layout))
+    n = n0 + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, out_layout))
+    _store_item(gl.convert_layout(total, out_layout), OUT, OUT_PTRS, expert, m, n, has_tokens,
+                HIDDEN, INTER, DISCRETE, ACCUMULATE, OUT_DTYPE)
 
 
 @gluon.jit
@@ -445,13 +550,15 @@ def _stage_barriers(STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _stage_ring(a_desc, b_desc, STAGES: gl.constexpr):
+def _stage_ring(a_desc, b_desc, STAGES: gl.constexpr, B_ROWS: gl.constexpr = 0):
     """STAGES stages of one box of each descriptor in shared memory, in the descriptors'
-    layouts, and ``_stage_barriers``'."""
+    layouts, and ``_stage_barriers``'; with B_ROWS, B's stages have room for that many rows of
+    the (K-major) descriptor's boxes, one after another (a width TMA boxes and shared memory
+    cannot have, 192, takes 256 rows)."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
-                                       b_desc.layout)
+    b_shape: gl.constexpr = _stage_shape(b_desc.block_type.shape, B_ROWS)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_shape, b_desc.layout)
     ready, empty, zeroed = _stage_barriers(STAGES)
     return a_bufs, b_bufs, ready, empty, zeroed
 
@@ -460,17 +567,19 @@ def _stage_ring(a_desc, b_desc, STAGES: gl.constexpr):
 def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTRS, ERRORS,
                          experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
                          INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
-                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):
-    a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES)
+                         OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+                         BLOCK_N: gl.constexpr, MMA_REGS: gl.constexpr = 232):
+    a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES, BLOCK_N)
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0, BLOCK_N)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
-                           experts, tokens_sum, HIDDEN, INTER, GROUP)),
+                           experts, tokens_sum, HIDDEN, INTER, GROUP, True, True, False, 2,
+                           BLOCK_N)),
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 64)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 64, BLOCK_N)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -494,14 +603,17 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
     if experts == 0:
         return
     a_desc = gluon_descriptor(a, [BLOCK_M.value, BLOCK_K.value])
-    b_desc = gluon_descriptor(b.t(), [config.block_n, BLOCK_K.value])
+    # TMA boxes are powers of two: a 192-column stage is three boxes of 64
+    b_desc = gluon_descriptor(b.t(), [config.block_n & -config.block_n, BLOCK_K.value])
     work = cdiv(hidden, BLOCK_M.value) * cdiv(inter, config.block_n) * experts
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
     launch(_wgrad_fp8_ws_kernel, (min(work, sm_count(a.device)),), a_desc, b_desc, a_scale,
            b_scale, offsets, out_arg, ptrs_arg, errors, experts, a.shape[1], a_scale.stride(0),
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
-           STAGES=config.stages, GROUP=GROUP_M, num_warps=4, maxnreg=LAUNCH_REGS)
+           STAGES=config.stages, GROUP=GROUP_M, BLOCK_N=config.block_n,
+           MMA_REGS=config.mma_regs, num_warps=4,
+           maxnreg=LAUNCH_REGS)
 
 
 def compile_cases() -> list[CompileCase]:
@@ -523,8 +635,9 @@ def compile_cases() -> list[CompileCase]:
             A_SCALE="*fp32", B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
             ERRORS="*i32", experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32",
             sb_n="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c,
-            GROUP=c),
+            GROUP=c, BLOCK_N=c, MMA_REGS=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
-                 OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M),
+                 OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M,
+                 BLOCK_N=GLUON_CONFIG.block_n, MMA_REGS=GLUON_CONFIG.mma_regs),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
