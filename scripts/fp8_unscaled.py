@@ -33,7 +33,7 @@ STAGES = (4, 6, 8)
 # 128 x 128
 SHORT_STAGES, SHORT_STAGES_128 = (8,), (6, 8)
 # the 1x128 kernel at 128 x 192 tiles (two products a block, 128 and 64 columns)
-SCALED_CONFIGS = [fp8k.GluonConfig(192, 4), fp8k.GluonConfig(192, 4, 240)]
+SCALED_CONFIGS = [fp8k.GluonConfig(192, 4, 240), fp8k.GluonConfig(192, 4, 240, True)]
 
 
 def main(short: bool):

@@ -459,9 +459,10 @@ def test_gpu_capture_replays_new_routing_bitwise(seed, recipe):
                                                        (torch.bfloat16, "discrete", True),
                                                        (torch.float16, "dense", True)])
 @pytest.mark.parametrize("scales_mn_major", [False, True])
-@pytest.mark.parametrize("block_n", [128, 192])
+@pytest.mark.parametrize("config", [(128, 6), (192, 4, 240), (192, 4, 240, True)],
+                         ids=["128", "192", "192-late-spread"])
 def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate,
-                                       scales_mn_major, block_n):
+                                       scales_mn_major, config):
     """The warp-specialized 1x128 kernel (kernels_gluon.py), called directly, both scale
     layouts, the plan's tile and 128 x 192 (two products a block): experts starting and ending
     inside scale blocks, one inside a single block, empty ones, a hidden and an intermediate
@@ -481,10 +482,10 @@ def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate
     w = init.clone() if accumulate else torch.full_like(init, float("nan"))
     ptrs = (torch.tensor([w[e].data_ptr() for e in range(len(counts))], device="cuda")
             if mode == "discrete" else None)
-    config = kernels_gluon.GluonConfig(block_n, 6 if block_n == 128 else 4)
     kernels_gluon.launch_wgrad_fp8_gluon(a, b, sa, sb, offsets, w, ptrs, out_dtype,
                                          error_flags(a.device), hidden=hidden, inter=inter,
-                                         accumulate=accumulate, config=config)
+                                         accumulate=accumulate,
+                                         config=kernels_gluon.GluonConfig(*config))
     want = _fp64(a, b, sa, sb, counts)
     for e, n in enumerate(counts):
         expected = want[e] + init[e].double().cpu() if accumulate else want[e]

@@ -56,11 +56,13 @@ class GluonConfig:
     """Output columns per tile (128 output rows) and shared-memory stages. A ``block_n`` that
     is no power of two (192) is multiplied as two products, the largest power of two below it
     and the rest, from the same A rows; ``mma_regs``: the registers setmaxnreg gives an MMA
-    thread (the loader keeps 24)."""
+    thread (the loader keeps 24); ``late_spread``: a block's scales are spread after its
+    product is waited for, not while it runs (fewer registers live across the wait)."""
 
     block_n: int = 128
     stages: int = 6
     mma_regs: int = 232
+    late_spread: bool = False
 
 
 GLUON_CONFIG = GluonConfig()
@@ -418,7 +420,7 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                    ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
-                   ROW0: gl.constexpr, BN: gl.constexpr):
+                   ROW0: gl.constexpr, BN: gl.constexpr, LATE_SPREAD: gl.constexpr):
     """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile of BN columns.
 
     A block's scales are loaded one value a thread (64 + BLOCK_N values over 128 threads) and
@@ -500,12 +502,15 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
             if BN1 > 0:
                 sb1_next = _col_scales(B_SCALE, block + 1, block + 1 < scaled, n_flat1, sb_k,
                                        sb_n, INTER)
-            sa, sb = _spread(sa_flat, sb_flat, layout)
+            if not LATE_SPREAD:
+                sa, sb = _spread(sa_flat, sb_flat, layout)
             if BN1 > 0:
                 done, done1 = warpgroup_mma_wait(num_outstanding=0, deps=(issued, issued1))
             else:
                 done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
             _release(empty, i)
+            if LATE_SPREAD:
+                sa, sb = _spread(sa_flat, sb_flat, layout)
             total += done * sa[:, None] * sb[None, :]
             if BN1 > 0:
                 sa1, sb1 = _spread(sa_flat, sb1_flat, layout1)
@@ -568,18 +573,21 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
                          experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN: gl.constexpr,
                          INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                          OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-                         BLOCK_N: gl.constexpr, MMA_REGS: gl.constexpr = 232):
+                         BLOCK_N: gl.constexpr, MMA_REGS: gl.constexpr = 232,
+                         LATE_SPREAD: gl.constexpr = False):
     a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES, BLOCK_N)
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0, BLOCK_N)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0, BLOCK_N,
+                          LATE_SPREAD)),
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN, INTER, GROUP, True, True, False, 2,
                            BLOCK_N)),
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
-                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 64, BLOCK_N)),
+                          INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 64, BLOCK_N,
+                          LATE_SPREAD)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -612,7 +620,7 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
            STAGES=config.stages, GROUP=GROUP_M, BLOCK_N=config.block_n,
-           MMA_REGS=config.mma_regs, num_warps=4,
+           MMA_REGS=config.mma_regs, LATE_SPREAD=config.late_spread, num_warps=4,
            maxnreg=LAUNCH_REGS)
 
 
@@ -635,9 +643,10 @@ def compile_cases() -> list[CompileCase]:
             A_SCALE="*fp32", B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
             ERRORS="*i32", experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32",
             sb_n="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c,
-            GROUP=c, BLOCK_N=c, MMA_REGS=c),
+            GROUP=c, BLOCK_N=c, MMA_REGS=c, LATE_SPREAD=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
                  OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M,
-                 BLOCK_N=GLUON_CONFIG.block_n, MMA_REGS=GLUON_CONFIG.mma_regs),
+                 BLOCK_N=GLUON_CONFIG.block_n, MMA_REGS=GLUON_CONFIG.mma_regs,
+                 LATE_SPREAD=GLUON_CONFIG.late_spread),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
