@@ -358,8 +358,8 @@ def _stage_ready(a_bufs, b_bufs, ready, zeroed, i, z, block, begin, end, ROW0: g
 
 
 @gluon.jit
-def _zero_b_half(b_stage, first: gl.constexpr, count: gl.constexpr, lo, hi, k0, ROW0: gl.constexpr,
-                 B_K_MAJOR: gl.constexpr):
+def _zero_b_half(b_stage, first: gl.constexpr, count: gl.constexpr, lo, hi, k0,
+                 ROW0: gl.constexpr, B_K_MAJOR: gl.constexpr):
     """``_zero_outside`` on the warpgroup ROW0's half of B's columns first .. first + count
     of a staged block."""
     BK: gl.constexpr = _box_extents(b_stage.shape, B_K_MAJOR)[0]
@@ -581,6 +581,7 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
                           INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0, BLOCK_N,
                           LATE_SPREAD)),
+        # (K-major A and B, items in plain order, EXPERTS_POW2 unused, the tile's columns)
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN, INTER, GROUP, True, True, False, 2,
                            BLOCK_N)),
