@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|optests|ptests|suite|jax_tests|sanitize|memcheck|sweep|sweep_mhc|
-#                                          sweep_wgrad|ragged_in_turn|bench|mhc|lmsd|
+#                                          fp8_tiles|sweep_wgrad|ragged_in_turn|bench|mhc|lmsd|
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|host_parts|autograd_split|
 #                                          hstu_one_launch|demo ...]
@@ -65,6 +65,20 @@ for step in $steps; do
           ${SANITIZE_KERNELS:+--kernel-name "kns=$SANITIZE_KERNELS"} \
           python3 scripts/sanitize.py > "$OUT/$tool.log" 2>&1
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' "$OUT/$tool.log" | tr '\n' ' ')"
+      done ;;
+    fp8_tiles)   # the 1x128 kernel's tiles: times (fp8_unscaled --short), its direct GPU test
+      # at every config, and compute-sanitizer over it at each config in $GLUON_CONFIGS
+      timeout 300 python3 scripts/fp8_unscaled.py --short 2>&1 | tee "$OUT/fp8_unscaled.log"
+      timeout 200 python3 -m pytest -q -m gpu tests/ops/test_grouped_gemm_fp8.py -k gluon_kernel_matches \
+        -p no:cacheprovider -W ignore::DeprecationWarning -rf 2>&1 | tee "$OUT/gluon_test.log" | tail -8
+      for cfg in ${GLUON_CONFIGS:-192,4,240,1 192,4,240,0}; do
+        for tool in memcheck racecheck; do
+          GRAPHRT_SANITIZE_GLUON_CONFIG=$cfg timeout 150 compute-sanitizer --tool $tool \
+            $([ $tool = memcheck ] && echo --report-api-errors no) --kernel-name kns=_wgrad_fp8_ws \
+            python3 scripts/sanitize.py > "$OUT/$tool.$cfg.log" 2>&1
+          echo "$cfg $tool rc=$?: $(grep -E 'kernel at|ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' \
+            "$OUT/$tool.$cfg.log" | tr '\n' ' ')"
+        done
       done ;;
     memcheck)   # sanitize's first tool alone
       compute-sanitizer --tool memcheck --report-api-errors no python3 scripts/sanitize.py > "$OUT/memcheck.log" 2>&1
