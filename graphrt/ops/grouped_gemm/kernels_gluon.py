@@ -602,6 +602,12 @@ def fits_gluon_kernel(a, b, capability) -> bool:
             and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
 
 
+def _b_box_rows(block_n: int) -> int:
+    """B's TMA box rows: TMA boxes are powers of two, so a 192-column stage is three boxes
+    of 64."""
+    return block_n & -block_n
+
+
 def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype, errors,
                            *, hidden: int, inter: int, accumulate: bool,
                            config: GluonConfig = GLUON_CONFIG) -> None:
@@ -612,8 +618,7 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
     if experts == 0:
         return
     a_desc = gluon_descriptor(a, [BLOCK_M.value, BLOCK_K.value])
-    # TMA boxes are powers of two: a 192-column stage is three boxes of 64
-    b_desc = gluon_descriptor(b.t(), [config.block_n & -config.block_n, BLOCK_K.value])
+    b_desc = gluon_descriptor(b.t(), [_b_box_rows(config.block_n), BLOCK_K.value])
     work = cdiv(hidden, BLOCK_M.value) * cdiv(inter, config.block_n) * experts
     out_arg, ptrs_arg = (a, out_ptrs) if out_ptrs is not None else (out, offsets)
     launch(_wgrad_fp8_ws_kernel, (min(work, sm_count(a.device)),), a_desc, b_desc, a_scale,
@@ -640,7 +645,8 @@ def compile_cases() -> list[CompileCase]:
         fp8 = torch.float8_e4m3fn
         cases.append(CompileCase(name, _wgrad_fp8_ws_kernel, dict(
             a_desc=gluon_descriptor_type([BLOCK_M.value, BLOCK_K.value], fp8),
-            b_desc=gluon_descriptor_type([GLUON_CONFIG.block_n, BLOCK_K.value], fp8),
+            b_desc=gluon_descriptor_type([_b_box_rows(GLUON_CONFIG.block_n), BLOCK_K.value],
+                                         fp8),
             A_SCALE="*fp32", B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
             ERRORS="*i32", experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32",
             sb_n="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c,
