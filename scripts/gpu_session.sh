@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|optests|ptests|suite|jax_tests|sanitize|memcheck|sweep|sweep_mhc|
-#                                          fp8_tiles|sweep_wgrad|ragged_in_turn|bench|mhc|lmsd|
+#                                          fp8_tiles|sanitize_gluon|sweep_wgrad|ragged_in_turn|bench|mhc|lmsd|
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|host_parts|autograd_split|
 #                                          hstu_one_launch|demo ...]
@@ -67,10 +67,10 @@ for step in $steps; do
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' "$OUT/$tool.log" | tr '\n' ' ')"
       done ;;
     fp8_tiles)   # the 1x128 kernel's tiles: times (fp8_unscaled --short), its direct GPU test
-      # at every config, and compute-sanitizer over it at each config in $GLUON_CONFIGS
       timeout 300 python3 scripts/fp8_unscaled.py --short 2>&1 | tee "$OUT/fp8_unscaled.log"
       timeout 200 python3 -m pytest -q -m gpu tests/ops/test_grouped_gemm_fp8.py -k gluon_kernel_matches \
-        -p no:cacheprovider -W ignore::DeprecationWarning -rf 2>&1 | tee "$OUT/gluon_test.log" | tail -8
+        -p no:cacheprovider -W ignore::DeprecationWarning -rf 2>&1 | tee "$OUT/gluon_test.log" | tail -8 ;;
+    sanitize_gluon)   # compute-sanitizer over the 1x128 kernel at each config in $GLUON_CONFIGS
       for cfg in ${GLUON_CONFIGS:-192,4,240,1 192,4,240,0 160,4,232,1}; do
         for tool in memcheck racecheck; do
           GRAPHRT_SANITIZE_GLUON_CONFIG=$cfg timeout 150 compute-sanitizer --tool $tool \
