@@ -513,7 +513,9 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                 sa, sb = _spread(sa_flat, sb_flat, layout)
             total += done * sa[:, None] * sb[None, :]
             if BN1 > 0:
-                sa1, sb1 = _spread(sa_flat, sb1_flat, layout1)
+                # the rows a thread holds do not depend on the product's width: sa as it is
+                sa1 = gl.convert_layout(sa, gl.SliceLayout(1, layout1))
+                sb1 = gl.convert_layout(sb1_flat, gl.SliceLayout(0, layout1))
                 total1 += done1 * sa1[:, None] * sb1[None, :]
             i += 1
         _store_part(total, OUT, OUT_PTRS, expert, m0 + ROW0, n0, end > begin, HIDDEN, INTER,
