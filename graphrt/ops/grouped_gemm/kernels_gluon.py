@@ -57,12 +57,15 @@ class GluonConfig:
     is no power of two (192) is multiplied as two products, the largest power of two below it
     and the rest, from the same A rows; ``mma_regs``: the registers setmaxnreg gives an MMA
     thread (the loader keeps 24); ``late_spread``: a block's scales are spread after its
-    product is waited for, not while it runs (fewer registers live across the wait)."""
+    product is waited for, not while it runs (fewer registers live across the wait);
+    ``shared_spread``: a block's row and column scales are spread through the warpgroup's own
+    shared buffers with one barrier (a convert_layout per vector takes three)."""
 
     block_n: int = 128
     stages: int = 6
     mma_regs: int = 232
     late_spread: bool = False
+    shared_spread: bool = False
 
 
 GLUON_CONFIG = GluonConfig()
@@ -381,6 +384,29 @@ def _spread(sa_flat, sb_flat, layout: gl.constexpr):
 
 
 @gluon.jit
+def _spread_shared(row_bufs, col_bufs, i, sa_flat, sb_flat, sb1_flat, layout: gl.constexpr,
+                   layout1: gl.constexpr, BN1: gl.constexpr):
+    """``_spread`` of the i-th block's row scales and both products' column scales through
+    one of the warpgroup's two pairs of buffers, with one barrier (the pair taken by the
+    block's parity: the next block's barrier orders this block's reads before the block after
+    rewrites them)."""
+    BN0: gl.constexpr = sb_flat.shape[0]
+    rows_buf = row_bufs.index(i % 2)
+    cols_buf = col_bufs.index(i % 2)
+    rows_buf.store(sa_flat)
+    cols_buf.slice(0, BN0).store(sb_flat)
+    if BN1 > 0:   # slices start at multiples of their size
+        cols_buf.slice(256, BN1).store(sb1_flat)
+    cta_barrier()
+    sa = rows_buf.load(gl.SliceLayout(1, layout))
+    sb = cols_buf.slice(0, BN0).load(gl.SliceLayout(0, layout))
+    sb1 = sb
+    if BN1 > 0:
+        sb1 = cols_buf.slice(256, BN1).load(gl.SliceLayout(0, layout1))
+    return sa, sb, sb1
+
+
+@gluon.jit
 def _release(empty, i):
     """Gives the i-th filled stage back to the loader, once this warpgroup's product of it
     has finished."""
@@ -420,7 +446,8 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                    OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n,
                    HIDDEN: gl.constexpr, INTER: gl.constexpr, DISCRETE: gl.constexpr,
                    ACCUMULATE: gl.constexpr, OUT_DTYPE: gl.constexpr, GROUP: gl.constexpr,
-                   ROW0: gl.constexpr, BN: gl.constexpr, LATE_SPREAD: gl.constexpr):
+                   ROW0: gl.constexpr, BN: gl.constexpr, LATE_SPREAD: gl.constexpr,
+                   SHARED_SPREAD: gl.constexpr):
     """One warpgroup: output rows ROW0 .. ROW0 + 63 of each tile of BN columns.
 
     A block's scales are loaded one value a thread (64 + BLOCK_N values over 128 threads) and
@@ -440,6 +467,12 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
     layout1: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN1_SHAPE, 32])
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    if SHARED_SPREAD:
+        # two allocations: a store after a store to the same one takes a barrier between
+        row_bufs = gl.allocate_shared_memory(gl.float32, [2, 64],
+                                             gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        col_bufs = gl.allocate_shared_memory(gl.float32, [2, 512],
+                                             gl.SwizzledSharedLayout(1, 1, 1, [0]))
     m_rows = ROW0 + gl.arange(0, 64, layout=flat)
     n_cols = gl.arange(0, BN0, layout=flat)
     n_cols1 = BN0 + gl.arange(0, BN1_SHAPE, layout=flat)
@@ -503,19 +536,28 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                 sb1_next = _col_scales(B_SCALE, block + 1, block + 1 < scaled, n_flat1, sb_k,
                                        sb_n, INTER)
             if not LATE_SPREAD:
-                sa, sb = _spread(sa_flat, sb_flat, layout)
+                if SHARED_SPREAD:
+                    sa, sb, sb1 = _spread_shared(row_bufs, col_bufs, i, sa_flat, sb_flat,
+                                                 sb1_flat, layout, layout1, BN1)
+                else:
+                    sa, sb = _spread(sa_flat, sb_flat, layout)
             if BN1 > 0:
                 done, done1 = warpgroup_mma_wait(num_outstanding=0, deps=(issued, issued1))
             else:
                 done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
             _release(empty, i)
             if LATE_SPREAD:
-                sa, sb = _spread(sa_flat, sb_flat, layout)
+                if SHARED_SPREAD:
+                    sa, sb, sb1 = _spread_shared(row_bufs, col_bufs, i, sa_flat, sb_flat,
+                                                 sb1_flat, layout, layout1, BN1)
+                else:
+                    sa, sb = _spread(sa_flat, sb_flat, layout)
             total += done * sa[:, None] * sb[None, :]
             if BN1 > 0:
                 # the rows a thread holds do not depend on the product's width: sa as it is
                 sa1 = gl.convert_layout(sa, gl.SliceLayout(1, layout1))
-                sb1 = gl.convert_layout(sb1_flat, gl.SliceLayout(0, layout1))
+                if not SHARED_SPREAD:
+                    sb1 = gl.convert_layout(sb1_flat, gl.SliceLayout(0, layout1))
                 total1 += done1 * sa1[:, None] * sb1[None, :]
             i += 1
         _store_part(total, OUT, OUT_PTRS, expert, m0 + ROW0, n0, end > begin, HIDDEN, INTER,
@@ -576,13 +618,14 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
                          INTER: gl.constexpr, DISCRETE: gl.constexpr, ACCUMULATE: gl.constexpr,
                          OUT_DTYPE: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
                          BLOCK_N: gl.constexpr, MMA_REGS: gl.constexpr = 232,
-                         LATE_SPREAD: gl.constexpr = False):
+                         LATE_SPREAD: gl.constexpr = False,
+                         SHARED_SPREAD: gl.constexpr = False):
     a_bufs, b_bufs, ready, empty, zeroed = _stage_ring(a_desc, b_desc, STAGES, BLOCK_N)
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
                           INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 0, BLOCK_N,
-                          LATE_SPREAD)),
+                          LATE_SPREAD, SHARED_SPREAD)),
         # (K-major A and B, items in plain order, EXPERTS_POW2 unused, the tile's columns)
         (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN, INTER, GROUP, True, True, False, 2,
@@ -590,7 +633,7 @@ def _wgrad_fp8_ws_kernel(a_desc, b_desc, A_SCALE, B_SCALE, OFFSETS, OUT, OUT_PTR
         (_mma_partition, (a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSETS, OUT,
                           OUT_PTRS, ERRORS, experts, tokens_sum, sa_m, sa_k, sb_k, sb_n, HIDDEN,
                           INTER, DISCRETE, ACCUMULATE, OUT_DTYPE, GROUP, 64, BLOCK_N,
-                          LATE_SPREAD)),
+                          LATE_SPREAD, SHARED_SPREAD)),
     ], [1, 4], [LOADER_REGS, MMA_REGS])
 
 
@@ -628,7 +671,8 @@ def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_d
            a_scale.stride(1), b_scale.stride(0), b_scale.stride(1), HIDDEN=hidden, INTER=inter,
            DISCRETE=out_ptrs is not None, ACCUMULATE=accumulate, OUT_DTYPE=TL_DTYPES[out_dtype],
            STAGES=config.stages, GROUP=GROUP_M, BLOCK_N=config.block_n,
-           MMA_REGS=config.mma_regs, LATE_SPREAD=config.late_spread, num_warps=4,
+           MMA_REGS=config.mma_regs, LATE_SPREAD=config.late_spread,
+           SHARED_SPREAD=config.shared_spread, num_warps=4,
            maxnreg=LAUNCH_REGS)
 
 
@@ -652,10 +696,11 @@ def compile_cases() -> list[CompileCase]:
             A_SCALE="*fp32", B_SCALE="*fp32", OFFSETS="*i32", OUT="*bf16", OUT_PTRS="*i64",
             ERRORS="*i32", experts="i32", tokens_sum="i32", sa_m="i32", sa_k="i32", sb_k="i32",
             sb_n="i32", HIDDEN=c, INTER=c, DISCRETE=c, ACCUMULATE=c, OUT_DTYPE=c, STAGES=c,
-            GROUP=c, BLOCK_N=c, MMA_REGS=c, LATE_SPREAD=c),
+            GROUP=c, BLOCK_N=c, MMA_REGS=c, LATE_SPREAD=c, SHARED_SPREAD=c),
             dict(HIDDEN=hidden, INTER=inter, DISCRETE=discrete, ACCUMULATE=False,
                  OUT_DTYPE=gl.bfloat16, STAGES=GLUON_CONFIG.stages, GROUP=GROUP_M,
                  BLOCK_N=GLUON_CONFIG.block_n, MMA_REGS=GLUON_CONFIG.mma_regs,
-                 LATE_SPREAD=GLUON_CONFIG.late_spread),
+                 LATE_SPREAD=GLUON_CONFIG.late_spread,
+                 SHARED_SPREAD=GLUON_CONFIG.shared_spread),
             num_warps=4, maxnreg=LAUNCH_REGS, gluon=True))
     return cases
