@@ -67,8 +67,8 @@ for step in $steps; do
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' "$OUT/$tool.log" | tr '\n' ' ')"
       done ;;
     fp8_tiles)   # the 1x128 kernel's tiles: times (fp8_unscaled --short), its direct GPU test
-      timeout 300 python3 scripts/fp8_unscaled.py --short 2>&1 | tee "$OUT/fp8_unscaled.log"
-      timeout 280 python3 -m pytest -q -m gpu tests/ops/test_grouped_gemm_fp8.py -k gluon_kernel_matches \
+      timeout 290 python3 scripts/fp8_unscaled.py --short 2>&1 | tee "$OUT/fp8_unscaled.log"
+      timeout 270 python3 -m pytest -q -m gpu tests/ops/test_grouped_gemm_fp8.py -k gluon_kernel_matches \
         -p no:cacheprovider -W ignore::DeprecationWarning -rf 2>&1 | tee "$OUT/gluon_test.log" | tail -8 ;;
     sanitize_gluon)   # compute-sanitizer over the 1x128 kernel at each config in $GLUON_CONFIGS
       for cfg in ${GLUON_CONFIGS:-192,4,240,1 192,4,240,0 160,4,232,1}; do
