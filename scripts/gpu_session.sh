@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|optests|ptests|suite|jax_tests|sanitize|memcheck|sweep|sweep_mhc|
-#                                          fp8_tiles|sanitize_gluon|sweep_wgrad|ragged_in_turn|bench|mhc|lmsd|
+#                                          fp8_tiles|sanitize_gluon|sweep_wgrad|ragged_in_turn|
+#                                          bench|mhc|lmsd|
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|host_parts|autograd_split|
 #                                          hstu_one_launch|demo ...]

@@ -13,8 +13,8 @@ from graphrt.ops.grouped_gemm.kernels import (fp8_config, launch_ragged_padded,
                                               PaddedConfig, ragged_padded_bytes,
                                               ragged_padded_views)
 
-# GRAPHRT_SANITIZE_GLUON_CONFIG=192,4,240,1: the 1x128 kernel's launches here at that
-# GluonConfig (block_n, stages, mma_regs[, late_spread]) instead of the plan's
+# GRAPHRT_SANITIZE_GLUON_CONFIG=192,4,240,1,1: the 1x128 kernel's launches here at that
+# GluonConfig (block_n, stages, mma_regs[, late_spread[, shared_spread]]), not the plan's
 if os.environ.get("GRAPHRT_SANITIZE_GLUON_CONFIG"):
     fields = [int(f) for f in os.environ["GRAPHRT_SANITIZE_GLUON_CONFIG"].split(",")]
     config = kernels_gluon.GluonConfig(*fields[:3], *map(bool, fields[3:]))

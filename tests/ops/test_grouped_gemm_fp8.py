@@ -469,9 +469,9 @@ def test_gpu_gluon_kernel_matches_fp64(seed, counts, out_dtype, mode, accumulate
     """The warp-specialized 1x128 kernel (kernels_gluon.py), called directly, both scale
     layouts, the plan's tile, 128 x 192 and 128 x 160 (two products a block), the scales
     spread by convert_layout or through the warpgroup's own buffers: experts starting and
-    ending inside scale blocks, one inside a single block, empty ones, a hidden and an intermediate
-    size that are no multiple of the tile, NaN codes in the neighbours' tokens of shared
-    blocks, and more tiles than SMs (programs take several)."""
+    ending inside scale blocks, one inside a single block, empty ones, a hidden and an
+    intermediate size that are no multiple of the tile, NaN codes in the neighbours' tokens of
+    shared blocks, and more tiles than SMs (programs take several)."""
     from graphrt.device_checks import error_flags
     from graphrt.ops.grouped_gemm import kernels_gluon
     hidden, inter = 1160, 1000
