@@ -59,7 +59,7 @@ class GluonConfig:
     thread (the loader keeps 24); ``late_spread``: a block's scales are spread after its
     product is waited for, not while it runs (fewer registers live across the wait);
     ``shared_spread``: a block's row and column scales are spread through the warpgroup's own
-    shared buffers with one barrier (a convert_layout per vector takes three)."""
+    shared buffers with one barrier (a convert_layout per vector takes three in all)."""
 
     block_n: int = 128
     stages: int = 6
@@ -384,26 +384,34 @@ def _spread(sa_flat, sb_flat, layout: gl.constexpr):
 
 
 @gluon.jit
-def _spread_shared(row_bufs, col_bufs, i, sa_flat, sb_flat, sb1_flat, layout: gl.constexpr,
-                   layout1: gl.constexpr, BN1: gl.constexpr):
+def _spread_shared(bufs, i, sa_flat, sb_flat, sb1_flat, layout: gl.constexpr,
+                   layout1: gl.constexpr):
     """``_spread`` of the i-th block's row scales and both products' column scales through
-    one of the warpgroup's two pairs of buffers, with one barrier (the pair taken by the
-    block's parity: the next block's barrier orders this block's reads before the block after
-    rewrites them)."""
-    BN0: gl.constexpr = sb_flat.shape[0]
-    rows_buf = row_bufs.index(i % 2)
-    cols_buf = col_bufs.index(i % 2)
-    rows_buf.store(sa_flat)
-    cols_buf.slice(0, BN0).store(sb_flat)
-    if BN1 > 0:   # slices start at multiples of their size
-        cols_buf.slice(256, BN1).store(sb1_flat)
+    the warpgroup's ``_spread_buffers`` of the block's parity, with one barrier (the next
+    block's barrier orders this block's reads before the block after rewrites them)."""
+    rows, cols, cols1 = bufs
+    rows.index(i % 2).store(sa_flat)
+    cols.index(i % 2).store(sb_flat)
+    if cols1.shape[1] > 1:
+        cols1.index(i % 2).store(sb1_flat)
     cta_barrier()
-    sa = rows_buf.load(gl.SliceLayout(1, layout))
-    sb = cols_buf.slice(0, BN0).load(gl.SliceLayout(0, layout))
+    sa = rows.index(i % 2).load(gl.SliceLayout(1, layout))
+    sb = cols.index(i % 2).load(gl.SliceLayout(0, layout))
     sb1 = sb
-    if BN1 > 0:
-        sb1 = cols_buf.slice(256, BN1).load(gl.SliceLayout(0, layout1))
+    if cols1.shape[1] > 1:
+        sb1 = cols1.index(i % 2).load(gl.SliceLayout(0, layout1))
     return sa, sb, sb1
+
+
+@gluon.jit
+def _spread_buffers(BN0: gl.constexpr, BN1: gl.constexpr):
+    """Two of each of the row scales' [64], the first product's column scales' [BN0] and the
+    second's [BN1] (a placeholder of one where there is none), one allocation each: Triton
+    puts a barrier between two stores to the same allocation."""
+    layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    return (gl.allocate_shared_memory(gl.float32, [2, 64], layout),
+            gl.allocate_shared_memory(gl.float32, [2, BN0], layout),
+            gl.allocate_shared_memory(gl.float32, [2, BN1 if BN1 > 0 else 1], layout))
 
 
 @gluon.jit
@@ -468,11 +476,7 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN1_SHAPE, 32])
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     if SHARED_SPREAD:
-        # two allocations: a store after a store to the same one takes a barrier between
-        row_bufs = gl.allocate_shared_memory(gl.float32, [2, 64],
-                                             gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        col_bufs = gl.allocate_shared_memory(gl.float32, [2, 512],
-                                             gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        spread_bufs = _spread_buffers(BN0, BN1)
     m_rows = ROW0 + gl.arange(0, 64, layout=flat)
     n_cols = gl.arange(0, BN0, layout=flat)
     n_cols1 = BN0 + gl.arange(0, BN1_SHAPE, layout=flat)
@@ -537,8 +541,8 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                                        sb_n, INTER)
             if not LATE_SPREAD:
                 if SHARED_SPREAD:
-                    sa, sb, sb1 = _spread_shared(row_bufs, col_bufs, i, sa_flat, sb_flat,
-                                                 sb1_flat, layout, layout1, BN1)
+                    sa, sb, sb1 = _spread_shared(spread_bufs, i, sa_flat, sb_flat, sb1_flat,
+                                                 layout, layout1)
                 else:
                     sa, sb = _spread(sa_flat, sb_flat, layout)
             if BN1 > 0:
@@ -548,8 +552,8 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
             _release(empty, i)
             if LATE_SPREAD:
                 if SHARED_SPREAD:
-                    sa, sb, sb1 = _spread_shared(row_bufs, col_bufs, i, sa_flat, sb_flat,
-                                                 sb1_flat, layout, layout1, BN1)
+                    sa, sb, sb1 = _spread_shared(spread_bufs, i, sa_flat, sb_flat, sb1_flat,
+                                                 layout, layout1)
                 else:
                     sa, sb = _spread(sa_flat, sb_flat, layout)
             total += done * sa[:, None] * sb[None, :]
