@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|optests|ptests|suite|jax_tests|sanitize|memcheck|sweep|sweep_mhc|
-#                                          fp8_tiles|sanitize_gluon|sweep_wgrad|ragged_in_turn|
-#                                          bench|mhc|lmsd|
+#                                          fp8_tiles|gluon_in_turn|sanitize_gluon|sweep_wgrad|
+#                                          ragged_in_turn|bench|mhc|lmsd|
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|host_parts|autograd_split|
 #                                          hstu_one_launch|demo ...]
@@ -71,6 +71,10 @@ for step in $steps; do
       timeout 290 python3 scripts/fp8_unscaled.py --short 2>&1 | tee "$OUT/fp8_unscaled.log"
       timeout 270 python3 -m pytest -q -m gpu tests/ops/test_grouped_gemm_fp8.py -k gluon_kernel_matches \
         -p no:cacheprovider -W ignore::DeprecationWarning -rf 2>&1 | tee "$OUT/gluon_test.log" | tail -8 ;;
+    gluon_in_turn)   # the 1x128 kernel's configs in turn; then the 128 late-spread tests
+      timeout 200 python3 scripts/gluon_configs_in_turn.py 2>&1 | tee "$OUT/gluon_in_turn.log"
+      timeout 120 python3 -m pytest -q -m gpu tests/ops/test_grouped_gemm_fp8.py \
+        -k "gluon_kernel_matches and 128-late" -p no:cacheprovider -rf 2>&1 | tail -4 ;;
     sanitize_gluon)   # compute-sanitizer over the 1x128 kernel at each config in $GLUON_CONFIGS
       for cfg in ${GLUON_CONFIGS:-192,4,240,1,1}; do
         for tool in memcheck racecheck; do
