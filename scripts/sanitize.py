@@ -17,9 +17,8 @@ from graphrt.ops.grouped_gemm.kernels import (fp8_config, launch_ragged_padded,
 # GluonConfig (block_n, stages, mma_regs[, late_spread[, shared_spread]]), not the plan's
 if os.environ.get("GRAPHRT_SANITIZE_GLUON_CONFIG"):
     fields = [int(f) for f in os.environ["GRAPHRT_SANITIZE_GLUON_CONFIG"].split(",")]
-    config = kernels_gluon.GluonConfig(*fields[:3], *map(bool, fields[3:]))
-    kernels_gluon.launch_wgrad_fp8_gluon.__kwdefaults__["config"] = config
-    print(f"the 1x128 kernel at {config}", flush=True)
+    kernels_gluon.GLUON_CONFIG = kernels_gluon.GluonConfig(*fields[:3], *map(bool, fields[3:]))
+    print(f"the 1x128 kernel at {kernels_gluon.GLUON_CONFIG}", flush=True)
 torch.manual_seed(0)
 # each shape twice: the second call replays the first's binding, at the new tensors' addresses
 for rows, hidden in [(3, 8), (37, 136), (300, 2048), (5, 9000)] * 2:

@@ -404,6 +404,20 @@ def _spread_shared(bufs, i, sa_flat, sb_flat, sb1_flat, layout: gl.constexpr,
 
 
 @gluon.jit
+def _spread_block(bufs, i, sa_flat, sb_flat, sb1_flat, layout: gl.constexpr,
+                  layout1: gl.constexpr, SHARED_SPREAD: gl.constexpr):
+    """A block's (row scales, column scales, the second product's column scales) spread by
+    ``_spread_shared`` or by ``_spread``, which leaves the second product's to its caller
+    (the first product's columns stand in for them)."""
+    if SHARED_SPREAD:
+        sa, sb, sb1 = _spread_shared(bufs, i, sa_flat, sb_flat, sb1_flat, layout, layout1)
+    else:
+        sa, sb = _spread(sa_flat, sb_flat, layout)
+        sb1 = sb
+    return sa, sb, sb1
+
+
+@gluon.jit
 def _spread_buffers(BN0: gl.constexpr, BN1: gl.constexpr):
     """Two of each of the row scales' [64], the first product's column scales' [BN0] and the
     second's [BN1] (a placeholder of one where there is none), one allocation each: Triton
@@ -475,6 +489,7 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
     layout1: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN1_SHAPE, 32])
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    spread_bufs = 0   # no buffers: the scales go through convert_layout
     if SHARED_SPREAD:
         spread_bufs = _spread_buffers(BN0, BN1)
     m_rows = ROW0 + gl.arange(0, 64, layout=flat)
@@ -540,22 +555,16 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, zeroed, A_SCALE, B_SCALE, OFFSE
                 sb1_next = _col_scales(B_SCALE, block + 1, block + 1 < scaled, n_flat1, sb_k,
                                        sb_n, INTER)
             if not LATE_SPREAD:
-                if SHARED_SPREAD:
-                    sa, sb, sb1 = _spread_shared(spread_bufs, i, sa_flat, sb_flat, sb1_flat,
-                                                 layout, layout1)
-                else:
-                    sa, sb = _spread(sa_flat, sb_flat, layout)
+                sa, sb, sb1 = _spread_block(spread_bufs, i, sa_flat, sb_flat, sb1_flat, layout,
+                                            layout1, SHARED_SPREAD)
             if BN1 > 0:
                 done, done1 = warpgroup_mma_wait(num_outstanding=0, deps=(issued, issued1))
             else:
                 done = warpgroup_mma_wait(num_outstanding=0, deps=(issued,))
             _release(empty, i)
             if LATE_SPREAD:
-                if SHARED_SPREAD:
-                    sa, sb, sb1 = _spread_shared(spread_bufs, i, sa_flat, sb_flat, sb1_flat,
-                                                 layout, layout1)
-                else:
-                    sa, sb = _spread(sa_flat, sb_flat, layout)
+                sa, sb, sb1 = _spread_block(spread_bufs, i, sa_flat, sb_flat, sb1_flat, layout,
+                                            layout1, SHARED_SPREAD)
             total += done * sa[:, None] * sb[None, :]
             if BN1 > 0:
                 # the rows a thread holds do not depend on the product's width: sa as it is
@@ -659,10 +668,12 @@ def _b_box_rows(block_n: int) -> int:
 
 def launch_wgrad_fp8_gluon(a, b, a_scale, b_scale, offsets, out, out_ptrs, out_dtype, errors,
                            *, hidden: int, inter: int, accumulate: bool,
-                           config: GluonConfig = GLUON_CONFIG) -> None:
+                           config: GluonConfig | None = None) -> None:
     """The 1x128 FP8 wgrad through this kernel: arguments as kernels.launch_wgrad_fp8's (a
     (hidden, T) and b (T, intermediate) both tokens-major, FP32 scales per 128 tokens), on
-    operands ``fits_gluon_kernel`` accepts."""
+    operands ``fits_gluon_kernel`` accepts; ``config``: the module's ``GLUON_CONFIG`` (read
+    at the call) when None."""
+    config = GLUON_CONFIG if config is None else config
     experts = offsets.numel()
     if experts == 0:
         return
