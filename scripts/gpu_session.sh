@@ -2,7 +2,7 @@
 # One device-machine call: GPU tests, compute-sanitizer, benchmarks, demo; logs under $OUT.
 # Usage there: bash scripts/gpu_session.sh [tests|optests|ptests|suite|jax_tests|sanitize|memcheck|sweep|sweep_mhc|
 #                                          fp8_tiles|gluon_in_turn|sanitize_gluon|sweep_wgrad|
-#                                          ragged_in_turn|bench|mhc|lmsd|
+#                                          ragged_in_turn|trees_in_turn|bench|mhc|lmsd|
 #                                          wgrad|proj|jax|capture|ddp|hf|plan_store|examples|profile|
 #                                          copy_ceiling|l2_ceiling|host|host_parts|autograd_split|
 #                                          hstu_one_launch|demo ...]
@@ -91,6 +91,15 @@ for step in $steps; do
     sweep) python3 scripts/sweep_rmsnorm.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep.log" ;;
     sweep_wgrad) python3 scripts/sweep_wgrad.py ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep_wgrad.log" ;;
     ragged_in_turn) python3 scripts/ragged_in_turn.py 2>&1 | tee "$OUT/ragged_in_turn.log" ;;
+    trees_in_turn)   # $TURN_SCRIPT from .gpu/base (an earlier tree's graphrt/ and scripts/, carried
+      # with .gpu) and from this tree, one after the other, $TURN_ROUNDS times
+      for round_ in $(seq ${TURN_ROUNDS:-2}); do
+        for tree in .gpu/base .; do
+          echo "--- round $round_, tree $tree"
+          PYTHONPATH=$PWD/$tree:$PYTHONPATH python3 $tree/$TURN_SCRIPT 2>&1 \
+            | tee -a "$OUT/trees_in_turn.log" | tail -${TURN_TAIL:-8}
+        done
+      done ;;
     sweep_mhc) python3 scripts/sweep_mhc.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep_mhc.log" ;;
     ptests|suite)   # the ';'-separated groups of test paths in $TEST_GROUPS, in parallel processes
       # suite: every GPU test, in six groups of about equal time (about 200 s on an H100)

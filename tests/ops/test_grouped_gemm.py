@@ -722,6 +722,28 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("sorted_experts", [False, True])
+def test_gpu_ragged_tma_items_in_place_do_not_outrun_the_copy(seed, sorted_experts,
+                                                              monkeypatch):
+    """The TMA kernel starts its experts read in place while the padded copy still runs and
+    waits for the copy only before a copied expert: with the largest expert odd (the longest
+    copy, and the sorted split's first items), others odd at the end of the order, and the
+    workspace poisoned before each call, every expert matches the reference, three calls in
+    a row."""
+    _ragged_tma_config(monkeypatch, sorted_experts=sorted_experts)
+    counts = [6149, 2048, 1024, 3, 4096, 1016, 0, 517]
+    hidden, inter = 1024, 512
+    a, b, a2d, b2d, offsets = _ragged_problem(counts, hidden, inter, "cuda")
+    plan, ws = _ragged_tma_plan(a, b, offsets, wgrad_dtype=torch.float32)
+    ref = _expected(a2d, b2d, offsets, "tensor2d", torch.float32)
+    for _ in range(3):
+        ws.fill_(255)
+        w = torch.full((len(counts), hidden, inter), float("nan"), device="cuda")
+        plan.execute(a, b, offsets, wgrad=w, workspace=ws)
+        _close(w, ref, torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sorted_experts", [False, True])
 def test_gpu_ragged_tma_kernel_reads_the_padded_copy(seed, sorted_experts):
     """Given the padded copy of the experts off multiples of 8 tokens (made into a poisoned
     workspace), the TMA kernel launched directly computes every expert, in each work split;
