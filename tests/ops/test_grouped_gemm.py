@@ -722,13 +722,13 @@ def test_gpu_ragged_tma_kernel_called_directly(seed, sorted_experts):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("sorted_experts", [False, True])
-def test_gpu_ragged_tma_items_in_place_do_not_outrun_the_copy(seed, sorted_experts,
-                                                              monkeypatch):
-    """The TMA kernel starts its experts read in place while the padded copy still runs and
-    waits for the copy only before a copied expert: with the largest expert odd (the longest
-    copy, and the sorted split's first items), others odd at the end of the order, and the
-    workspace poisoned before each call, every expert matches the reference, three calls in
-    a row."""
+def test_gpu_ragged_tma_reads_the_copy_only_once_it_is_made(seed, sorted_experts,
+                                                           monkeypatch):
+    """The TMA kernel, a dependent launch after the padded copy, reads no copied block
+    before the copy has landed: with the largest expert off multiples of 8 (the longest
+    copy, and the sorted split's first items), others odd at the end of the order, experts
+    read in place between them, and the workspace poisoned before each call, every expert
+    matches the reference, three calls in a row."""
     _ragged_tma_config(monkeypatch, sorted_experts=sorted_experts)
     counts = [6149, 2048, 1024, 3, 4096, 1016, 0, 517]
     hidden, inter = 1024, 512

@@ -146,16 +146,11 @@ def _load_item(a_block, b_block, row_stride, a_bufs, b_bufs, ready, empty, i, m0
 def _ragged_load_partition(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFFSETS, ERRORS,
                            experts, tokens_sum, HIDDEN: gl.constexpr, INTER: gl.constexpr,
                            GROUP: gl.constexpr, SORTED: gl.constexpr,
-                           EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr,
-                           WAIT_PRIOR: gl.constexpr):
+                           EXPERTS_POW2: gl.constexpr, PADDED: gl.constexpr):
     """Items alternate between two descriptor slots (two call sites of _load_item, so two
     places in the global scratch): an item rewrites the slot of the item before the last, and
     first waits for that item's loads still in flight (those among the last STAGES filled;
-    a stage refilled since was consumed, so it had landed). WAIT_PRIOR: this kernel is a
-    dependent launch after the padded copy, whose grid this warp waits for before its first
-    padded item and before it ends (so that the call's kernels end in order); the items read
-    in place, and the MMA partitions, need nothing the copy writes (the copy launch itself
-    waited for the kernels before the call)."""
+    a stage refilled since was consumed, so it had landed)."""
     slots = (0, 0, 0, 0, 0, 0)   # the next stage, the slot, each slot's first and end stage
     odd_taken = _odd_taken(OFFSETS, experts, tokens_sum, EXPERTS_POW2, PADDED, 1)
     if SORTED:
@@ -168,8 +163,7 @@ def _ragged_load_partition(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFF
             count = end - begin
             if live & (count > 0) & (_tma_takes(count) | odd_taken):
                 slots = _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots,
-                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED,
-                                      WAIT_PRIOR)
+                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED)
     else:
         for work in range(gl.program_id(0), experts * _tile_count(HIDDEN, INTER, BLOCK_N),
                           gl.num_programs(0)):
@@ -178,16 +172,12 @@ def _ragged_load_partition(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFF
             count = end - begin
             if (count > 0) & (_tma_takes(count) | odd_taken):
                 slots = _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots,
-                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED,
-                                      WAIT_PRIOR)
-    if WAIT_PRIOR:
-        _ptx("griddepcontrol.wait; // $0")
+                                      expert, m0, n0, begin, count, HIDDEN, INTER, PADDED)
 
 
 @gluon.jit
 def _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots, expert, m0, n0,
-                  begin, count, HIDDEN: gl.constexpr, INTER: gl.constexpr, PADDED: gl.constexpr,
-                  WAIT_PRIOR: gl.constexpr):
+                  begin, count, HIDDEN: gl.constexpr, INTER: gl.constexpr, PADDED: gl.constexpr):
     """One item's loads with its descriptors in the slot whose turn it is: ``slots`` after it.
     PADDED: an expert off multiples of 8 tokens is read from its padded copy (rows 128 bytes
     apart; kernels._ragged_padded_kernel)."""
@@ -197,8 +187,6 @@ def _load_in_slot(A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, slots, exper
     row_stride = count
     if PADDED:
         if count % 8 != 0:
-            if WAIT_PRIOR:   # the copy's writes landed (at once after the first wait)
-                _ptx("griddepcontrol.wait; // $0")
             slot = _padded_slot(begin, expert)
             a_block = A_PAD + HIDDEN * slot
             b_block = B_PAD + INTER * slot
@@ -299,13 +287,15 @@ def _wgrad_ragged_tma_kernel(A, B, A_PAD, B_PAD, OFFSETS, OUT, OUT_PTRS, ERRORS,
     # the copy and the Triton kernel launched after this one (programmatic dependent launches)
     # may start while it drains: they wait for it before they read what it writes or end
     _ptx("griddepcontrol.launch_dependents; // $0")
+    if WAIT_PRIOR:   # a dependent launch itself, after the padded copy: wait for its writes
+        _ptx("griddepcontrol.wait; // $0")
     gl.warp_specialize([
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
                                  experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
                                  OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, 0)),
         (_ragged_load_partition, (A, B, A_PAD, B_PAD, a_bufs, b_bufs, ready, empty, OFFSETS,
                                   ERRORS, experts, tokens_sum, HIDDEN, INTER, GROUP, SORTED,
-                                  EXPERTS_POW2, PADDED, WAIT_PRIOR)),
+                                  EXPERTS_POW2, PADDED)),
         (_ragged_mma_partition, (a_bufs, b_bufs, ready, empty, OFFSETS, OUT, OUT_PTRS, ERRORS,
                                  experts, tokens_sum, HIDDEN, INTER, DISCRETE, ACCUMULATE,
                                  OUT_DTYPE, GROUP, SORTED, EXPERTS_POW2, PADDED, 64)),
@@ -334,9 +324,8 @@ def launch_wgrad_ragged_tma(a, b, offsets, out, out_ptrs, out_dtype, errors, *, 
     operands ``fits_ragged_tma_kernel`` and ``fits_tokens`` accept, 16-byte aligned.
     ``padded``: (a_pad, b_pad), the copy kernels.launch_ragged_padded made of the experts off
     multiples of 8 tokens, which this kernel then takes too when the offsets are in order; it
-    is then a programmatic dependent launch (where ``use_pdl`` allows) whose loader waits for
-    the copy before the first copied item, so that the items read in place run while it
-    copies (and the whole call does not wait for an empty copy)."""
+    is then a programmatic dependent launch (where ``use_pdl`` allows) that waits for the copy,
+    so that its start overlaps the copy's end."""
     experts = offsets.numel()
     if experts == 0:
         return
