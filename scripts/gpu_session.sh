@@ -92,7 +92,8 @@ for step in $steps; do
     sweep_wgrad) python3 scripts/sweep_wgrad.py ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep_wgrad.log" ;;
     ragged_in_turn) python3 scripts/ragged_in_turn.py 2>&1 | tee "$OUT/ragged_in_turn.log" ;;
     trees_in_turn)   # $TURN_SCRIPT from .gpu/base (an earlier tree's graphrt/ and scripts/, carried
-      # with .gpu) and from this tree, one after the other, $TURN_ROUNDS times
+      # with .gpu: git archive REV graphrt scripts | tar -x -C .gpu/base) and from this tree,
+      # one after the other, $TURN_ROUNDS times
       for round_ in $(seq ${TURN_ROUNDS:-2}); do
         for tree in .gpu/base .; do
           echo "--- round $round_, tree $tree"
