@@ -11,8 +11,8 @@
 # that way (the JAX tests not marked gpu are jax_tests);
 # sweep and sweep_mhc take $SWEEP_CASES,
 # sweep_wgrad $SWEEP_ARGS (--fp8); profile
-# runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; sanitize checks only the
-# kernels whose names hold $SANITIZE_KERNELS, when set (all of scripts/sanitize.py still runs;
+# runs ncu over scripts/profile_kernels.py for the ops in $PROFILE_OPS; sanitize and memcheck
+# check only the kernels whose names hold $SANITIZE_KERNELS, when set (all of sanitize.py runs;
 # memcheck and racecheck over every kernel took about 4 minutes on an H100, over
 # _ragged_padded's about 2); stalls samples where the
 # warps of the kernels matching $PROFILE_KERNELS (a regex) wait, per SASS instruction.
@@ -53,6 +53,14 @@ python3 -c "import triton, torch, graphrt.kernel_utils as k; print('triton', tri
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/smi.txt" 2>&1
 # the JAX tests run on the image's jax with CUDA here, marked gpu or not: those not marked gpu
 jax_tests() { python3 -m pytest -q -m "not gpu" tests/test_jax.py -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_jax_tests.log" | tail -5; }
+# compute-sanitizer's tool $1 over scripts/sanitize.py into the log $2, then its summary line:
+# only the kernels whose names hold $SANITIZE_KERNELS, when set; at most $SANITIZE_S seconds
+sanitizer() {
+  ${SANITIZE_S:+timeout $SANITIZE_S} compute-sanitizer --tool $1 \
+    $([ $1 = memcheck ] && echo --report-api-errors no) \
+    ${SANITIZE_KERNELS:+--kernel-name "kns=$SANITIZE_KERNELS"} python3 scripts/sanitize.py > "$2" 2>&1
+  echo "$1 rc=$?: $(grep -E 'kernel at|ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' "$2" | tr '\n' ' ')"
+}
 steps=${*:-tests sanitize bench demo}
 for step in $steps; do
   echo "=== $step"
@@ -60,13 +68,7 @@ for step in $steps; do
     tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider -W ignore::DeprecationWarning 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
       jax_tests ;;
     jax_tests) jax_tests ;;
-    sanitize)
-      for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool $([ $tool = memcheck ] && echo --report-api-errors no) \
-          ${SANITIZE_KERNELS:+--kernel-name "kns=$SANITIZE_KERNELS"} \
-          python3 scripts/sanitize.py > "$OUT/$tool.log" 2>&1
-        echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' "$OUT/$tool.log" | tr '\n' ' ')"
-      done ;;
+    sanitize) for tool in memcheck racecheck; do sanitizer $tool "$OUT/$tool.log"; done ;;
     fp8_tiles)   # the 1x128 kernel's tiles: times (fp8_unscaled --short), its direct GPU test
       timeout 290 python3 scripts/fp8_unscaled.py --short 2>&1 | tee "$OUT/fp8_unscaled.log"
       timeout 270 python3 -m pytest -q -m gpu tests/ops/test_grouped_gemm_fp8.py -k gluon_kernel_matches \
@@ -78,16 +80,12 @@ for step in $steps; do
     sanitize_gluon)   # compute-sanitizer over the 1x128 kernel at each config in $GLUON_CONFIGS
       for cfg in ${GLUON_CONFIGS:-192,4,240,1,1}; do
         for tool in memcheck racecheck; do
-          GRAPHRT_SANITIZE_GLUON_CONFIG=$cfg timeout 150 compute-sanitizer --tool $tool \
-            $([ $tool = memcheck ] && echo --report-api-errors no) --kernel-name kns=_wgrad_fp8_ws \
-            python3 scripts/sanitize.py > "$OUT/$tool.$cfg.log" 2>&1
-          echo "$cfg $tool rc=$?: $(grep -E 'kernel at|ERROR SUMMARY|RACECHECK SUMMARY|sanitize run done' \
-            "$OUT/$tool.$cfg.log" | tr '\n' ' ')"
+          echo -n "$cfg "
+          GRAPHRT_SANITIZE_GLUON_CONFIG=$cfg SANITIZE_KERNELS=_wgrad_fp8_ws SANITIZE_S=150 \
+            sanitizer $tool "$OUT/$tool.$cfg.log"
         done
       done ;;
-    memcheck)   # sanitize's first tool alone
-      compute-sanitizer --tool memcheck --report-api-errors no python3 scripts/sanitize.py > "$OUT/memcheck.log" 2>&1
-      echo "memcheck rc=$?: $(grep -E 'ERROR SUMMARY|sanitize run done' "$OUT/memcheck.log" | tr '\n' ' ')" ;;
+    memcheck) sanitizer memcheck "$OUT/memcheck.log" ;;   # sanitize's first tool alone
     sweep) python3 scripts/sweep_rmsnorm.py ${SWEEP_CASES:-} 2>&1 | tee "$OUT/sweep.log" ;;
     sweep_wgrad) python3 scripts/sweep_wgrad.py ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep_wgrad.log" ;;
     ragged_in_turn) python3 scripts/ragged_in_turn.py 2>&1 | tee "$OUT/ragged_in_turn.log" ;;
