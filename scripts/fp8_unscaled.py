@@ -12,8 +12,8 @@ in Gluon 3.6) is the bound.
 Each case, x256 counts: BF16 K-K (the package kernel), the same kernel on FP8 codes at 4, 6 and
 8 stages, at its 128 x 256 tiles and at the 1x128 kernel's 128 x 128 (each checked against FP32
 per expert), and the 1x128 Gluon kernel on the same codes with FP32 scales, the plan's and at
-128 x 192 tiles, with and without shared_spread (checked against the
-dequantized codes' FP32 product).
+128 x 192 tiles, with and without shared_spread (checked against the dequantized codes' FP32
+product).
 
 Usage: python3 scripts/fp8_unscaled.py [--short]
 """
