@@ -81,8 +81,8 @@ for step in $steps; do
       for cfg in ${GLUON_CONFIGS:-192,4,240,1,1}; do
         for tool in memcheck racecheck; do
           echo -n "$cfg "
-          GRAPHRT_SANITIZE_GLUON_CONFIG=$cfg SANITIZE_KERNELS=_wgrad_fp8_ws SANITIZE_S=${SANITIZE_S:-150} \
-            sanitizer $tool "$OUT/$tool.$cfg.log"
+          GRAPHRT_SANITIZE_GLUON_CONFIG=$cfg SANITIZE_KERNELS=_wgrad_fp8_ws \
+            SANITIZE_S=${SANITIZE_S:-150} sanitizer $tool "$OUT/$tool.$cfg.log"
         done
       done ;;
     memcheck) sanitizer memcheck "$OUT/memcheck.log" ;;   # sanitize's first tool alone
