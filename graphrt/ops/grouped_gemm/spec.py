@@ -82,13 +82,16 @@ WGRAD = OpSpec(
     E8M0 scales per 32 tokens (MXFP8) or float32 scales per 128 tokens (1x128 blocks), counted
     from token 0. MXFP8 values are exact in BF16 and are multiplied on BF16 tensor cores with
     FP32 sums; on Hopper the call first writes them into scratch it allocates (twice as large
-    as ``a`` and ``b``; from the graph's pool under capture). A 1x128 block's products are
-    summed by the FP8 tensor cores, which on Hopper keep about 14 bits (relative error about
-    1e-4 against exact sums), then scaled and added in FP32.
+    as ``a`` and ``b``; from the graph's pool under capture), which costs 10-42% over BF16
+    inputs at the benchmark shapes. A 1x128 block's products are summed by the FP8 tensor
+    cores, which on Hopper keep about 14 bits (relative error about 1e-4 against exact sums),
+    then scaled and added in FP32; on Hopper that runs at 1.08-1.14x BF16's FLOP rate.
 
     ``input_order="tensor_ragged"``: the experts whose token count is not a multiple of 8 are
-    first copied as rows into scratch the call allocates (as large as ``a`` and ``b``; from the
-    graph's pool under capture), so that the product reads 16 bytes at a time.
+    first copied into scratch the call allocates (about as large as ``a`` and ``b``; from the
+    graph's pool under capture), so that the product reads 16 bytes at a time. On Hopper that
+    copy makes such calls 1.25-1.6x slower than counts in multiples of 8 at the benchmark
+    shapes: route in multiples of 8 where the model allows it.
 
     Eager calls read ``offsets`` on the host (one synchronization) and raise ``ContractError``
     naming the first bad expert before anything is launched; ``check_offsets=False`` skips that
