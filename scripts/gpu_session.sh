@@ -77,7 +77,8 @@ for step in $steps; do
       timeout 200 python3 scripts/gluon_configs_in_turn.py 2>&1 | tee "$OUT/gluon_in_turn.log"
       timeout 120 python3 -m pytest -q -m gpu tests/ops/test_grouped_gemm_fp8.py \
         -k "gluon_kernel_matches and 128-late" -p no:cacheprovider -rf 2>&1 | tail -4 ;;
-    sanitize_gluon)   # compute-sanitizer over the 1x128 kernel at each config in $GLUON_CONFIGS
+    sanitize_gluon)   # compute-sanitizer over the 1x128 kernel at each config in $GLUON_CONFIGS,
+      # at most $SANITIZE_S seconds a tool (150 when unset)
       for cfg in ${GLUON_CONFIGS:-192,4,240,1,1}; do
         for tool in memcheck racecheck; do
           echo -n "$cfg "
